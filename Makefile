@@ -1,0 +1,33 @@
+# Fleet: `make run` runs the product on embedded defaults, `make test` runs every test.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-fast check lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## run: migrate, seed a demo fleet, print a login and serve on http://127.0.0.1:8000
+run: $(STAMP)
+	$(BIN)/python manage.py demo
+
+## test: every test (pure domain, Django, API, race, end-to-end); FLEET_DATABASE_URL/FLEET_REDIS_URL select PostgreSQL + Redis
+test: $(STAMP)
+	$(BIN)/pytest -p no:cacheprovider
+
+## check: lint, types, import contracts, migrations and the OpenAPI schema
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy fleet hostagent manage.py
+	$(BIN)/lint-imports
+	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file /dev/null
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from django.contrib import admin
+
+from fleet.allocations.models import Allocation, Deployment
+
+
+class AllocationInline(admin.TabularInline[Allocation, Deployment]):
+    model = Allocation
+    extra = 0
+    fields = ("replica", "gpu_slot", "gpu", "partition", "memory_mib", "compute_percent", "state")
+    readonly_fields = fields
+
+
+@admin.register(Deployment)
+class DeploymentAdmin(admin.ModelAdmin[Deployment]):
+    list_display = (
+        "name",
+        "kind",
+        "profile",
+        "memory_mib",
+        "max_compute_percent",
+        "gpu_count",
+        "replicas",
+    )
+    list_filter = ("kind",)
+    search_fields = ("name", "profile")
+    inlines = [AllocationInline]
+
+
+@admin.register(Allocation)
+class AllocationAdmin(admin.ModelAdmin[Allocation]):
+    list_display = ("__str__", "kind", "gpu", "memory_mib", "compute_percent", "state")
+    list_filter = ("kind", "state")

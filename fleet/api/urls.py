@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from django.urls import include, path
+from rest_framework.routers import DynamicRoute, SimpleRouter
+
+from fleet.api import views, views_mig
+
+
+class CommandRouter(SimpleRouter):
+    """Collections and items end in a slash (``/deployments/``, ``/gpus/7/``); commands do not
+    (``PUT /gpus/7/layout``, ``POST /deployments/3/place``)."""
+
+    routes = [
+        route._replace(url=route.url.replace("{trailing_slash}", ""))
+        if isinstance(route, DynamicRoute)
+        else route
+        for route in SimpleRouter.routes
+    ]
+
+
+router = CommandRouter(trailing_slash=True)
+router.register("hosts", views.HostViewSet, basename="host")
+router.register("gpus", views.GpuViewSet, basename="gpu")
+router.register("partitions", views.PartitionViewSet, basename="partition")
+router.register("deployments", views.DeploymentViewSet, basename="deployment")
+router.register("allocations", views.AllocationViewSet, basename="allocation")
+router.register("operations", views.OperationViewSet, basename="operation")
+
+urlpatterns = [
+    path("me", views.me, name="me"),
+    path("mig/catalog/", views_mig.catalog, name="mig-catalog"),
+    path("mig/validate", views_mig.validate, name="mig-validate"),
+    path("", include(router.urls)),
+]

@@ -1,0 +1,306 @@
+"""REST API v1: read viewsets with explicit command actions. Thin: parse, call a service, render."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, Prefetch, QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action, api_view
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from fleet.allocations import services as allocation_services
+from fleet.allocations.models import Allocation, Deployment
+from fleet.api import serializers as s
+from fleet.api.filters import (
+    AllocationFilter,
+    DeploymentFilter,
+    GpuFilter,
+    HostFilter,
+    OperationFilter,
+    PartitionFilter,
+)
+from fleet.core.roles import Role, role_of
+from fleet.inventory import services as inventory_services
+from fleet.inventory.models import Gpu, Host
+from fleet.mps import MpsPolicy
+from fleet.partitioning import services as partitioning_services
+from fleet.partitioning.models import Operation, Partition
+
+ERRORS = {
+    400: OpenApiResponse(s.ErrorSerializer, description="Malformed or invalid input"),
+    401: OpenApiResponse(s.ErrorSerializer, description="Not authenticated"),
+    403: OpenApiResponse(s.ErrorSerializer, description="Role too low"),
+    404: OpenApiResponse(s.ErrorSerializer, description="Not found"),
+    409: OpenApiResponse(s.ErrorSerializer, description="Conflicts with the current state"),
+    422: OpenApiResponse(s.ErrorSerializer, description="Refused by the MIG/MPS/placement rules"),
+}
+READ_ERRORS = {k: ERRORS[k] for k in (400, 401, 403, 404)}
+
+
+def _errors(*codes: int) -> dict[int, OpenApiResponse]:
+    return {code: ERRORS[code] for code in codes}
+
+
+@extend_schema_view(
+    list=extend_schema(responses={200: s.HostSerializer(many=True), **READ_ERRORS}),
+    retrieve=extend_schema(responses={200: s.HostSerializer, **READ_ERRORS}),
+)
+class HostViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[Host]):
+    """Hosts running the agent. Admins create them and receive the one-time enrollment token."""
+
+    lookup_value_regex = r"[0-9]+"
+
+    serializer_class = s.HostSerializer
+    filterset_class = HostFilter
+    ordering_fields = ["name", "status", "last_seen_at"]
+    required_roles = {"create": Role.ADMIN}
+
+    def get_queryset(self) -> QuerySet[Host]:
+        return Host.objects.annotate(gpu_count=Count("gpus")).order_by("name")
+
+    @extend_schema(
+        request=s.HostCreateSerializer,
+        responses={201: s.HostCreatedSerializer, **_errors(400, 401, 403, 409)},
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        data = _valid(s.HostCreateSerializer, request)
+        host, token = inventory_services.host_create(
+            name=data["name"], labels=data.get("labels", {}), requested_by=request.user
+        )
+        body = s.HostCreatedSerializer(self.get_queryset().get(pk=host.pk)).data
+        return Response({**body, "enrollment_token": token}, status=status.HTTP_201_CREATED)
+
+
+@extend_schema_view(
+    list=extend_schema(responses={200: s.GpuSerializer(many=True), **READ_ERRORS}),
+    retrieve=extend_schema(responses={200: s.GpuSerializer, **READ_ERRORS}),
+)
+class GpuViewSet(viewsets.ReadOnlyModelViewSet[Gpu]):
+    """GPUs with their sharing mode, health and cordon state. Commands: layout, cordon, uncordon."""
+
+    lookup_value_regex = r"[0-9]+"
+
+    serializer_class = s.GpuSerializer
+    filterset_class = GpuFilter
+    ordering_fields = ["host__name", "index", "product_name", "mode", "health"]
+    queryset = Gpu.objects.select_related("host").order_by("host__name", "index")
+
+    @extend_schema(
+        request=s.LayoutSerializer,
+        responses={
+            202: s.OperationSerializer,
+            200: s.OperationSerializer,
+            **_errors(400, 401, 403, 404, 409, 422),
+        },
+        description=(
+            "Set the GPU's layout: "
+            '`{"mode": "mig", "instances": [{"profile": "3g.40gb", "start": 4}]}`, '
+            '`{"mode": "mps", "mps": {...}}` or `{"mode": "dedicated"}`. Returns the operation '
+            "(202 while the agent applies it; 200 when nothing changed)."
+        ),
+    )
+    @action(detail=True, methods=["put"], url_path="layout")
+    def layout(self, request: Request, pk: str | None = None) -> Response:
+        data = _valid(s.LayoutSerializer, request)
+        spec = partitioning_services.LayoutSpec(
+            mode=data["mode"],
+            instances=tuple(
+                partitioning_services.MigInstanceSpec(
+                    profile=_profile_ref(i["profile"]), start=i["start"], mps=_policy(i.get("mps"))
+                )
+                for i in data.get("instances", [])
+            ),
+            mps=_policy(data.get("mps")),
+        )
+        operation = partitioning_services.gpu_set_layout(
+            gpu_id=_pk(pk), spec=spec, requested_by=request.user
+        )
+        code = status.HTTP_200_OK if operation.status == "succeeded" else status.HTTP_202_ACCEPTED
+        return Response(s.OperationSerializer(operation).data, status=code)
+
+    @extend_schema(request=None, responses={200: s.OperationSerializer, **_errors(401, 403, 404)})
+    @action(detail=True, methods=["post"])
+    def cordon(self, request: Request, pk: str | None = None) -> Response:
+        reason = str(request.data.get("reason", ""))[:255] if isinstance(request.data, dict) else ""
+        operation = partitioning_services.gpu_set_cordon(
+            gpu_id=_pk(pk), cordoned=True, reason=reason, requested_by=request.user
+        )
+        return Response(s.OperationSerializer(operation).data)
+
+    @extend_schema(request=None, responses={200: s.OperationSerializer, **_errors(401, 403, 404)})
+    @action(detail=True, methods=["post"])
+    def uncordon(self, request: Request, pk: str | None = None) -> Response:
+        operation = partitioning_services.gpu_set_cordon(
+            gpu_id=_pk(pk), cordoned=False, requested_by=request.user
+        )
+        return Response(s.OperationSerializer(operation).data)
+
+
+@extend_schema_view(
+    list=extend_schema(responses={200: s.PartitionSerializer(many=True), **READ_ERRORS}),
+    retrieve=extend_schema(responses={200: s.PartitionSerializer, **READ_ERRORS}),
+)
+class PartitionViewSet(viewsets.ReadOnlyModelViewSet[Partition]):
+    """MIG instances and whole-GPU partitions (MPS-shared or dedicated)."""
+
+    lookup_value_regex = r"[0-9]+"
+
+    serializer_class = s.PartitionSerializer
+    filterset_class = PartitionFilter
+    ordering_fields = ["gpu", "start", "memory_mib"]
+    queryset = Partition.objects.prefetch_related("allocations").order_by("gpu_id", "kind", "start")
+
+
+@extend_schema_view(
+    list=extend_schema(responses={200: s.DeploymentSerializer(many=True), **READ_ERRORS}),
+    retrieve=extend_schema(responses={200: s.DeploymentSerializer, **READ_ERRORS}),
+)
+class DeploymentViewSet(
+    mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet[Deployment]
+):
+    """Workloads. Commands: place (a drop in the UI) and evict; `auto` lets the engine place."""
+
+    lookup_value_regex = r"[0-9]+"
+
+    serializer_class = s.DeploymentSerializer
+    filterset_class = DeploymentFilter
+    ordering_fields = ["name", "created_at", "kind"]
+
+    def get_queryset(self) -> QuerySet[Deployment]:
+        return Deployment.objects.prefetch_related(
+            Prefetch(
+                "allocations", queryset=Allocation.objects.only("id", "replica", "deployment_id")
+            )
+        ).order_by("name")
+
+    @extend_schema(
+        request=s.DeploymentCreateSerializer,
+        responses={201: s.DeploymentSerializer, **_errors(400, 401, 403, 409, 422)},
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        data = _valid(s.DeploymentCreateSerializer, request)
+        deployment = allocation_services.deployment_create(
+            name=data["name"],
+            request=allocation_services.DeploymentRequest(
+                kind=data["kind"],
+                profile=data.get("profile") or "",
+                memory_mib=data.get("memory_mib"),
+                max_compute_percent=data.get("max_compute_percent"),
+                gpu_count=data.get("gpu_count"),
+            ),
+            replicas=data["replicas"],
+            auto=data["auto"],
+            requested_by=request.user,
+        )
+        return Response(
+            s.DeploymentSerializer(self.get_queryset().get(pk=deployment.pk)).data,
+            status=status.HTTP_201_CREATED,
+        )
+
+    @extend_schema(responses={204: None, **_errors(401, 403, 404)})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        allocation_services.deployment_delete(
+            deployment_id=_pk(kwargs.get("pk")), requested_by=request.user
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        request=s.PlaceSerializer,
+        responses={202: s.OperationSerializer, **_errors(400, 401, 403, 404, 409, 422)},
+    )
+    @action(detail=True, methods=["post"])
+    def place(self, request: Request, pk: str | None = None) -> Response:
+        data = _valid(s.PlaceSerializer, request)
+        operation = allocation_services.deployment_place(
+            deployment_id=_pk(pk),
+            partition_id=data.get("partition"),
+            gpu_id=data.get("gpu"),
+            requested_by=request.user,
+        )
+        return Response(s.OperationSerializer(operation).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        request=s.EvictSerializer,
+        responses={202: s.OperationSerializer(many=True), **_errors(400, 401, 403, 404, 409)},
+    )
+    @action(detail=True, methods=["post"], pagination_class=None)
+    def evict(self, request: Request, pk: str | None = None) -> Response:
+        data = _valid(s.EvictSerializer, request)
+        operations = allocation_services.deployment_evict(
+            deployment_id=_pk(pk), replica=data.get("replica"), requested_by=request.user
+        )
+        return Response(
+            s.OperationSerializer(operations, many=True).data, status=status.HTTP_202_ACCEPTED
+        )
+
+
+@extend_schema_view(
+    list=extend_schema(responses={200: s.AllocationSerializer(many=True), **READ_ERRORS}),
+    retrieve=extend_schema(responses={200: s.AllocationSerializer, **READ_ERRORS}),
+)
+class AllocationViewSet(viewsets.ReadOnlyModelViewSet[Allocation]):
+    """Replicas bound to partitions. Capacity is counted from these reservations."""
+
+    lookup_value_regex = r"[0-9]+"
+
+    serializer_class = s.AllocationSerializer
+    filterset_class = AllocationFilter
+    ordering_fields = ["created_at", "deployment", "gpu"]
+    queryset = Allocation.objects.select_related("deployment").order_by(
+        "deployment_id", "replica", "gpu_slot"
+    )
+
+
+@extend_schema_view(
+    list=extend_schema(responses={200: s.OperationSerializer(many=True), **READ_ERRORS}),
+    retrieve=extend_schema(responses={200: s.OperationSerializer, **READ_ERRORS}),
+)
+class OperationViewSet(viewsets.ReadOnlyModelViewSet[Operation]):
+    """The audit trail: who asked for what, when, and how it ended."""
+
+    lookup_value_regex = r"[0-9]+"
+
+    serializer_class = s.OperationSerializer
+    filterset_class = OperationFilter
+    ordering_fields = ["created_at", "status", "kind"]
+    queryset = Operation.objects.select_related("requested_by").order_by("-created_at", "-id")
+
+
+@extend_schema(responses={200: s.MeSerializer, **_errors(401, 403)})
+@api_view(["GET"])
+def me(request: Request) -> Response:
+    """The authenticated user and their role."""
+    return Response({"username": request.user.get_username(), "role": role_of(request.user).label})
+
+
+def _valid(serializer_class: type[Any], request: Request) -> dict[str, Any]:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _pk(raw: Any) -> int:
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        from fleet.core.errors import NotFound
+
+        raise NotFound("not_found", f"No object with id {raw!r}.") from None
+    return value
+
+
+def _profile_ref(raw: str) -> int | str:
+    return int(raw) if raw.isdigit() else raw
+
+
+def _policy(raw: dict[str, Any] | None) -> MpsPolicy | None:
+    if raw is None:
+        return None
+    return MpsPolicy(
+        default_active_thread_percentage=raw.get("default_active_thread_percentage", 100),
+        default_pinned_mem_limit_mib=raw.get("default_pinned_mem_limit_mib"),
+        max_clients=raw.get("max_clients"),
+    )

@@ -1,0 +1,37 @@
+"""Role-based access for the API: viewers read, operators act, admins manage hosts and tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.request import Request
+
+from fleet.core.roles import Role, role_of
+
+
+class RolePermission(BasePermission):
+    """Viewer for reads, operator for writes; a view may raise the bar with ``required_role``."""
+
+    message = "Your role does not allow this action."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        role = role_of(request.user)
+        if role is Role.NONE:
+            return False
+        required = getattr(view, "required_roles", {}).get(getattr(view, "action", None))
+        if required is None:
+            required = Role.VIEWER if request.method in SAFE_METHODS else Role.OPERATOR
+        return role >= required
+
+
+class IsAdminRole(BasePermission):
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return role_of(request.user) >= Role.ADMIN
+
+
+class AnyRole(BasePermission):
+    """Any role, even for POST: for dry runs that change nothing (``/mig/validate``)."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return role_of(request.user) >= Role.VIEWER

@@ -1,0 +1,41 @@
+"""Roles: viewer (sees), operator (acts on GPUs and deployments), admin (hosts, users, tokens).
+
+Roles are Django groups so that the admin can assign them; a superuser is always an admin.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+
+class Role(IntEnum):
+    NONE = 0
+    VIEWER = 1
+    OPERATOR = 2
+    ADMIN = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+GROUP_NAMES = {Role.VIEWER: "viewer", Role.OPERATOR: "operator", Role.ADMIN: "admin"}
+
+
+def role_of(user: Any) -> Role:
+    """The highest role a user holds; anonymous and inactive users hold none."""
+    if user is None or not getattr(user, "is_authenticated", False) or not user.is_active:
+        return Role.NONE
+    if user.is_superuser:
+        return Role.ADMIN
+    cached: Role | None = getattr(user, "_fleet_role", None)
+    if cached is not None:
+        return cached
+    names = set(user.groups.values_list("name", flat=True))
+    role = Role.NONE
+    for candidate, group_name in GROUP_NAMES.items():
+        if group_name in names and candidate > role:
+            role = candidate
+    user._fleet_role = role
+    return role

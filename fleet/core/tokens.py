@@ -1,0 +1,28 @@
+"""Secret tokens: shown once, stored as a SHA-256 hash, looked up by a short public prefix."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+PREFIX_LENGTH = 8
+
+
+def new_token(kind: str) -> str:
+    """A new secret such as ``fla_3f9c1a2b_<43 url-safe chars>``; ``kind`` names its use."""
+    return f"{kind}_{secrets.token_hex(PREFIX_LENGTH // 2)}_{secrets.token_urlsafe(32)}"
+
+
+def token_prefix(token: str) -> str:
+    parts = token.split("_")
+    return parts[1] if len(parts) == 3 else ""
+
+
+def hash_token(token: str) -> str:
+    # Tokens carry 256 bits of entropy, so a plain SHA-256 (no salt, no stretching) is enough.
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def token_matches(token: str, stored_hash: str) -> bool:
+    return hmac.compare_digest(hash_token(token), stored_hash)

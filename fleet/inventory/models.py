@@ -1,0 +1,118 @@
+"""Observed state: hosts and their GPUs, as the agents report them."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+
+from fleet.core.models import TimeStampedModel
+
+
+class HostStatus(models.TextChoices):
+    READY = "ready", "Ready"
+    CORDONED = "cordoned", "Cordoned"
+    DRAINING = "draining", "Draining"
+    UNHEALTHY = "unhealthy", "Unhealthy"
+    OFFLINE = "offline", "Offline"
+
+
+class Host(TimeStampedModel):
+    """One machine running the agent.
+
+    ``desired_generation`` numbers the desired-state document the control plane wants on the
+    host; ``applied_generation`` is the last one the agent acknowledged. Both only grow.
+    """
+
+    name = models.CharField(max_length=200, unique=True)
+    hostname = models.CharField(max_length=255, blank=True)
+    status = models.CharField(max_length=16, choices=HostStatus.choices, default=HostStatus.OFFLINE)
+    labels = models.JSONField(default=dict, blank=True)
+    enrollment_token_hash = models.CharField(max_length=64, blank=True)
+    enrollment_expires_at = models.DateTimeField(null=True, blank=True)
+    token_prefix = models.CharField(max_length=16, blank=True, db_index=True)
+    token_hash = models.CharField(max_length=64, blank=True)
+    agent_version = models.CharField(max_length=64, blank=True)
+    driver_version = models.CharField(max_length=64, blank=True)
+    nvml_version = models.CharField(max_length=64, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    desired_generation = models.PositiveBigIntegerField(default=0)
+    applied_generation = models.PositiveBigIntegerField(default=0)
+    dispatched_generation = models.PositiveBigIntegerField(default=0)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    dispatch_attempts = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(applied_generation__lte=F("desired_generation")),
+                name="host_applied_not_ahead_of_desired",
+            ),
+            models.CheckConstraint(
+                condition=Q(dispatched_generation__lte=F("desired_generation")),
+                name="host_dispatched_not_ahead_of_desired",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=HostStatus.values), name="host_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SharingMode(models.TextChoices):
+    DEDICATED = "dedicated", "Dedicated"
+    MIG = "mig", "MIG"
+    MPS = "mps", "MPS"
+
+
+class GpuHealth(models.TextChoices):
+    HEALTHY = "healthy", "Healthy"
+    UNHEALTHY = "unhealthy", "Unhealthy"
+    LOST = "lost", "Lost"
+    UNKNOWN = "unknown", "Unknown"
+
+
+class Gpu(TimeStampedModel):
+    """One physical device. ``product_key`` names its entry in the MIG catalog (``fleet.mig``).
+
+    ``reported_placements`` holds the placements per profile id the agent read from NVML; they
+    override the catalog for this GPU.
+    """
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=96, unique=True)
+    product_name = models.CharField(max_length=128)
+    product_key = models.CharField(max_length=64, blank=True)
+    pci_device_id = models.PositiveBigIntegerField(default=0)
+    memory_mib = models.PositiveIntegerField()
+    mig_capable = models.BooleanField(default=False)
+    mig_enabled = models.BooleanField(default=False)
+    mode = models.CharField(
+        max_length=16, choices=SharingMode.choices, default=SharingMode.DEDICATED
+    )
+    health = models.CharField(max_length=16, choices=GpuHealth.choices, default=GpuHealth.UNKNOWN)
+    health_reason = models.CharField(max_length=255, blank=True)
+    cordoned = models.BooleanField(default=False)
+    cordon_reason = models.CharField(max_length=255, blank=True)
+    reported_placements = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["host__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["host", "index"], name="gpu_unique_index_per_host"),
+            models.CheckConstraint(condition=Q(memory_mib__gt=0), name="gpu_memory_positive"),
+            models.CheckConstraint(
+                condition=~Q(mode=SharingMode.MIG) | Q(mig_capable=True),
+                name="gpu_mig_mode_needs_mig_capable",
+            ),
+            models.CheckConstraint(condition=Q(mode__in=SharingMode.values), name="gpu_mode_valid"),
+            models.CheckConstraint(
+                condition=Q(health__in=GpuHealth.values), name="gpu_health_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.host.name}/gpu{self.index} ({self.product_name})"

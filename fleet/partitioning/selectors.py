@@ -1,0 +1,75 @@
+"""Reads on desired state: the per-host document an agent must realise."""
+
+from __future__ import annotations
+
+from fleet.allocations.models import Allocation, RequestKind
+from fleet.inventory.models import Host, SharingMode
+from fleet.partitioning.models import Partition, PartitionKind
+from hostagent import protocol
+
+
+def partition_key(partition: Partition) -> str:
+    """The stable key of a partition in the desired-state document."""
+    if partition.kind == PartitionKind.MIG:
+        return f"p{partition.pk}:{partition.profile_id}@{partition.start}"
+    return f"p{partition.pk}:gpu"
+
+
+def host_desired_state(host: Host) -> protocol.DesiredState:
+    """Generation ``host.desired_generation`` of the host's desired state, built from the rows."""
+    gpus: dict[str, protocol.DesiredGpu] = {}
+    partitions = (
+        Partition.objects.filter(gpu__host=host).select_related("gpu").order_by("gpu_id", "start")
+    )
+    allocations = (
+        Allocation.objects.filter(gpu__host=host)
+        .select_related("deployment", "partition", "gpu")
+        .order_by("deployment_id", "replica", "gpu_slot")
+    )
+    by_gpu: dict[int, list[Partition]] = {}
+    for partition in partitions:
+        by_gpu.setdefault(partition.gpu_id, []).append(partition)
+    for gpu in host.gpus.all().order_by("index"):
+        parts = by_gpu.get(gpu.pk, [])
+        whole = next((p for p in parts if p.kind == PartitionKind.GPU), None)
+        mig_parts = [p for p in parts if p.kind == PartitionKind.MIG]
+        mps_source = (
+            whole
+            if whole is not None and whole.mps_enabled
+            else next((p for p in mig_parts if p.mps_enabled), None)
+        )
+        gpus[gpu.uuid] = {
+            "mode": gpu.mode,  # type: ignore[typeddict-item]
+            "mig_enabled": gpu.mode == SharingMode.MIG,
+            "instances": [
+                {"key": partition_key(p), "profile_id": int(p.profile_id or 0), "start": p.start}
+                for p in mig_parts
+            ],
+            "mps": {
+                "enabled": mps_source is not None,
+                "per_instance": gpu.mode == SharingMode.MIG and mps_source is not None,
+                "default_active_thread_percentage": mps_source.mps_default_active_thread_percentage
+                if mps_source
+                else None,
+                "default_pinned_mem_limit_mib": mps_source.mps_default_pinned_mem_limit_mib
+                if mps_source
+                else None,
+            },
+            "allocations": [],
+        }
+    for allocation in allocations:
+        entry = gpus.get(allocation.gpu.uuid)
+        if entry is None:
+            continue
+        entry["allocations"].append(
+            {
+                "key": f"a{allocation.pk}:{allocation.deployment.name}[{allocation.replica}]",
+                "gpu_uuid": allocation.gpu.uuid,
+                "partition_key": partition_key(allocation.partition)
+                if allocation.partition.kind == PartitionKind.MIG
+                else None,
+                "memory_mib": allocation.memory_mib if allocation.kind == RequestKind.MPS else None,
+                "max_compute_percent": allocation.compute_percent,
+            }
+        )
+    return {"type": "desired_state", "generation": int(host.desired_generation), "gpus": gpus}

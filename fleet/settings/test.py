@@ -1,0 +1,22 @@
+"""Test settings: the base settings, a fast password hasher, and a private data directory.
+
+``FLEET_DATABASE_URL`` and ``FLEET_REDIS_URL`` still apply, so the same suite runs on the
+embedded defaults and on PostgreSQL + Redis.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from fleet.settings.base import *  # noqa: F403
+from fleet.settings.base import DATABASES, FLEET_DATA_DIR
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    FLEET_DATA_DIR = Path(tempfile.mkdtemp(prefix="fleet-test-"))
+    DATABASES["default"]["NAME"] = str(FLEET_DATA_DIR / "fleet-test.sqlite3")
+    DATABASES["default"]["TEST"] = {"NAME": str(FLEET_DATA_DIR / "fleet-test.sqlite3")}
+
+# In-process tests run tasks eagerly; tests that need a real worker start one (marked e2e).
+CELERY_TASK_ALWAYS_EAGER = True

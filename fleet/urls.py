@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth.decorators import login_required
+from django.urls import include, path
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from fleet.api.views_health import health
+
+urlpatterns = [
+    path("", RedirectView.as_view(url="/api/docs/", permanent=False)),
+    path("healthz", health, name="health"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("fleet.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path(
+        "api/docs/",
+        login_required(SpectacularSwaggerView.as_view(url_name="schema")),
+        name="api-docs",
+    ),
+]
+
+handler404 = "fleet.api.views_health.not_found"
+handler500 = "fleet.api.views_health.server_error"

@@ -1,0 +1,114 @@
+"""``fleet-agent``: the host agent's command line.
+
+Examples::
+
+    fleet-agent --server https://fleet.example --enroll ENROLLMENT_TOKEN --token-file state.json
+    fleet-agent --server http://127.0.0.1:8000 --token-file state.json --simulate gpus.json \\
+        --allow-mutation
+    fleet-agent --once --json               # read-only discovery + one sample, printed as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from hostagent import __version__
+from hostagent.client import EnrollError
+from hostagent.collector import Collector
+from hostagent.config import AgentConfig, ConfigError
+from hostagent.daemon import build_backend, init_backend, run_agent
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser (flags override ``FLEET_AGENT_*``)."""
+    p = argparse.ArgumentParser(prog="fleet-agent", description="Fleet GPU host agent")
+    p.add_argument("--version", action="version", version=__version__)
+    p.add_argument("--server", help="control plane base URL, e.g. https://fleet.example")
+    auth = p.add_mutually_exclusive_group()
+    auth.add_argument("--enroll", metavar="TOKEN", help="one-time enrolment token")
+    auth.add_argument("--token", help="host token (prefer --token-file)")
+    p.add_argument("--token-file", type=Path, help="state file holding the host token (0600)")
+    p.add_argument("--backend", choices=["nvml", "simulated"])
+    p.add_argument("--simulate", type=Path, metavar="SPEC.json", help="simulated GPU specs")
+    p.add_argument("--seed", type=int)
+    p.add_argument(
+        "--allow-mutation", action="store_true", default=None, help="allow MIG/MPS changes"
+    )
+    p.add_argument("--interval", type=float, help="telemetry interval in seconds (default 1)")
+    p.add_argument("--transport", choices=["ws", "rest"])
+    p.add_argument("--mps-dir", type=Path)
+    p.add_argument("--hostname")
+    p.add_argument("--once", action="store_true", help="discover, sample once, print, exit")
+    p.add_argument("--json", action="store_true", help="with --once: print JSON")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    return p
+
+
+def config_from_args(args: argparse.Namespace, base: AgentConfig) -> AgentConfig:
+    """Overlay command-line flags on the environment configuration."""
+    overrides = {
+        "server": args.server,
+        "token": args.token,
+        "token_file": args.token_file,
+        "enrollment_token": args.enroll,
+        "backend": args.backend or ("simulated" if args.simulate else None),
+        "simulate": args.simulate,
+        "seed": args.seed,
+        "allow_mutation": args.allow_mutation,
+        "interval_s": args.interval,
+        "transport": args.transport,
+        "mps_dir": args.mps_dir,
+        "hostname": args.hostname,
+    }
+    config = replace(base, **{k: v for k, v in overrides.items() if v is not None})
+    if config.interval_s <= 0:
+        raise ConfigError("--interval must be positive")
+    return config
+
+
+def once(config: AgentConfig) -> dict[str, object]:
+    """Discovery and one telemetry sample, read only (no mutation, no server)."""
+    backend, mps = build_backend(config)
+    init_backend(backend)
+    try:
+        collector = Collector(backend, hostname=config.hostname, mps=mps)
+        return {
+            "hello": collector.hello(applied_generation=0),
+            "telemetry": collector.telemetry(),
+        }
+    finally:
+        backend.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``fleet-agent`` and ``python -m hostagent``."""
+    args = parser().parse_args(argv)
+    level = logging.WARNING - 10 * args.verbose if args.once else logging.INFO - 10 * args.verbose
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args, AgentConfig.from_env())
+        if args.once:
+            result = once(config)
+            if args.json:
+                print(json.dumps(result, indent=2))
+            else:
+                for gpu in result["hello"]["gpus"]:  # type: ignore[index]
+                    print(f"{gpu['index']}: {gpu['name']} {gpu['uuid']} [{gpu['status']}]")
+            return 0
+        asyncio.run(run_agent(config))
+    except (ConfigError, EnrollError) as exc:
+        print(f"fleet-agent: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

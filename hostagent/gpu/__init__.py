@@ -1,0 +1,1 @@
+"""GPU backends: the :class:`~hostagent.gpu.backend.GpuBackend` seam, NVML and simulated."""

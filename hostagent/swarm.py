@@ -1,0 +1,74 @@
+"""Many simulated agents in one process (one WebSocket each), for scale tests and demos."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from hostagent.client import AgentClient
+from hostagent.collector import Collector
+from hostagent.config import AgentState
+from hostagent.gpu.simulated import SimulatedBackend
+from hostagent.mps import MpsManager
+from hostagent.protocol import SimulatedGpuSpec
+
+logger = logging.getLogger(__name__)
+
+
+def build_clients(
+    server: str,
+    hosts: Sequence[tuple[str, list[SimulatedGpuSpec]]],
+    *,
+    interval_s: float = 1.0,
+    allow_mutation: bool = True,
+    hostname_prefix: str = "sim",
+    mps_dir: Path = Path("/tmp/fleet-mps-swarm"),
+) -> list[AgentClient]:
+    """One client per ``(host token, GPU specs)``; host ``i`` uses seed ``i``."""
+    clients = []
+    for i, (token, specs) in enumerate(hosts):
+        sim = SimulatedBackend(specs, seed=i)
+        sim.init()
+        mps = MpsManager(sim.mps_control, mps_dir / str(i))
+        collector = Collector(
+            sim, hostname=f"{hostname_prefix}-{i:04d}", mps=mps, allow_mutation=allow_mutation
+        )
+        clients.append(
+            AgentClient(
+                server=server,
+                state=AgentState(token=token),
+                backend=sim,
+                collector=collector,
+                mps=mps,
+                allow_mutation=allow_mutation,
+                interval_s=interval_s,
+                seed=i,
+            )
+        )
+    return clients
+
+
+async def run_swarm(
+    server: str,
+    hosts: Sequence[tuple[str, list[SimulatedGpuSpec]]],
+    *,
+    interval_s: float = 1.0,
+    allow_mutation: bool = True,
+    stop: asyncio.Event | None = None,
+) -> list[AgentClient]:
+    """Run one simulated agent per host until ``stop`` is set; return the clients.
+
+    Starts are spread over one interval so a large swarm does not connect all at once.
+    """
+    stop = stop or asyncio.Event()
+    clients = build_clients(server, hosts, interval_s=interval_s, allow_mutation=allow_mutation)
+
+    async def run_one(i: int, client: AgentClient) -> None:
+        await asyncio.sleep(interval_s * i / max(len(clients), 1))
+        await client.run(stop)
+
+    logger.info("starting %d simulated agents against %s", len(clients), server)
+    await asyncio.gather(*(run_one(i, c) for i, c in enumerate(clients)))
+    return clients

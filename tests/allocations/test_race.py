@@ -1,0 +1,93 @@
+"""Two placements racing for the last capacity of one GPU: one wins, the GPU is never
+over-committed. Needs real concurrent transactions, so it runs on PostgreSQL only."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, connections
+
+from fleet.allocations.models import Allocation
+from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
+from fleet.core.errors import ServiceError
+from fleet.mps import MpsPolicy
+from fleet.partitioning.models import Partition
+from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
+from tests.factories import GpuFactory
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def _needs_postgres():
+    if connection.vendor != "postgresql":
+        pytest.skip("the race needs PostgreSQL (set FLEET_DATABASE_URL); SQLite serialises writers")
+
+
+def race(*calls):
+    """Run the calls at the same instant in separate threads (each with its own connection)."""
+    barrier = threading.Barrier(len(calls))
+    outcomes: list[object] = [None] * len(calls)
+
+    def run(i, call):
+        try:
+            barrier.wait()
+            outcomes[i] = call()
+        except ServiceError as error:
+            outcomes[i] = error
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return outcomes
+
+
+@pytest.mark.parametrize("attempt", range(5))
+def test_two_mps_placements_never_overcommit_a_gpu(attempt):
+    gpu = GpuFactory(product_key="a30-24gb")
+    gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="mps", mps=MpsPolicy()))
+    capacity = Partition.objects.get(gpu=gpu).memory_mib
+    share = capacity // 2 + 1  # two of these cannot both fit
+    a = deployment_create(
+        name=f"a{attempt}", request=DeploymentRequest(kind="mps", memory_mib=share), replicas=1
+    )
+    b = deployment_create(
+        name=f"b{attempt}", request=DeploymentRequest(kind="mps", memory_mib=share), replicas=1
+    )
+    outcomes = race(
+        lambda: deployment_place(deployment_id=a.pk, gpu_id=gpu.pk),
+        lambda: deployment_place(deployment_id=b.pk, gpu_id=gpu.pk),
+    )
+    errors = [o for o in outcomes if isinstance(o, ServiceError)]
+    assert len(errors) == 1, outcomes
+    assert errors[0].code in ("mps.memory_overcommit", "rules.violated")
+    reserved = sum(Allocation.objects.filter(gpu=gpu).values_list("memory_mib", flat=True))
+    assert reserved == share <= capacity
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_two_mig_placements_never_share_a_partition_or_overlap(attempt):
+    gpu = GpuFactory(product_key="h100-sxm5-80gb")
+    gpu_set_layout(
+        gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("4g.40gb", 0),))
+    )
+    # Room for exactly one more 3g.40gb (at 4): both racers want it.
+    a = deployment_create(
+        name=f"a{attempt}", request=DeploymentRequest(kind="mig", profile="3g.40gb"), replicas=1
+    )
+    b = deployment_create(
+        name=f"b{attempt}", request=DeploymentRequest(kind="mig", profile="3g.40gb"), replicas=1
+    )
+    outcomes = race(
+        lambda: deployment_place(deployment_id=a.pk, gpu_id=gpu.pk),
+        lambda: deployment_place(deployment_id=b.pk, gpu_id=gpu.pk),
+    )
+    assert sum(isinstance(o, ServiceError) for o in outcomes) == 1, outcomes
+    starts = sorted(Partition.objects.filter(gpu=gpu).values_list("start", flat=True))
+    assert starts == [0, 4]
+    assert Allocation.objects.filter(gpu=gpu).count() == 1

@@ -1,0 +1,74 @@
+"""Personas (viewer, operator, admin) and API clients for them.
+
+Django-free suites (tests/mig, tests/mps, tests/placement, tests/hostagent) run with
+``-p no:django``: nothing here may import Django or DRF at module level.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+def make_user(db):
+    from fleet.core.roles import Role
+    from fleet.core.services import user_create
+
+    def make(role: str, username: str | None = None) -> Any:
+        return user_create(
+            username=username or f"{role}-user",
+            password="s3cret-pass-word",
+            role=Role[role.upper()],
+        )
+
+    return make
+
+
+@pytest.fixture
+def viewer(make_user):
+    return make_user("viewer")
+
+
+@pytest.fixture
+def operator(make_user):
+    return make_user("operator")
+
+
+@pytest.fixture
+def admin_user(make_user):
+    return make_user("admin")
+
+
+def _token_client(user: Any) -> Any:
+    from rest_framework.test import APIClient
+
+    from fleet.core.services import api_token_create
+
+    _, secret = api_token_create(user=user, name="test")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {secret}")
+    return client
+
+
+@pytest.fixture
+def anon_client() -> Any:
+    from rest_framework.test import APIClient
+
+    return APIClient()
+
+
+@pytest.fixture
+def viewer_client(viewer) -> Any:
+    return _token_client(viewer)
+
+
+@pytest.fixture
+def operator_client(operator) -> Any:
+    return _token_client(operator)
+
+
+@pytest.fixture
+def admin_client(admin_user) -> Any:
+    return _token_client(admin_user)

@@ -1,0 +1,46 @@
+"""Row factories for tests (factory-boy)."""
+
+from __future__ import annotations
+
+import factory
+
+from fleet.inventory.models import Gpu, GpuHealth, Host, HostStatus
+from fleet.mig import product_by_key
+
+
+class HostFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Host
+
+    name = factory.Sequence(lambda n: f"host-{n:03d}")
+    status = HostStatus.READY
+
+
+class GpuFactory(factory.django.DjangoModelFactory):
+    """A GPU of a catalog product (``product_key``); H100 SXM5 80GB by default."""
+
+    class Meta:
+        model = Gpu
+
+    class Params:
+        product = factory.LazyAttribute(lambda o: product_by_key(o.product_key))
+
+    host = factory.SubFactory(HostFactory)
+    index = factory.Sequence(lambda n: n % 8)
+    uuid = factory.Sequence(lambda n: f"GPU-00000000-0000-0000-0000-{n:012d}")
+    product_key = "h100-sxm5-80gb"
+    product_name = factory.LazyAttribute(lambda o: o.product.name)
+    memory_mib = factory.LazyAttribute(lambda o: o.product.memory_mib)
+    pci_device_id = factory.LazyAttribute(
+        lambda o: (o.product.pci_device_ids[0] << 16) | 0x10DE if o.product.pci_device_ids else 0
+    )
+    mig_capable = factory.LazyAttribute(lambda o: o.product.mig_capable)
+    health = GpuHealth.HEALTHY
+
+    @classmethod
+    def _create(cls, model_class, *args, **kwargs):  # type: ignore[no-untyped-def]
+        host = kwargs["host"]
+        taken = set(Gpu.objects.filter(host=host).values_list("index", flat=True))
+        while kwargs["index"] in taken:
+            kwargs["index"] += 1
+        return super()._create(model_class, *args, **kwargs)

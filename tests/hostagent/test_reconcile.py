@@ -1,0 +1,205 @@
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hostagent import reconcile
+from hostagent.gpu.simulated import SimulatedBackend
+from hostagent.mps import MpsManager
+from hostagent.protocol import DesiredGpu, DesiredState
+from hostagent.reconcile import (
+    Blocked,
+    CreateComputeInstance,
+    CreateGpuInstance,
+    DestroyComputeInstance,
+    DestroyGpuInstance,
+    SetMigMode,
+    apply,
+    observe,
+    plan,
+)
+from tests.hostagent import specs
+
+
+def desired(instances=(), mig=True, mps=False, allocations=()) -> DesiredGpu:
+    return {
+        "mode": "mig" if mig else ("mps" if mps else "dedicated"),
+        "mig_enabled": mig,
+        "instances": [{"key": f"k{p}@{s}", "profile_id": p, "start": s} for p, s in instances],
+        "mps": {
+            "enabled": mps,
+            "per_instance": False,
+            "default_active_thread_percentage": 50 if mps else None,
+            "default_pinned_mem_limit_mib": None,
+        },
+        "allocations": list(allocations),
+    }
+
+
+def sim_a30() -> tuple[SimulatedBackend, str]:
+    sim = SimulatedBackend([specs.a30()], seed=1)
+    sim.init()
+    return sim, sim.list_gpus()[0].uuid
+
+
+def converge(sim, uuid, want, mps=None):
+    results = apply(sim, plan(want, observe(sim, mps, uuid)), True, mps)
+    return results, plan(want, observe(sim, mps, uuid))
+
+
+def test_plan_orders_teardown_before_mode_change_before_creation():
+    sim, uuid = sim_a30()
+    sim.set_mig_mode(uuid, True)
+    gi = sim.create_gpu_instance(uuid, 0, 0).gpu_instance_id
+    sim.create_compute_instance(uuid, gi)
+    actions = plan(desired([(5, 2), (14, 0), (14, 1)]), observe(sim, None, uuid))
+    kinds = [type(a) for a in actions]
+    assert kinds == [
+        DestroyComputeInstance,
+        DestroyGpuInstance,
+        CreateGpuInstance,
+        CreateGpuInstance,
+        CreateGpuInstance,
+        CreateComputeInstance,
+        CreateComputeInstance,
+        CreateComputeInstance,
+    ]
+    assert [a.start for a in actions if isinstance(a, CreateGpuInstance)] == [0, 1, 2]
+
+
+def test_enabling_mig_comes_before_creating_instances():
+    sim, uuid = sim_a30()
+    actions = plan(desired([(0, 0)]), observe(sim, None, uuid))
+    assert [type(a) for a in actions] == [SetMigMode, CreateGpuInstance, CreateComputeInstance]
+    results, again = converge(sim, uuid, desired([(0, 0)]))
+    assert {r["status"] for r in results} == {"ok"}
+    assert again == ()
+
+
+def test_a_partition_with_processes_is_never_destroyed_and_blocks_what_overlaps_it():
+    sim, uuid = sim_a30()
+    converge(sim, uuid, desired([(5, 0), (5, 2)]))
+    gi = next(i for i in sim.mig_instances(uuid) if i.start == 0).gpu_instance_id
+    pid = sim.run_process(uuid, 100, gpu_instance_id=gi)
+    want = desired([(14, 0), (14, 1), (14, 2), (14, 3)])
+    results = reconcile.merge_results(apply(sim, plan(want, observe(sim, None, uuid)), True))
+    by_key = {r["key"]: r for r in results}
+    assert by_key[f"{uuid}:gi:5@0"]["status"] == "in_use"
+    assert by_key[f"{uuid}:gi:5@0"]["pids"] == [pid]
+    assert by_key["k14@0"]["status"] == "in_use"
+    assert by_key["k14@1"]["status"] == "in_use"
+    assert by_key["k14@2"]["status"] == "ok"
+    layout = [(i.profile_id, i.start) for i in sim.mig_instances(uuid)]
+    assert layout == [(5, 0), (14, 2), (14, 3)]
+
+
+def test_mig_mode_is_not_changed_while_processes_run():
+    sim, uuid = sim_a30()
+    pid = sim.run_process(uuid, 100)
+    actions = plan(desired([(0, 0)]), observe(sim, None, uuid))
+    assert isinstance(actions[0], Blocked) and actions[0].pids == (pid,)
+    assert not any(isinstance(a, SetMigMode | CreateGpuInstance) for a in actions)
+
+
+def test_a_mode_change_pending_reset_is_reported_as_needs_reset():
+    sim = SimulatedBackend([specs.a100()], seed=1, mig_change_needs_reset=True)
+    uuid = sim.list_gpus()[0].uuid
+    results = reconcile.merge_results(
+        apply(sim, plan(desired([(9, 0)]), observe(sim, None, uuid)), True)
+    )
+    assert {r["status"] for r in results} == {"needs_reset"}
+    sim.reset_gpu(uuid)
+    _, again = converge(sim, uuid, desired([(9, 0)]))
+    assert again == ()
+
+
+def test_without_allow_mutation_every_item_is_refused_and_nothing_changes():
+    sim, uuid = sim_a30()
+    results = apply(sim, plan(desired([(0, 0)]), observe(sim, None, uuid)), False)
+    assert {(r["status"], r["message"]) for r in results} == {("refused", "mutation_disabled")}
+    assert sim.list_gpus()[0].mig_mode_current is False
+
+
+def test_invalid_desired_instances_fail_without_touching_the_rest():
+    sim, uuid = sim_a30()
+    results, _ = converge(sim, uuid, desired([(5, 1), (14, 0)]))
+    by_key = {r["key"]: r["status"] for r in reconcile.merge_results(results)}
+    assert by_key["k5@1"] == "failed"
+    assert by_key["k14@0"] == "ok"
+
+
+def test_mps_daemon_is_started_with_its_limits_and_restarted_after_a_crash(tmp_path):
+    sim = SimulatedBackend([specs.l4()], seed=1)
+    uuid = sim.list_gpus()[0].uuid
+    mps = MpsManager(sim.mps_control, tmp_path)
+    want = desired(mig=False, mps=True)
+    _, again = converge(sim, uuid, want, mps)
+    assert again == ()
+    assert mps.healthy(uuid) and mps.info(uuid)["default_active_thread_percentage"] == 50
+    sim.crash_mps(uuid)
+    assert not mps.healthy(uuid)
+    _, again = converge(sim, uuid, want, mps)
+    assert again == () and mps.healthy(uuid)
+    _, again = converge(sim, uuid, desired(mig=False), mps)
+    assert again == () and not mps.healthy(uuid)
+
+
+def test_apply_desired_state_runs_simulated_allocations_on_their_partitions():
+    sim, uuid = sim_a30()
+    want = desired([(5, 0)])
+    want["allocations"] = [
+        {
+            "key": "a1",
+            "gpu_uuid": uuid,
+            "partition_key": "k5@0",
+            "memory_mib": 4000,
+            "max_compute_percent": None,
+        }
+    ]
+    state: DesiredState = {"type": "desired_state", "generation": 1, "gpus": {uuid: want}}
+    results = reconcile.apply_desired_state(sim, state, True)
+    assert {r["status"] for r in results} == {"ok"}
+    [proc] = sim.processes(uuid)
+    assert proc.used_memory_mib == 4000 and proc.gpu_instance_id is not None
+    # Removing the allocation and the partition in one generation works: stop first.
+    state = {"type": "desired_state", "generation": 2, "gpus": {uuid: desired([(0, 0)])}}
+    results = reconcile.apply_desired_state(sim, state, True)
+    assert {r["status"] for r in results} == {"ok"}
+    assert sim.processes(uuid) == []
+
+
+A30_SLOTS = [(14, 0), (14, 1), (14, 2), (14, 3), (21, 0), (21, 3), (5, 0), (5, 2), (6, 2), (0, 0)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    before=st.lists(st.sampled_from(A30_SLOTS), max_size=5),
+    after=st.lists(st.sampled_from(A30_SLOTS), max_size=5),
+    mig_before=st.booleans(),
+    mig_after=st.booleans(),
+    ci=st.booleans(),
+)
+def test_plan_is_idempotent_for_any_layouts(before, after, mig_before, mig_after, ci):
+    sim, uuid = sim_a30()
+    if mig_before:
+        sim.set_mig_mode(uuid, True)
+        for p, s in before:
+            try:
+                gi = sim.create_gpu_instance(uuid, p, s).gpu_instance_id
+            except Exception:
+                continue
+            if ci:
+                sim.create_compute_instance(uuid, gi)
+    want = desired(list(dict.fromkeys(after)), mig=mig_after)
+    actions = plan(want, observe(sim, None, uuid))
+    results = apply(sim, actions, True)
+    assert all(r["status"] in ("ok", "failed") for r in results), results
+    again = plan(want, observe(sim, None, uuid))
+    assert all(isinstance(a, reconcile.Invalid) for a in again), again
+    if mig_after:
+        layout = {(i.profile_id, i.start) for i in sim.mig_instances(uuid)}
+        valid = {(a.profile_id, a.start) for a in actions if isinstance(a, CreateGpuInstance)}
+        assert valid <= layout
+        assert all(i.compute_instance_id is not None for i in sim.mig_instances(uuid))
+    else:
+        assert sim.mig_instances(uuid) == []

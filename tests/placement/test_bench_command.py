@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+django = pytest.importorskip("django")
+
+
+def _call(*args: str) -> None:
+    from django.conf import settings
+
+    if not settings.configured:
+        pytest.skip("needs Django settings (run without -p no:django)")
+    from django.core.management import call_command
+
+    call_command("bench_placement", *args)
+
+
+def _write(path: Path, header: str, rows: list[str]) -> Path:
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+def test_the_command_writes_the_results_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = _write(
+        tmp_path / "nodes.csv",
+        "sn,cpu_milli,memory_mib,gpu,model",
+        ["n0,32000,65536,2,T4", "n1,32000,65536,2,T4"],
+    )
+    pods = _write(
+        tmp_path / "pods.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli",
+        ["p0,4000,1024,1,500", "p1,4000,1024,1,1000"],
+    )
+    out = tmp_path / "out.json"
+
+    _call(
+        "--nodes",
+        str(nodes),
+        "--pods",
+        str(pods),
+        "--policy",
+        "fgd+,fgd",
+        "--seeds",
+        "1,2",
+        "--json",
+        str(out),
+    )
+
+    payload = json.loads(out.read_text())
+    assert (payload["nodes"], payload["gpus"]) == (2, 4)
+    assert [(r["policy"], r["seed"]) for r in payload["results"]] == [
+        ("fgd+", 1),
+        ("fgd+", 2),
+        ("fgd", 1),
+        ("fgd", 2),
+    ]
+    assert "fgd+" in capsys.readouterr().out
+
+
+def test_a_missing_file_exits_with_status_2(tmp_path: Path) -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError) as raised:
+        _call("--pods", str(tmp_path / "absent.csv"))
+    assert raised.value.returncode == 2
