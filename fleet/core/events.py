@@ -1,29 +1,64 @@
-"""Channels group names and the one helper that publishes to a group from sync code."""
+"""Channels group names, the typed live events, and the one helper that publishes from sync code.
+
+Two audiences:
+
+* **Agents** listen on ``agent.host.<id>`` for ``agent.desired_state``.
+* **Browsers** listen (through their consumer, which coalesces) on :data:`FLEET_GROUP` for
+  :class:`TelemetryEvent` (``live.telemetry``: the latest values of one host's GPUs) and
+  :class:`ChangedEvent` (``live.changed``: ids of rows that changed; the browser re-reads them
+  through the REST API or re-renders the fragment).
+
+Pushed messages are hints that can be lost (channels-redis drops messages to a full channel);
+the truth stays in the database and every receiver can re-sync.
+"""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 logger = logging.getLogger(__name__)
 
+FLEET_GROUP = "fleet.live"
+
+ChangedKind = Literal["host", "gpu", "partition", "deployment", "allocation", "operation", "event"]
+
+
+class GpuLive(TypedDict):
+    """Latest values of one GPU; ``None`` where NVML has no value (never a made-up 0)."""
+
+    utilization_percent: float | None
+    memory_used_mib: float | None
+    memory_total_mib: float | None
+    temperature_c: float | None
+    power_w: float | None
+    health: str
+    # MIG instances by partition id: utilisation (GPM on Hopper+, else None) and memory used.
+    partitions: dict[str, dict[str, float | None]]
+
+
+class TelemetryEvent(TypedDict):
+    type: Literal["live.telemetry"]
+    host_id: int
+    ts: float
+    gpus: dict[str, GpuLive]  # keyed by str(gpu id)
+
+
+class ChangedEvent(TypedDict):
+    type: Literal["live.changed"]
+    kind: ChangedKind
+    ids: list[int]
+
 
 def agent_group(host_id: int) -> str:
     return f"agent.host.{host_id}"
 
 
-FLEET_GROUP = "fleet.live"
-
-
 def publish(group: str, event_type: str, payload: dict[str, Any]) -> bool:
-    """Send ``payload`` to a group. Pushed messages are hints: the truth stays in the database.
-
-    channels-redis drops a message to a full channel silently, so callers never rely on
-    delivery; they record what they sent and let the receiver re-sync.
-    """
+    """Send ``payload`` to a group (``event_type`` names the consumer handler)."""
     layer = get_channel_layer()
     if layer is None:
         return False
@@ -33,3 +68,13 @@ def publish(group: str, event_type: str, payload: dict[str, Any]) -> bool:
         logger.warning("publish to %s failed", group, exc_info=True)
         return False
     return True
+
+
+def publish_changed(kind: ChangedKind, ids: list[int]) -> None:
+    """After commit, tell browsers which rows changed."""
+    from django.db import transaction
+
+    if not ids:
+        return
+    event: ChangedEvent = {"type": "live.changed", "kind": kind, "ids": sorted(set(ids))}
+    transaction.on_commit(lambda: publish(FLEET_GROUP, "live.changed", dict(event)))

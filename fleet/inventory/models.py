@@ -98,6 +98,15 @@ class Gpu(TimeStampedModel):
     cordoned = models.BooleanField(default=False)
     cordon_reason = models.CharField(max_length=255, blank=True)
     reported_placements = models.JSONField(default=dict, blank=True)
+    observed = models.JSONField(
+        default=dict, blank=True, help_text="The GPU as its agent last described it (hello/ack)."
+    )
+    last_telemetry = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The latest telemetry sample; null means NVML has no value.",
+    )
+    last_telemetry_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["host__name", "index"]
@@ -116,3 +125,64 @@ class Gpu(TimeStampedModel):
 
     def __str__(self) -> str:
         return f"{self.host.name}/gpu{self.index} ({self.product_name})"
+
+
+class TelemetrySample(models.Model):
+    """One point of a GPU's history. ``resolution_s`` is 1 for raw samples (kept an hour) and 60
+    for per-minute means (kept a week); older points are deleted, so the table stays bounded.
+    ``None`` means NVML had no value, never zero."""
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="samples")
+    ts = models.DateTimeField()
+    resolution_s = models.PositiveSmallIntegerField(default=1)
+    utilization_percent = models.FloatField(null=True, blank=True)
+    memory_used_mib = models.FloatField(null=True, blank=True)
+    temperature_c = models.FloatField(null=True, blank=True)
+    power_w = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["gpu_id", "resolution_s", "ts"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu", "resolution_s", "ts"], name="sample_unique_point"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(resolution_s__in=[1, 60]), name="sample_resolution_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id}@{self.ts:%H:%M:%S}/{self.resolution_s}s"
+
+
+class HealthEventKind(models.TextChoices):
+    XID = "xid", "Xid"
+    ECC = "ecc", "ECC"
+    MPS_DOWN = "mps_down", "MPS daemon down"
+    MPS_UP = "mps_up", "MPS daemon up"
+    GPU_LOST = "gpu_lost", "GPU lost"
+    GPU_BACK = "gpu_back", "GPU back"
+    HOST_OFFLINE = "host_offline", "Host offline"
+    HOST_ONLINE = "host_online", "Host online"
+
+
+class HealthEvent(models.Model):
+    """An event an agent reported (or a heartbeat the control plane missed)."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="events")
+    gpu = models.ForeignKey(
+        Gpu, null=True, blank=True, on_delete=models.CASCADE, related_name="events"
+    )
+    kind = models.CharField(max_length=16, choices=HealthEventKind.choices)
+    xid = models.PositiveIntegerField(null=True, blank=True)
+    gpu_instance_id = models.PositiveIntegerField(null=True, blank=True)
+    detail = models.CharField(max_length=500, blank=True)
+    ts = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-ts", "-id"]
+        indexes = [models.Index(fields=["gpu", "-ts"]), models.Index(fields=["host", "-ts"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on {self.gpu or self.host}"

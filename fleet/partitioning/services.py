@@ -17,6 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from fleet.core.errors import Conflict, NotFound, RuleViolation, ServiceError
+from fleet.core.events import publish_changed
 from fleet.domain import Violation
 from fleet.inventory.models import Gpu, GpuHealth, Host, SharingMode
 from fleet.mig import Instance, Product, validate_layout
@@ -89,7 +90,7 @@ def operation_record(
     reason: str = "",
 ) -> Operation:
     final = status in (OperationStatus.SUCCEEDED, OperationStatus.FAILED, OperationStatus.EXPIRED)
-    return Operation.objects.create(
+    operation = Operation.objects.create(
         kind=kind,
         summary=summary[:255],
         requested_by=requested_by if getattr(requested_by, "is_authenticated", False) else None,
@@ -102,6 +103,14 @@ def operation_record(
         reason=reason,
         finished_at=timezone.now() if final else None,
     )
+    publish_changed("operation", [operation.pk])
+    if operation.gpu_id is not None:
+        publish_changed("gpu", [operation.gpu_id])
+    if operation.deployment_id is not None:
+        publish_changed("deployment", [operation.deployment_id])
+    if operation.host_id is not None:
+        publish_changed("host", [operation.host_id])
+    return operation
 
 
 def _require_product(gpu: Gpu) -> Product:
