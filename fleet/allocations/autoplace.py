@@ -12,13 +12,16 @@ from typing import Any
 from django.db import transaction
 
 from fleet.allocations.models import Deployment
+from fleet.allocations.selectors import deployment_ranking
 from fleet.allocations.services import deployment_place
-from fleet.allocations.snapshot import candidate_targets
 from fleet.core.errors import RuleViolation, ServiceError
 from fleet.domain import Violation
 from fleet.partitioning.models import Operation
 
 logger = logging.getLogger(__name__)
+
+# A stale snapshot can make the first choices fail under the locks; a few retries are enough.
+MAX_ATTEMPTS = 5
 
 
 def deployment_autoplace(
@@ -36,7 +39,9 @@ def deployment_autoplace(
             break
         placed = False
         refusals: list[Violation] = []
-        for target in candidate_targets(deployment):
+        ranking = deployment_ranking(deployment)
+        refusals.extend(v for refusal in ranking.infeasible[:5] for v in refusal.violations)
+        for target in ranking.feasible[:MAX_ATTEMPTS]:
             try:
                 with transaction.atomic():
                     operations.append(
@@ -44,6 +49,7 @@ def deployment_autoplace(
                             deployment_id=deployment_id,
                             partition_id=target.partition_id,
                             gpu_id=None if target.partition_id is not None else target.gpu_id,
+                            start=target.new_instance.start if target.new_instance else None,
                             requested_by=requested_by,
                         )
                     )

@@ -18,7 +18,7 @@ from fleet.allocations.models import Allocation, Deployment, RequestKind
 from fleet.core.errors import Conflict, NotFound, RuleViolation, ServiceError
 from fleet.domain import Violation
 from fleet.inventory.models import Gpu, Host, SharingMode
-from fleet.mig import Profile, suggest_layout
+from fleet.mig import Instance, Profile, free_placements, suggest_layout
 from fleet.mps import MpsRequest, check_fit, validate_request
 from fleet.partitioning import converters
 from fleet.partitioning.models import Operation, OperationKind, Partition, PartitionKind
@@ -163,9 +163,15 @@ def deployment_place(
     deployment_id: int,
     partition_id: int | None = None,
     gpu_id: int | None = None,
+    start: int | None = None,
     requested_by: Any = None,
 ) -> Operation:
-    """Place the next unplaced replica on a partition or a GPU (what a drop in the UI calls)."""
+    """Place the next unplaced replica on a partition or a GPU (what a drop in the UI calls).
+
+    On a MIG GPU without a free partition of the profile, a new instance is created in free
+    space, at ``start`` when given (the placement engine's choice), never touching other
+    instances.
+    """
     if (partition_id is None) == (gpu_id is None):
         raise ServiceError("place.target_required", "Give exactly one of 'partition' or 'gpu'.")
     deployment = _lock_deployment(deployment_id)
@@ -189,7 +195,7 @@ def deployment_place(
         raise _refuse(f"{gpu} does not take new work.", reasons)
     try:
         with transaction.atomic():
-            allocations, created = _bind(deployment, replica, gpu, partition_id)
+            allocations, created = _bind(deployment, replica, gpu, partition_id, start)
     except IntegrityError:
         raise Conflict(
             "place.conflict", "The target was taken by a concurrent change; try again."
@@ -216,10 +222,10 @@ def deployment_place(
 
 
 def _bind(
-    deployment: Deployment, replica: int, gpu: Gpu, partition_id: int | None
+    deployment: Deployment, replica: int, gpu: Gpu, partition_id: int | None, start: int | None
 ) -> tuple[list[Allocation], int | None]:
     if deployment.kind == RequestKind.MIG:
-        return _bind_mig(deployment, replica, gpu, partition_id)
+        return _bind_mig(deployment, replica, gpu, partition_id, start)
     if deployment.kind == RequestKind.MPS:
         return [_bind_mps(deployment, replica, gpu, partition_id)], None
     return _bind_whole(deployment, replica, gpu, partition_id), None
@@ -244,7 +250,7 @@ def _wanted_profile(deployment: Deployment, gpu: Gpu) -> Profile:
 
 
 def _bind_mig(
-    deployment: Deployment, replica: int, gpu: Gpu, partition_id: int | None
+    deployment: Deployment, replica: int, gpu: Gpu, partition_id: int | None, start: int | None
 ) -> tuple[list[Allocation], int | None]:
     if gpu.mode != SharingMode.MIG:
         raise _refuse(
@@ -284,7 +290,7 @@ def _bind_mig(
             (p for p in partitions if p.profile_id == profile.id and p.pk not in taken), None
         )
         if partition is None:
-            partition = _new_mig_partition(gpu, profile, partitions)
+            partition = _new_mig_partition(gpu, profile, partitions, start)
             created = partition.pk
     allocation = Allocation.objects.create(
         deployment=deployment,
@@ -297,11 +303,18 @@ def _bind_mig(
     return [allocation], created
 
 
-def _new_mig_partition(gpu: Gpu, profile: Profile, partitions: list[Partition]) -> Partition:
+def _new_mig_partition(
+    gpu: Gpu, profile: Profile, partitions: list[Partition], start: int | None
+) -> Partition:
     """Create an instance in free space, never touching existing (busy or idle) instances."""
     product = converters.product_of(gpu)
     assert product is not None
-    new = suggest_layout(product, [profile.id], converters.mig_instances(partitions))
+    existing = converters.mig_instances(partitions)
+    if start is None:
+        new = suggest_layout(product, [profile.id], existing)
+    else:
+        free = {p.start for p in free_placements(product, profile.id, existing)}
+        new = (Instance(profile_id=profile.id, start=start),) if start in free else None
     if not new:
         raise _refuse(
             f"No free space for a {profile.name} instance on {gpu}.",

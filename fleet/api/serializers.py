@@ -369,3 +369,29 @@ class CatalogProductSerializer(serializers.Serializer[Any]):
 class MeSerializer(serializers.Serializer[Any]):
     username = serializers.CharField()
     role = serializers.CharField()
+
+
+class NewInstanceSerializer(serializers.Serializer[Any]):
+    profile_id = serializers.IntegerField()
+    start = serializers.IntegerField()
+
+
+class FeasibleTargetSerializer(serializers.Serializer[Any]):
+    gpu = serializers.IntegerField()
+    partition = serializers.IntegerField(allow_null=True)
+    gpus = serializers.ListField(child=serializers.IntegerField())
+    score = serializers.FloatField()
+    new_instance = NewInstanceSerializer(allow_null=True)
+
+
+class InfeasibleTargetSerializer(serializers.Serializer[Any]):
+    gpu = serializers.IntegerField()
+    partition = serializers.IntegerField(allow_null=True)
+    violations = ViolationSerializer(many=True)
+
+
+class TargetsSerializer(serializers.Serializer[Any]):
+    deployment = serializers.IntegerField()
+    strategy = serializers.CharField()
+    feasible = FeasibleTargetSerializer(many=True)
+    infeasible = InfeasibleTargetSerializer(many=True)

@@ -13,6 +13,7 @@ from rest_framework.response import Response
 
 from fleet.allocations import services as allocation_services
 from fleet.allocations.models import Allocation, Deployment
+from fleet.allocations.selectors import deployment_ranking
 from fleet.api import serializers as s
 from fleet.api.filters import (
     AllocationFilter,
@@ -28,6 +29,7 @@ from fleet.inventory.models import Gpu, Host
 from fleet.mps import MpsPolicy
 from fleet.partitioning import services as partitioning_services
 from fleet.partitioning.models import Operation, Partition
+from fleet.placement import DEFAULT_STRATEGY
 
 ERRORS = {
     400: OpenApiResponse(s.ErrorSerializer, description="Malformed or invalid input"),
@@ -206,6 +208,47 @@ class DeploymentViewSet(
             deployment_id=_pk(kwargs.get("pk")), requested_by=request.user
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        responses={200: s.TargetsSerializer, **_errors(401, 403, 404)},
+        description=(
+            "Where the next replica fits, best first (the default fragmentation-aware strategy), "
+            "and why every other target does not: the drag-and-drop preview."
+        ),
+    )
+    @action(detail=True, methods=["get"])
+    def targets(self, request: Request, pk: str | None = None) -> Response:
+        deployment = self.get_object()
+        ranking = deployment_ranking(deployment)
+        return Response(
+            {
+                "deployment": deployment.pk,
+                "strategy": DEFAULT_STRATEGY,
+                "feasible": [
+                    {
+                        "gpu": t.gpu_id,
+                        "partition": t.partition_id,
+                        "gpus": list(t.gpu_ids or (t.gpu_id,)),
+                        "score": t.score,
+                        "new_instance": {
+                            "profile_id": t.new_instance.profile_id,
+                            "start": t.new_instance.start,
+                        }
+                        if t.new_instance
+                        else None,
+                    }
+                    for t in ranking.feasible
+                ],
+                "infeasible": [
+                    {
+                        "gpu": r.gpu_id,
+                        "partition": r.partition_id,
+                        "violations": [v.as_dict() for v in r.violations],
+                    }
+                    for r in ranking.infeasible
+                ],
+            }
+        )
 
     @extend_schema(
         request=s.PlaceSerializer,

@@ -322,3 +322,29 @@ def test_lists_filter_allocations_partitions_and_operations(
     hosts = viewer_client.get("/api/v1/hosts/", {"status": "ready"}).json()
     assert hosts["results"][0]["gpu_count"] == 1
     assert viewer_client.get(f"/api/v1/hosts/{hosts['results'][0]['id']}/").status_code == 200
+
+
+def test_targets_rank_fits_and_explain_misfits(viewer_client, operator_client, mig_gpu):
+    cordoned = GpuFactory(product_key="h100-sxm5-80gb", host=mig_gpu.host)
+    set_layout(operator_client, cordoned, {"mode": "mig", "instances": []})
+    operator_client.post(f"/api/v1/gpus/{cordoned.pk}/cordon", {}, format="json")
+    mps = GpuFactory(product_key="a30-24gb", host=mig_gpu.host)
+    set_layout(operator_client, mps, {"mode": "mps", "mps": {}})
+    d = create(operator_client, name="chat", kind="mig", profile="3g.40gb").json()
+    body = viewer_client.get(f"/api/v1/deployments/{d['id']}/targets").json()
+    assert body["strategy"] == "fragmentation_aware"
+    free = Partition.objects.get(gpu=mig_gpu, start=4)
+    assert body["feasible"][0]["partition"] == free.pk  # a free partition of the profile first
+    reasons = {r["gpu"]: {v["code"] for v in r["violations"]} for r in body["infeasible"]}
+    assert "placement.cordoned" in reasons[cordoned.pk]
+    assert "placement.mode_mismatch" in reasons[mps.pk]
+    assert_error(viewer_client.get("/api/v1/deployments/999999/targets"), 404)
+
+
+def test_auto_placement_takes_the_engines_choice_of_placement(operator_client):
+    gpu = GpuFactory(product_key="a100-sxm4-40gb")
+    set_layout(operator_client, gpu, {"mode": "mig", "instances": []})
+    response = create(operator_client, name="one", kind="mig", profile="1g.5gb", auto=True)
+    assert response.status_code == 201
+    # The engine keeps the large placements free: a lone 1g goes to the end of the grid.
+    assert Partition.objects.get(gpu=gpu).start == 6

@@ -1,0 +1,98 @@
+"""Reads for placement: the fleet snapshot the engine ranks, and the ranking of one deployment.
+
+The snapshot is a read without locks; the place service re-checks every choice under row locks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from fleet.allocations.models import Allocation, Deployment, RequestKind
+from fleet.inventory.models import Gpu, GpuHealth, Host, HostStatus, SharingMode
+from fleet.mps import MpsRequest
+from fleet.partitioning.models import Partition, PartitionKind
+from fleet.placement import (
+    FleetSnapshot,
+    GpuState,
+    HostState,
+    MigPartition,
+    MigRequest,
+    PlacementRequest,
+    Ranking,
+    WholeGpuRequest,
+    rank,
+)
+
+UNAVAILABLE_HOST_STATUSES = (HostStatus.CORDONED, HostStatus.DRAINING, HostStatus.UNHEALTHY)
+
+
+def fleet_snapshot() -> FleetSnapshot:
+    """Every host and GPU with its partitions and reservations, in a stable order."""
+    hosts = tuple(
+        HostState(
+            id=host.pk,
+            healthy=host.status != HostStatus.UNHEALTHY,
+            cordoned=host.status in (HostStatus.CORDONED, HostStatus.DRAINING),
+        )
+        for host in Host.objects.order_by("name")
+    )
+    partitions: dict[int, list[Partition]] = defaultdict(list)
+    for partition in Partition.objects.order_by("gpu_id", "start"):
+        partitions[partition.gpu_id].append(partition)
+    allocations: dict[int, list[Allocation]] = defaultdict(list)
+    for allocation in Allocation.objects.only(
+        "partition_id", "kind", "memory_mib", "compute_percent"
+    ):
+        allocations[allocation.partition_id].append(allocation)
+    gpus = tuple(
+        _gpu_state(gpu, partitions[gpu.pk], allocations)
+        for gpu in Gpu.objects.select_related("host").order_by("host__name", "index")
+    )
+    return FleetSnapshot(hosts=hosts, gpus=gpus)
+
+
+def _gpu_state(
+    gpu: Gpu, parts: list[Partition], allocations: dict[int, list[Allocation]]
+) -> GpuState:
+    whole = next((p for p in parts if p.kind == PartitionKind.GPU), None)
+    whole_allocations = allocations.get(whole.pk, []) if whole is not None else []
+    return GpuState(
+        id=gpu.pk,
+        host_id=gpu.host_id,
+        product_key=gpu.product_key or None,
+        memory_mib=gpu.memory_mib,
+        mode=gpu.mode,  # type: ignore[arg-type]
+        healthy=gpu.health not in (GpuHealth.UNHEALTHY, GpuHealth.LOST),
+        cordoned=gpu.cordoned,
+        taken=gpu.mode == SharingMode.DEDICATED and (whole is None or bool(whole_allocations)),
+        partitions=tuple(
+            MigPartition(
+                p.pk, int(p.profile_id or 0), p.start, occupied=bool(allocations.get(p.pk))
+            )
+            for p in parts
+            if p.kind == PartitionKind.MIG
+        ),
+        mps_reservations=tuple(
+            MpsRequest(a.memory_mib, a.compute_percent)
+            for a in whole_allocations
+            if a.kind == RequestKind.MPS
+        )
+        if gpu.mode == SharingMode.MPS
+        else (),
+        mps_max_clients=whole.mps_max_clients if whole is not None else None,
+    )
+
+
+def placement_request(deployment: Deployment) -> PlacementRequest:
+    if deployment.kind == RequestKind.MIG:
+        return MigRequest(deployment.profile)
+    if deployment.kind == RequestKind.MPS:
+        return MpsRequest(int(deployment.memory_mib or 0), deployment.max_compute_percent)
+    return WholeGpuRequest(int(deployment.gpu_count or 1))
+
+
+def deployment_ranking(deployment: Deployment, snapshot: FleetSnapshot | None = None) -> Ranking:
+    """Every target of the deployment's next replica, best first (the default strategy), with
+    the reason for every target that does not fit: the API, the drag preview and auto-placement
+    all read this."""
+    return rank(snapshot or fleet_snapshot(), placement_request(deployment))
