@@ -11,3 +11,30 @@ def push_desired_state(host_id: int) -> None:
     from fleet.partitioning.delivery import desired_state_push
 
     desired_state_push(host_id=host_id)
+
+
+@app.task(name="fleet.redeliver", ignore_result=True)
+def redeliver() -> int:
+    """Beat: re-push every unacknowledged generation whose backoff has passed."""
+    from fleet.partitioning.delivery import desired_state_push, hosts_to_redeliver
+
+    hosts = hosts_to_redeliver()
+    for host_id in hosts:
+        desired_state_push(host_id=host_id)
+    return len(hosts)
+
+
+@app.task(name="fleet.expire_operations", ignore_result=True)
+def expire_operations() -> int:
+    """Beat: expire operations no agent completed in time, with a reason."""
+    from fleet.partitioning.delivery import operations_expire
+
+    return len(operations_expire())
+
+
+@app.task(name="fleet.mark_offline_hosts", ignore_result=True)
+def mark_offline_hosts() -> int:
+    """Beat: hosts that missed their heartbeats go offline."""
+    from fleet.partitioning.delivery import hosts_mark_offline
+
+    return len(hosts_mark_offline())

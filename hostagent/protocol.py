@@ -362,10 +362,15 @@ class SimulatedProfileSpec(TypedDict):
     placements: list[list[int]]
 
 
-class SimulatedGpuSpec(TypedDict):
+class _SimulatedGpuSpecOptional(TypedDict, total=False):
+    uuid: str
+
+
+class SimulatedGpuSpec(_SimulatedGpuSpecOptional):
     """A simulated GPU; the control plane generates these from its MIG catalog.
 
-    ``profiles`` is empty when ``mig_capable`` is false.
+    ``profiles`` is empty when ``mig_capable`` is false. ``uuid`` (optional) fixes the GPU's
+    UUID; otherwise it derives from the backend's seed and the GPU's index.
     """
 
     name: str

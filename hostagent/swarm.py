@@ -72,3 +72,41 @@ async def run_swarm(
     logger.info("starting %d simulated agents against %s", len(clients), server)
     await asyncio.gather(*(run_one(i, c) for i, c in enumerate(clients)))
     return clients
+
+
+def load_swarm_config(path: Path) -> tuple[str, list[tuple[str, list[SimulatedGpuSpec]]], float]:
+    """``{"server": URL, "interval_s": 1.0, "hosts": [{"token": ..., "gpus": [spec, ...]}]}``."""
+    import json
+
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    hosts = [(str(h["token"]), list(h["gpus"])) for h in raw["hosts"]]
+    return str(raw["server"]), hosts, float(raw.get("interval_s", 1.0))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m hostagent.swarm CONFIG.json``: run the simulated agents until interrupted."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(prog="python -m hostagent.swarm", description=main.__doc__)
+    parser.add_argument("config", type=Path, help="swarm config (JSON)")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    server, hosts, interval_s = load_swarm_config(args.config)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_swarm(server, hosts, interval_s=interval_s, stop=stop)
+
+    asyncio.run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

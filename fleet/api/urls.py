@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import include, path
 from rest_framework.routers import DynamicRoute, SimpleRouter
 
-from fleet.api import views, views_mig
+from fleet.api import views, views_agent, views_mig
 
 
 class CommandRouter(SimpleRouter):
@@ -30,5 +30,8 @@ urlpatterns = [
     path("me", views.me, name="me"),
     path("mig/catalog/", views_mig.catalog, name="mig-catalog"),
     path("mig/validate", views_mig.validate, name="mig-validate"),
+    path("agent/enroll", views_agent.enroll, name="agent-enroll"),
+    path("agent/desired-state", views_agent.desired_state, name="agent-desired-state"),
+    path("agent/report", views_agent.report, name="agent-report"),
     path("", include(router.urls)),
 ]

@@ -14,11 +14,12 @@ the truth stays in the database and every receiver can re-sync.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, Literal, TypedDict
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 logger = logging.getLogger(__name__)
 
@@ -57,13 +58,34 @@ def agent_group(host_id: int) -> str:
     return f"agent.host.{host_id}"
 
 
+_home_loop: asyncio.AbstractEventLoop | None = None
+
+
+def register_home_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Remember the ASGI server's event loop (consumers call this on connect).
+
+    The in-memory channel layer's queues belong to that loop; a plain thread (the embedded
+    scheduler) must hand its sends to it rather than run them on a loop of its own.
+    """
+    global _home_loop
+    _home_loop = loop
+
+
+def _send(layer: Any, group: str, message: dict[str, Any]) -> None:
+    loop = _home_loop
+    if isinstance(layer, InMemoryChannelLayer) and loop is not None and loop.is_running():
+        asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop).result(5)
+    else:
+        async_to_sync(layer.group_send)(group, message)
+
+
 def publish(group: str, event_type: str, payload: dict[str, Any]) -> bool:
     """Send ``payload`` to a group (``event_type`` names the consumer handler)."""
     layer = get_channel_layer()
     if layer is None:
         return False
     try:
-        async_to_sync(layer.group_send)(group, {"type": event_type, **payload})
+        _send(layer, group, {**payload, "type": event_type})
     except Exception:
         logger.warning("publish to %s failed", group, exc_info=True)
         return False

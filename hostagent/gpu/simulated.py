@@ -167,7 +167,7 @@ class SimulatedBackend:
         self._driver_version = driver_version
         self._nvml_version = nvml_version
         self._gpus = [
-            _Gpu(index=i, uuid="GPU-" + _uuid(seed, "gpu", i), spec=spec)
+            _Gpu(index=i, uuid=spec.get("uuid") or "GPU-" + _uuid(seed, "gpu", i), spec=spec)
             for i, spec in enumerate(specs)
         ]
         self._by_uuid = {gpu.uuid: gpu for gpu in self._gpus}

@@ -1,16 +1,36 @@
-"""``python manage.py demo``: migrate, seed the demo fleet, print a login, serve on :8000."""
+"""``python manage.py demo``: the whole product on embedded defaults.
+
+Migrates, seeds the demo fleet, prints a login, starts simulated agents (one process, one
+socket per host) and serves on :8000. In the embedded mode (no Redis) a scheduler thread does
+what Celery beat does in production: re-push unacknowledged generations, expire stuck
+operations, mark silent hosts offline.
+"""
 
 from __future__ import annotations
 
+import atexit
+import json
+import logging
 import secrets
+import subprocess
+import sys
+import threading
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
 from fleet.core.roles import Role
 from fleet.core.services import user_create
-from fleet.inventory.demo import seed_demo_fleet
+from fleet.inventory.agents import host_issue_token
+from fleet.inventory.demo import DEMO_HOSTS, demo_gpu_uuid, seed_demo_fleet
+from fleet.inventory.models import Host
+from fleet.inventory.simulation import simulated_spec
+from fleet.mig import product_by_key
+
+logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -21,20 +41,81 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-serve", action="store_true", help="seed and print the login, then exit"
         )
+        parser.add_argument(
+            "--no-agents", action="store_true", help="do not start simulated agents"
+        )
+        parser.add_argument(
+            "--interval", type=float, default=1.0, help="agent telemetry interval (s)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
         seeded = seed_demo_fleet()
         password = secrets.token_urlsafe(12)
-        user_create(username="admin", password=password, role=Role.ADMIN)
-        user_create(username="operator", password=password, role=Role.OPERATOR)
-        user_create(username="viewer", password=password, role=Role.VIEWER)
+        for name, role in (
+            ("admin", Role.ADMIN),
+            ("operator", Role.OPERATOR),
+            ("viewer", Role.VIEWER),
+        ):
+            user_create(username=name, password=password, role=role)
         url = f"http://{options['addr']}"
         self.stdout.write(
             self.style.SUCCESS(f"Fleet demo: {seeded['hosts']} hosts.")
             + f"\n  Open {url}/  (API docs {url}/api/docs/, admin {url}/admin/)"
             + f"\n  Log in as admin / operator / viewer with password: {password}\n"
         )
+        self.stdout.flush()
         if options["no_serve"]:
             return
+        if not options["no_agents"]:
+            config = write_swarm_config(url, interval_s=options["interval"])
+            start_agents(config)
+            self.stdout.write(f"  Simulated agents: {len(DEMO_HOSTS)} hosts (config {config})\n")
+        if settings.CELERY_TASK_ALWAYS_EAGER:
+            threading.Thread(target=embedded_scheduler, name="fleet-scheduler", daemon=True).start()
         call_command("runserver", options["addr"], use_reloader=False, insecure_serving=True)
+
+
+def write_swarm_config(server: str, *, interval_s: float) -> Path:
+    """Fresh host tokens for the demo hosts and their GPU specs, for ``hostagent.swarm``."""
+    hosts = []
+    for demo in DEMO_HOSTS:
+        host = Host.objects.get(name=demo.name)
+        product = product_by_key(demo.product_key)
+        assert product is not None
+        specs = [
+            simulated_spec(product, uuid=demo_gpu_uuid(demo.name, i)) for i in range(demo.gpus)
+        ]
+        hosts.append({"token": host_issue_token(host), "gpus": specs})
+    path = Path(settings.FLEET_DATA_DIR) / "demo-agents.json"
+    path.write_text(json.dumps({"server": server, "interval_s": interval_s, "hosts": hosts}))
+    path.chmod(0o600)
+    return path
+
+
+def start_agents(config: Path) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen([sys.executable, "-m", "hostagent.swarm", str(config)])
+    atexit.register(process.terminate)
+    return process
+
+
+def embedded_scheduler(period_s: float = 2.0) -> None:
+    """Celery beat's schedule, run in-process when there is no Redis."""
+    from django.db import close_old_connections
+
+    from fleet.tasks import expire_operations, mark_offline_hosts, redeliver
+
+    stop = threading.Event()
+    tick = 0
+    while not stop.wait(period_s):
+        tick += 1
+        try:
+            redeliver()
+            if tick % 3 == 0:
+                mark_offline_hosts()
+            if tick % 5 == 0:
+                expire_operations()
+        except Exception:  # keep the scheduler alive; log and go on
+            logger.exception("embedded scheduler tick failed")
+        finally:
+            close_old_connections()

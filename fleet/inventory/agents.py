@@ -1,0 +1,319 @@
+"""What agents report: enrolment, hello (discovery), telemetry and health events.
+
+Every function takes the ``Host`` its token authenticated; a GPU is only ever looked up within
+that host, so an agent can never read or write another host's state.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from fleet.core.errors import ServiceError
+from fleet.core.events import FLEET_GROUP, GpuLive, TelemetryEvent, publish, publish_changed
+from fleet.core.tokens import hash_token, new_token, token_prefix
+from fleet.inventory.models import (
+    Gpu,
+    GpuHealth,
+    HealthEvent,
+    Host,
+    HostStatus,
+    SharingMode,
+    TelemetrySample,
+)
+from fleet.inventory.services import HOST_TOKEN_KIND
+from fleet.mig import find_product
+from fleet.partitioning.models import OperationKind, OperationStatus, Partition, PartitionKind
+from fleet.partitioning.services import operation_record
+from hostagent import protocol
+
+logger = logging.getLogger(__name__)
+
+
+class EnrollmentRefused(ServiceError):
+    status_code = 401
+
+
+def host_issue_token(host: Host) -> str:
+    """A fresh per-host token (the old one stops working); only its hash is stored."""
+    token = new_token(HOST_TOKEN_KIND)
+    Host.objects.filter(pk=host.pk).update(
+        token_prefix=token_prefix(token), token_hash=hash_token(token)
+    )
+    return token
+
+
+@transaction.atomic
+def host_enroll(*, enrollment_token: str, hostname: str) -> tuple[Host, str]:
+    """Trade a one-time enrollment token for the host's own token."""
+    digest = hash_token(enrollment_token)
+    host = Host.objects.select_for_update().filter(enrollment_token_hash=digest).first()
+    if host is None or not enrollment_token:
+        raise EnrollmentRefused(
+            "agent.enrollment_refused", "Unknown or already used enrollment token."
+        )
+    if host.enrollment_expires_at is not None and host.enrollment_expires_at < timezone.now():
+        raise EnrollmentRefused("agent.enrollment_expired", "This enrollment token has expired.")
+    host.enrollment_token_hash = ""  # one-time: burnt on use
+    host.enrollment_expires_at = None
+    host.hostname = hostname[:255]
+    host.save(
+        update_fields=["enrollment_token_hash", "enrollment_expires_at", "hostname", "updated_at"]
+    )
+    token = host_issue_token(host)
+    operation_record(
+        kind=OperationKind.ENROLL_HOST,
+        summary=f"Agent enrolled for {host.name} ({hostname})",
+        host=host,
+        status=OperationStatus.SUCCEEDED,
+    )
+    return host, token
+
+
+def host_authenticate(token: str) -> Host | None:
+    """The host a per-host token belongs to, or ``None``."""
+    if not token.startswith(f"{HOST_TOKEN_KIND}_"):
+        return None
+    return Host.objects.filter(
+        token_prefix=token_prefix(token), token_hash=hash_token(token)
+    ).first()
+
+
+def _placements(info: protocol.GpuInfo) -> dict[str, Any]:
+    return {
+        key: {"name": p["name"], "placements": [list(pl) for pl in p["placements"]]}
+        for key, p in info["possible_placements"].items()
+    }
+
+
+def _health_from_status(status: str, current: str) -> str:
+    if status == "lost":
+        return GpuHealth.LOST
+    if status == "unavailable":
+        return GpuHealth.UNKNOWN
+    # NVML answers again: a lost or unknown GPU is back; an unhealthy one stays until healed.
+    return GpuHealth.HEALTHY if current in (GpuHealth.LOST, GpuHealth.UNKNOWN) else current
+
+
+@transaction.atomic
+def agent_hello(*, host: Host, hello: protocol.Hello) -> bool:
+    """Record what the agent discovered. GPUs seen for the first time are adopted as they are
+    (their MIG instances become partitions), so enrolling a host never destroys anything.
+
+    Returns whether the agent is behind and must be sent the current desired state.
+    """
+    host = Host.objects.select_for_update().get(pk=host.pk)
+    host.agent_version = hello["agent_version"][:64]
+    host.driver_version = (hello["driver_version"] or "")[:64]
+    host.nvml_version = (hello["nvml_version"] or "")[:64]
+    host.hostname = hello["hostname"][:255]
+    host.last_seen_at = timezone.now()
+    if host.status == HostStatus.OFFLINE:
+        host.status = HostStatus.READY
+    applied = min(int(hello["applied_generation"]), host.desired_generation)
+    host.applied_generation = (
+        max(host.applied_generation, applied) if applied else host.applied_generation
+    )
+    host.save()
+    for info in hello["gpus"]:
+        _gpu_observed(host, info, adopt=True)
+    publish_changed("host", [host.pk])
+    return int(hello["applied_generation"]) < host.desired_generation
+
+
+def _gpu_observed(host: Host, info: protocol.GpuInfo, *, adopt: bool) -> Gpu | None:
+    gpu = Gpu.objects.filter(uuid=info["uuid"]).first()
+    if gpu is not None and gpu.host_id != host.pk:
+        logger.warning(
+            "host %s reported GPU %s of host %s: ignored", host.pk, info["uuid"], gpu.host_id
+        )
+        return None
+    product = find_product(name=info["name"]) or find_product(
+        pci_device_id=info["pci_device_id"] >> 16
+    )
+    observed = {
+        "mig_mode_current": info["mig_mode_current"],
+        "mig_mode_pending": info["mig_mode_pending"],
+        "status": info["status"],
+        "mig_instances": info["mig_instances"],
+        "mps": info["mps"],
+    }
+    fields = {
+        "index": info["index"],
+        "product_name": info["name"][:128],
+        "pci_device_id": info["pci_device_id"],
+        "memory_mib": max(1, info["memory_total_mib"]),
+        "mig_capable": info["mig_capable"],
+        "product_key": product.key if product else "",
+        "reported_placements": _placements(info),
+        "observed": observed,
+    }
+    if gpu is None:
+        if Gpu.objects.filter(host=host, index=info["index"]).exists():
+            Gpu.objects.filter(host=host, index=info["index"]).delete()  # replaced hardware
+        gpu = Gpu.objects.create(
+            host=host,
+            uuid=info["uuid"],
+            health=_health_from_status(info["status"], "unknown"),
+            **fields,
+        )
+        if adopt:
+            _adopt(gpu, info)
+        return gpu
+    for name, value in fields.items():
+        setattr(gpu, name, value)
+    gpu.health = _health_from_status(info["status"], gpu.health)
+    gpu.save()
+    _record_partition_uuids(gpu, info)
+    return gpu
+
+
+def _adopt(gpu: Gpu, info: protocol.GpuInfo) -> None:
+    """Make the desired state of a newly seen GPU what it already is."""
+    if info["mig_mode_current"]:
+        gpu.mode = SharingMode.MIG
+        gpu.mig_enabled = True
+        for instance in info["mig_instances"]:
+            placement = info["possible_placements"].get(str(instance["profile_id"]))
+            Partition.objects.get_or_create(
+                gpu=gpu,
+                kind=PartitionKind.MIG,
+                start=instance["start"],
+                defaults={
+                    "profile_id": instance["profile_id"],
+                    "size": instance["size"],
+                    "profile_name": placement["name"] if placement else str(instance["profile_id"]),
+                    "compute_slices": placement["compute_slices"] if placement else 1,
+                    "memory_mib": instance["memory_mib"]
+                    or (placement["memory_mib"] if placement else 1),
+                    "uuid": instance["uuid"] or "",
+                },
+            )
+    else:
+        mps_running = bool(info["mps"].get("running"))
+        gpu.mode = SharingMode.MPS if mps_running else SharingMode.DEDICATED
+        Partition.objects.create(
+            gpu=gpu, kind=PartitionKind.GPU, memory_mib=gpu.memory_mib, mps_enabled=mps_running
+        )
+    gpu.save(update_fields=["mode", "mig_enabled"])
+
+
+def _record_partition_uuids(gpu: Gpu, info: protocol.GpuInfo) -> None:
+    by_place = {(i["profile_id"], i["start"]): i["uuid"] or "" for i in info["mig_instances"]}
+    for partition in gpu.partitions.filter(kind=PartitionKind.MIG):
+        uuid = by_place.get((int(partition.profile_id or 0), partition.start), "")
+        if partition.uuid != uuid:
+            Partition.objects.filter(pk=partition.pk).update(uuid=uuid)
+
+
+def gpus_observed(*, host: Host, gpus: list[protocol.GpuInfo]) -> None:
+    """The GPUs as an ack describes them after applying (no adoption: they are known)."""
+    for info in gpus:
+        _gpu_observed(host, info, adopt=False)
+
+
+def agent_telemetry(*, host: Host, telemetry: protocol.Telemetry) -> int:
+    """Store one tick: latest values per GPU, a 1 s history point, a live frame for browsers."""
+    now = timezone.now()
+    gpus = {g.uuid: g for g in Gpu.objects.filter(host=host)}
+    partitions = _partitions_by_instance(gpus.values())
+    ts = datetime.fromtimestamp(float(telemetry["ts"]), tz=UTC).replace(microsecond=0)
+    samples, live = [], {}
+    for sample in telemetry["gpus"]:
+        gpu = gpus.get(sample["uuid"])
+        if gpu is None:
+            continue
+        power_w = sample["power_mw"] / 1000 if sample["power_mw"] is not None else None
+        gpu.last_telemetry = dict(sample)
+        gpu.last_telemetry_at = now
+        samples.append(
+            TelemetrySample(
+                gpu=gpu,
+                ts=ts,
+                resolution_s=1,
+                utilization_percent=sample["utilization_gpu_percent"],
+                memory_used_mib=sample["memory_used_mib"],
+                temperature_c=sample["temperature_c"],
+                power_w=power_w,
+            )
+        )
+        live[str(gpu.pk)] = GpuLive(
+            utilization_percent=sample["utilization_gpu_percent"],
+            memory_used_mib=sample["memory_used_mib"],
+            memory_total_mib=sample["memory_total_mib"],
+            temperature_c=sample["temperature_c"],
+            power_w=power_w,
+            health=gpu.health,
+            partitions={
+                str(partitions[(gpu.pk, m["gpu_instance_id"])]): {
+                    "utilization_percent": m["utilization_percent"],
+                    "memory_used_mib": m["memory_used_mib"],
+                }
+                for m in sample["mig"]
+                if (gpu.pk, m["gpu_instance_id"]) in partitions
+            },
+        )
+    Gpu.objects.bulk_update(list(gpus.values()), ["last_telemetry", "last_telemetry_at"])
+    TelemetrySample.objects.bulk_create(samples, ignore_conflicts=True)
+    Host.objects.filter(pk=host.pk).update(last_seen_at=now)
+    event: TelemetryEvent = {
+        "type": "live.telemetry",
+        "host_id": host.pk,
+        "ts": float(telemetry["ts"]),
+        "gpus": live,
+    }
+    publish(FLEET_GROUP, "live.telemetry", dict(event))
+    return len(samples)
+
+
+def _partitions_by_instance(gpus: Any) -> dict[tuple[int, int], int]:
+    """(gpu id, NVML GPU-instance id) -> partition id, from the instances the agent observed."""
+    found: dict[tuple[int, int], int] = {}
+    for gpu in gpus:
+        by_place = {
+            (p.profile_id, p.start): p.pk
+            for p in gpu.partitions.all()
+            if p.kind == PartitionKind.MIG
+        }
+        for instance in gpu.observed.get("mig_instances", []):
+            partition = by_place.get((instance.get("profile_id"), instance.get("start")))
+            if partition is not None:
+                found[(gpu.pk, int(instance["gpu_instance_id"]))] = partition
+    return found
+
+
+def agent_event(*, host: Host, event: protocol.Event) -> HealthEvent | None:
+    """Record a health event from the agent. Health decisions act on it (see ``fleet.health``)."""
+    gpu = (
+        Gpu.objects.filter(host=host, uuid=event["gpu_uuid"]).first() if event["gpu_uuid"] else None
+    )
+    if event["gpu_uuid"] and gpu is None:
+        logger.warning("host %s sent an event for unknown GPU %s", host.pk, event["gpu_uuid"])
+        return None
+    row = HealthEvent.objects.create(
+        host=host,
+        gpu=gpu,
+        kind=event["kind"],
+        xid=event["xid"],
+        gpu_instance_id=event["gpu_instance_id"],
+        detail=event["detail"][:500],
+        ts=datetime.fromtimestamp(float(event["ts"]), tz=UTC),
+    )
+    if gpu is not None and event["kind"] == "gpu_lost":
+        Gpu.objects.filter(pk=gpu.pk).update(
+            health=GpuHealth.LOST, health_reason=event["detail"][:255] or "GPU lost"
+        )
+    elif gpu is not None and event["kind"] == "gpu_back" and gpu.health == GpuHealth.LOST:
+        Gpu.objects.filter(pk=gpu.pk).update(health=GpuHealth.HEALTHY, health_reason="")
+    publish_changed("event", [row.pk])
+    if gpu is not None:
+        publish_changed("gpu", [gpu.pk])
+    return row
+
+
+def host_touch(host_id: int) -> None:
+    Host.objects.filter(pk=host_id).update(last_seen_at=timezone.now())

@@ -1,0 +1,94 @@
+"""The agent socket: hello, telemetry, events and acks up; desired state down.
+
+Agents authenticate with their host token (``Authorization: Token flh_…``) on connect; every
+message is then handled for that host only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from fleet.core.events import agent_group, register_home_loop
+from fleet.inventory import agents
+from fleet.inventory.models import Host
+from fleet.partitioning import delivery
+from hostagent import protocol
+
+logger = logging.getLogger(__name__)
+
+CLOSE_UNAUTHENTICATED = 4401
+
+
+def _token(scope: dict[str, Any]) -> str:
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"authorization":
+            parts = value.decode("latin-1").split()
+            if len(parts) == 2 and parts[0].lower() == protocol.AUTH_SCHEME.lower():
+                return str(parts[1])
+    return ""
+
+
+def handle_message(host_id: int, message: protocol.UpMessage) -> bool:
+    """Apply one up-message for a host; returns whether the agent must be sent desired state."""
+    host = Host.objects.get(pk=host_id)
+    kind = message["type"]
+    if kind == "hello":
+        return agents.agent_hello(host=host, hello=message)  # type: ignore[arg-type]
+    if kind == "telemetry":
+        agents.agent_telemetry(host=host, telemetry=message)  # type: ignore[arg-type]
+        # A push can be lost (full channel, worker died): heartbeats double as a re-sync.
+        return host.pk in delivery.hosts_to_redeliver(hosts=[host.pk])
+    if kind == "event":
+        agents.agent_event(host=host, event=message)  # type: ignore[arg-type]
+    elif kind == "ack":
+        delivery.agent_ack(host=host, ack=message)  # type: ignore[arg-type]
+        # Something may have changed while the agent was applying: send it if so.
+        return Host.objects.filter(pk=host_id).values_list(
+            "desired_generation", flat=True
+        ).get() > int(
+            message["generation"]  # type: ignore[typeddict-item]
+        )
+    else:
+        agents.host_touch(host_id)
+    return False
+
+
+class AgentConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+    host_id: int | None = None
+
+    async def connect(self) -> None:
+        host = await database_sync_to_async(agents.host_authenticate)(_token(self.scope))
+        if host is None:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        self.host_id = host.pk
+        register_home_loop(asyncio.get_running_loop())
+        await self.channel_layer.group_add(agent_group(host.pk), self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self.host_id is not None:
+            await self.channel_layer.group_discard(agent_group(self.host_id), self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if self.host_id is None:
+            return
+        try:
+            message = protocol.validate_message(content)
+        except protocol.ProtocolError as error:
+            logger.warning("host %s sent a malformed message: %s", self.host_id, error)
+            return
+        if message["type"] in ("desired_state", "ping"):
+            return
+        behind = await database_sync_to_async(handle_message)(self.host_id, message)
+        if behind:
+            await database_sync_to_async(delivery.desired_state_push)(host_id=self.host_id)
+
+    async def agent_desired_state(self, event: dict[str, Any]) -> None:
+        """A push from a worker (through the group): forward it to the agent."""
+        await self.send_json(event["message"])

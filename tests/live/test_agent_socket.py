@@ -1,0 +1,185 @@
+"""The agent socket: authentication, hello adoption, desired state down, acks completing
+operations, busy partitions reported in use, telemetry and events stored."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from fleet.asgi import application
+from fleet.inventory.agents import host_issue_token
+from fleet.inventory.models import Gpu, HealthEvent, Host, TelemetrySample
+from fleet.inventory.services import host_create
+from fleet.partitioning.models import Operation, Partition
+from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
+from tests.agent_sim import SimAgent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def enrolled_host(name: str = "gpu-host") -> tuple[Host, str]:
+    host, _ = host_create(name=name)
+    return host, host_issue_token(host)
+
+
+async def connect(token: str | None) -> WebsocketCommunicator:
+    headers = [(b"authorization", f"Token {token}".encode())] if token else []
+    communicator = WebsocketCommunicator(application, "/ws/agent/", headers=headers)
+    return communicator
+
+
+def run(coro):
+    from asgiref.sync import async_to_sync
+
+    return async_to_sync(coro)()
+
+
+def test_a_socket_without_a_valid_host_token_is_closed():
+    async def scenario():
+        for token in (None, "flh_deadbeef_nope", "fla_00000000_user-token"):
+            communicator = await connect(token)
+            connected, code = await communicator.connect()
+            assert not connected and code == 4401
+    run(scenario)
+
+
+def test_hello_adopts_gpus_then_a_layout_is_pushed_applied_and_acked():
+    host, token = enrolled_host()
+    agent = SimAgent(["h100-sxm5-80gb", "a30-24gb"])
+
+    async def scenario():
+        communicator = await connect(token)
+        assert (await communicator.connect())[0]
+        await communicator.send_json_to(agent.hello())
+        await communicator.send_json_to(agent.telemetry())
+        assert await communicator.receive_nothing(0.3)  # nothing to apply yet
+        gpus = await sync_to_async(lambda: list(Gpu.objects.filter(host=host).order_by("index")))()
+        assert [g.product_key for g in gpus] == ["h100-sxm5-80gb", "a30-24gb"]
+        assert [g.mode for g in gpus] == ["dedicated", "dedicated"]  # adopted as found
+        operation = await sync_to_async(gpu_set_layout)(
+            gpu_id=gpus[0].pk,
+            spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("3g.40gb", 4), MigInstanceSpec("1g.10gb", 0))),
+        )
+        desired = await communicator.receive_json_from(timeout=5)
+        assert desired["type"] == "desired_state" and desired["generation"] == 1
+        ack = agent.apply(desired)
+        assert ack["status"] == "applied", ack["items"]
+        await communicator.send_json_to(ack)
+        await communicator.receive_nothing(0.5)
+        await communicator.disconnect()
+        return operation.pk
+
+    op_id = run(scenario)
+    op = Operation.objects.get(pk=op_id)
+    assert op.status == "succeeded"
+    assert Host.objects.get(pk=host.pk).applied_generation == 1
+    instances = {(i.profile_id, i.start) for i in agent.backend.mig_instances(agent.backend.list_gpus()[0].uuid)}
+    assert instances == {(9, 4), (19, 0)}
+    assert all(p.uuid.startswith("MIG-") for p in Partition.objects.filter(gpu__host=host, kind="mig"))
+    assert TelemetrySample.objects.filter(gpu__host=host).count() == 2
+
+
+def test_an_agent_that_reconnects_behind_gets_the_current_generation():
+    host, token = enrolled_host()
+    agent = SimAgent(["a30-24gb"])
+
+    async def scenario():
+        communicator = await connect(token)
+        await communicator.connect()
+        await communicator.send_json_to(agent.hello())
+        await communicator.receive_nothing(0.2)
+        await communicator.disconnect()
+        gpu = await sync_to_async(Gpu.objects.get)(host=host)
+        # Changed while the agent was away: nothing can be delivered now.
+        await sync_to_async(gpu_set_layout)(gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("4g.24gb", 0),)))
+        communicator = await connect(token)
+        await communicator.connect()
+        await communicator.send_json_to(agent.hello())
+        desired = await communicator.receive_json_from(timeout=5)
+        await communicator.send_json_to(agent.apply(desired))
+        await communicator.receive_nothing(0.3)
+        await communicator.disconnect()
+
+    run(scenario)
+    assert Host.objects.get(pk=host.pk).applied_generation == 1
+    assert Operation.objects.get(kind="set_layout").status == "succeeded"
+
+
+def test_a_busy_partition_is_reported_in_use_and_the_operation_fails_with_the_pids():
+    host, token = enrolled_host()
+    agent = SimAgent(["h100-sxm5-80gb"])
+
+    async def scenario():
+        communicator = await connect(token)
+        await communicator.connect()
+        await communicator.send_json_to(agent.hello())
+        await communicator.receive_nothing(0.2)
+        gpu = await sync_to_async(Gpu.objects.get)(host=host)
+        await sync_to_async(gpu_set_layout)(gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("7g.80gb", 0),)))
+        await communicator.send_json_to(agent.apply(await communicator.receive_json_from(timeout=5)))
+        await communicator.receive_nothing(0.3)
+        # A process nobody told Fleet about runs in the 7g instance.
+        instance = agent.backend.mig_instances(gpu.uuid)[0]
+        pid = agent.backend.run_process(gpu.uuid, 1024, gpu_instance_id=instance.gpu_instance_id)
+        op = await sync_to_async(gpu_set_layout)(gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("1g.10gb", 0),)))
+        ack = agent.apply(await communicator.receive_json_from(timeout=5))
+        assert ack["status"] in ("partial", "failed")
+        await communicator.send_json_to(ack)
+        await communicator.receive_nothing(0.3)
+        await communicator.disconnect()
+        return op.pk, pid
+
+    op_id, pid = run(scenario)
+    op = Operation.objects.get(pk=op_id)
+    assert op.status == "failed"
+    assert "in_use" in op.reason and str(pid) in op.reason
+    gpu = Gpu.objects.get(host=host)
+    assert [(i.profile_id, i.start) for i in agent.backend.mig_instances(gpu.uuid)] == [(0, 0)]
+
+
+def test_events_are_recorded_and_a_lost_gpu_is_marked_lost():
+    host, token = enrolled_host()
+    agent = SimAgent(["h100-sxm5-80gb"])
+
+    async def scenario():
+        communicator = await connect(token)
+        await communicator.connect()
+        await communicator.send_json_to(agent.hello())
+        await communicator.receive_nothing(0.2)
+        uuid = agent.backend.list_gpus()[0].uuid
+        await communicator.send_json_to({"type": "event", "kind": "gpu_lost", "gpu_uuid": uuid, "gpu_instance_id": None, "xid": None, "detail": "fell off the bus", "ts": 1.0})
+        await communicator.send_json_to({"type": "event", "kind": "xid", "gpu_uuid": uuid, "gpu_instance_id": None, "xid": 79, "detail": "", "ts": 2.0})
+        await communicator.send_json_to({"type": "nonsense"})
+        await communicator.receive_nothing(0.3)
+        await communicator.disconnect()
+
+    run(scenario)
+    assert sorted(HealthEvent.objects.values_list("kind", flat=True)) == ["gpu_lost", "xid"]
+    assert Gpu.objects.get(host=host).health == "lost"
+
+
+def test_a_gpu_of_another_host_cannot_be_written():
+    victim, _ = enrolled_host("victim")
+    attacker, token = enrolled_host("attacker")
+    agent = SimAgent(["a30-24gb"], seed=7)
+    victim_agent = SimAgent(["a30-24gb"], seed=7)  # same seed: the same GPU UUID
+    from fleet.inventory.agents import agent_hello
+
+    agent_hello(host=victim, hello=victim_agent.hello())
+
+    async def scenario():
+        communicator = await connect(token)
+        await communicator.connect()
+        await communicator.send_json_to(agent.hello())
+        telemetry = agent.telemetry()
+        await communicator.send_json_to(telemetry)
+        await communicator.send_json_to({"type": "event", "kind": "gpu_lost", "gpu_uuid": telemetry["gpus"][0]["uuid"], "gpu_instance_id": None, "xid": None, "detail": "", "ts": 1.0})
+        await communicator.receive_nothing(0.3)
+        await communicator.disconnect()
+
+    run(scenario)
+    gpu = Gpu.objects.get()
+    assert gpu.host_id == victim.pk and gpu.health != "lost"
+    assert not TelemetrySample.objects.exists() and not HealthEvent.objects.exists()
+    assert not Gpu.objects.filter(host=attacker).exists()
