@@ -44,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=["ws", "rest"])
     p.add_argument("--mps-dir", type=Path)
     p.add_argument("--hostname")
+    p.add_argument(
+        "--fault-dir", type=Path, help="simulated backend: apply fault files dropped here"
+    )
     p.add_argument("--once", action="store_true", help="discover, sample once, print, exit")
     p.add_argument("--json", action="store_true", help="with --once: print JSON")
     p.add_argument("-v", "--verbose", action="count", default=0)
@@ -65,6 +68,7 @@ def config_from_args(args: argparse.Namespace, base: AgentConfig) -> AgentConfig
         "transport": args.transport,
         "mps_dir": args.mps_dir,
         "hostname": args.hostname,
+        "fault_dir": args.fault_dir,
     }
     config = replace(base, **{k: v for k, v in overrides.items() if v is not None})
     if config.interval_s <= 0:

@@ -14,6 +14,7 @@
 | ``FLEET_AGENT_TRANSPORT`` | ``--transport`` | ``ws`` |
 | ``FLEET_AGENT_MPS_DIR`` | ``--mps-dir`` | ``/tmp/fleet-mps`` |
 | ``FLEET_AGENT_HOSTNAME`` | ``--hostname`` | ``socket.gethostname()`` |
+| ``FLEET_AGENT_FAULT_DIR`` | ``--fault-dir`` | none (simulated backend only: fault injection) |
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class AgentConfig:
     transport: Literal["ws", "rest"] = "ws"
     mps_dir: Path = DEFAULT_BASE_DIR
     hostname: str = ""
+    fault_dir: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentConfig:
@@ -84,6 +86,7 @@ class AgentConfig:
                 transport="rest" if transport == "rest" else "ws",
                 mps_dir=Path(get("MPS_DIR") or DEFAULT_BASE_DIR),
                 hostname=get("HOSTNAME") or socket.gethostname(),
+                fault_dir=Path(fault_dir) if (fault_dir := get("FAULT_DIR")) else None,
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc

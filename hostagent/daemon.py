@@ -10,6 +10,7 @@ import signal
 from hostagent.client import AgentClient, enroll
 from hostagent.collector import Collector
 from hostagent.config import AgentConfig, AgentState, ConfigError, load_specs, read_state
+from hostagent.faults import watch_faults
 from hostagent.gpu.backend import GpuBackend, GpuUnavailable
 from hostagent.gpu.simulated import SimulatedBackend
 from hostagent.mps import MpsManager, SubprocessMpsControl
@@ -86,11 +87,18 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> N
         config.transport,
         "allowed" if config.allow_mutation else "disabled",
     )
+    faults = None
+    if config.fault_dir is not None:
+        if not isinstance(backend, SimulatedBackend):
+            raise ConfigError("--fault-dir needs the simulated backend")
+        faults = asyncio.create_task(watch_faults(backend, config.fault_dir, stop))
     try:
         if config.transport == "rest":
             await client.run_rest(stop)
         else:
             await client.run(stop)
     finally:
+        if faults is not None:
+            faults.cancel()
         backend.shutdown()
         logger.info("agent stopped")

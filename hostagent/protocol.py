@@ -346,7 +346,7 @@ class EnrollRequest(TypedDict):
 class EnrollResponse(TypedDict):
     """Answer of ``POST /api/v1/agent/enroll``: the per-host token to use from now on."""
 
-    host_id: str
+    host_id: int
     token: str
 
 

@@ -5,23 +5,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fleet.inventory.simulation import simulated_spec
+from fleet.mig import product_by_key
 from hostagent import protocol
 from hostagent.collector import Collector
 from hostagent.gpu.simulated import SimulatedBackend
 from hostagent.mps import MpsManager
 from hostagent.reconcile import apply_desired_state
 
-from fleet.inventory.simulation import simulated_spec
-from fleet.mig import product_by_key
-
 
 class SimAgent:
-    def __init__(self, product_keys: list[str], *, seed: int = 0, tmp: Path = Path("/tmp/fleet-test-mps"), allow_mutation: bool = True):
+    def __init__(
+        self,
+        product_keys: list[str],
+        *,
+        seed: int = 0,
+        tmp: Path = Path("/tmp/fleet-test-mps"),
+        allow_mutation: bool = True,
+    ):
         specs = [simulated_spec(product_by_key(k)) for k in product_keys]  # type: ignore[arg-type]
         self.backend = SimulatedBackend(specs, seed=seed)
         self.backend.init()
         self.mps = MpsManager(self.backend.mps_control, tmp / str(seed))
-        self.collector = Collector(self.backend, hostname=f"sim-{seed}", mps=self.mps, allow_mutation=allow_mutation)
+        self.collector = Collector(
+            self.backend, hostname=f"sim-{seed}", mps=self.mps, allow_mutation=allow_mutation
+        )
         self.allow_mutation = allow_mutation
         self.applied = 0
 
@@ -36,6 +44,9 @@ class SimAgent:
         if self.allow_mutation:
             self.applied = desired["generation"]
         return {
-            "type": "ack", "generation": desired["generation"], "status": protocol.ack_status(items),
-            "items": items, "observed": self.collector.gpu_infos(),
+            "type": "ack",
+            "generation": desired["generation"],
+            "status": protocol.ack_status(items),
+            "items": items,
+            "observed": self.collector.gpu_infos(),
         }

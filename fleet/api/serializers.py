@@ -81,6 +81,9 @@ class GpuSerializer(serializers.ModelSerializer[Gpu]):
             "health_reason",
             "cordoned",
             "cordon_reason",
+            "observed",
+            "last_telemetry",
+            "last_telemetry_at",
         ]
         read_only_fields = fields
 

@@ -99,14 +99,28 @@ def _health_from_status(status: str, current: str) -> str:
     return GpuHealth.HEALTHY if current in (GpuHealth.LOST, GpuHealth.UNKNOWN) else current
 
 
+class WrongHost(ServiceError):
+    status_code = 403
+
+
 @transaction.atomic
 def agent_hello(*, host: Host, hello: protocol.Hello) -> bool:
     """Record what the agent discovered. GPUs seen for the first time are adopted as they are
     (their MIG instances become partitions), so enrolling a host never destroys anything.
 
-    Returns whether the agent is behind and must be sent the current desired state.
+    A token is bound to the machine that enrolled with it: a hello from another hostname is
+    refused (:class:`WrongHost`) and changes nothing.
+
+    Returns whether the agent must be sent the current desired state: it is behind, or what it
+    observes differs from what is desired (a reboot or a reset lost its MIG instances).
     """
     host = Host.objects.select_for_update().get(pk=host.pk)
+    if host.hostname and hello["hostname"] != host.hostname:
+        raise WrongHost(
+            "agent.wrong_host",
+            f"This token belongs to {host.hostname!r}; {hello['hostname']!r} may not use it.",
+            {"host": host.name},
+        )
     host.agent_version = hello["agent_version"][:64]
     host.driver_version = (hello["driver_version"] or "")[:64]
     host.nvml_version = (hello["nvml_version"] or "")[:64]
@@ -119,10 +133,26 @@ def agent_hello(*, host: Host, hello: protocol.Hello) -> bool:
         max(host.applied_generation, applied) if applied else host.applied_generation
     )
     host.save()
+    drift = False
     for info in hello["gpus"]:
-        _gpu_observed(host, info, adopt=True)
+        gpu = _gpu_observed(host, info, adopt=True)
+        drift = drift or (gpu is not None and _drifted(gpu, info))
     publish_changed("host", [host.pk])
-    return int(hello["applied_generation"]) < host.desired_generation
+    return drift or int(hello["applied_generation"]) < host.desired_generation
+
+
+def _drifted(gpu: Gpu, info: protocol.GpuInfo) -> bool:
+    """Whether the GPU as observed differs from its desired MIG mode or instances."""
+    if info["status"] != "ok" or not info["mig_capable"]:
+        return False
+    if bool(info["mig_mode_current"]) != (gpu.mode == SharingMode.MIG):
+        return True
+    wanted = {
+        (int(p.profile_id or 0), p.start)
+        for p in gpu.partitions.all()
+        if p.kind == PartitionKind.MIG
+    }
+    return wanted != {(i["profile_id"], i["start"]) for i in info["mig_instances"]}
 
 
 def _gpu_observed(host: Host, info: protocol.GpuInfo, *, adopt: bool) -> Gpu | None:

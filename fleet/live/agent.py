@@ -17,11 +17,15 @@ from fleet.core.events import agent_group, register_home_loop
 from fleet.inventory import agents
 from fleet.inventory.models import Host
 from fleet.partitioning import delivery
+from fleet.partitioning.selectors import host_desired_state
 from hostagent import protocol
 
 logger = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
+CLOSE_WRONG_HOST = 4403
+# Group membership lives in the channel layer (Redis), which may restart and forget it.
+REJOIN_EVERY_MESSAGES = 20
 
 
 def _token(scope: dict[str, Any]) -> str:
@@ -58,8 +62,16 @@ def handle_message(host_id: int, message: protocol.UpMessage) -> bool:
     return False
 
 
+def desired_document(host_id: int) -> dict[str, Any]:
+    """The current desired state, recorded as dispatched, to send on this very socket."""
+    document = host_desired_state(Host.objects.get(pk=host_id))
+    delivery.desired_state_dispatched(host_id=host_id, generation=document["generation"])
+    return dict(document)
+
+
 class AgentConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     host_id: int | None = None
+    received = 0
 
     async def connect(self) -> None:
         host = await database_sync_to_async(agents.host_authenticate)(_token(self.scope))
@@ -85,9 +97,18 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         if message["type"] in ("desired_state", "ping"):
             return
-        behind = await database_sync_to_async(handle_message)(self.host_id, message)
+        self.received += 1
+        if self.received % REJOIN_EVERY_MESSAGES == 0:
+            await self.channel_layer.group_add(agent_group(self.host_id), self.channel_name)
+        try:
+            behind = await database_sync_to_async(handle_message)(self.host_id, message)
+        except agents.WrongHost as error:
+            logger.warning("refused agent for host %s: %s", self.host_id, error.message)
+            await self.close(code=CLOSE_WRONG_HOST)
+            return
         if behind:
-            await database_sync_to_async(delivery.desired_state_push)(host_id=self.host_id)
+            # Straight down this socket: a group push may be lost (full channel, Redis restart).
+            await self.send_json(await database_sync_to_async(desired_document)(self.host_id))
 
     async def agent_desired_state(self, event: dict[str, Any]) -> None:
         """A push from a worker (through the group): forward it to the agent."""

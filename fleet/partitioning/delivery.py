@@ -41,6 +41,13 @@ def desired_state_push(*, host_id: int) -> bool:
     if generation <= host.applied_generation:
         return False
     sent = publish(agent_group(host_id), "agent.desired_state", {"message": dict(document)})
+    desired_state_dispatched(host_id=host_id, generation=generation)
+    logger.debug("pushed generation %s to host %s (layer accepted: %s)", generation, host_id, sent)
+    return sent
+
+
+def desired_state_dispatched(*, host_id: int, generation: int) -> None:
+    """Record that ``generation`` went out; its pending operations become dispatched."""
     now = timezone.now()
     Host.objects.filter(pk=host_id, dispatched_generation__lte=generation).update(
         dispatched_generation=generation,
@@ -53,8 +60,6 @@ def desired_state_push(*, host_id: int) -> bool:
     ids = list(dispatched.values_list("pk", flat=True))
     dispatched.update(status=OperationStatus.DISPATCHED, dispatched_at=now)
     publish_changed("operation", ids)
-    logger.debug("pushed generation %s to host %s (layer accepted: %s)", generation, host_id, sent)
-    return sent
 
 
 def _failed_items(items: list[protocol.ItemResult]) -> dict[str, list[protocol.ItemResult]]:

@@ -37,12 +37,17 @@ class HostState:
 
 @dataclass(frozen=True)
 class MigPartition:
-    """An existing MIG GPU instance; ``occupied`` when a replica runs in it."""
+    """An existing MIG GPU instance; ``occupied`` when a replica runs in it.
+
+    ``allocation_id`` names the replica's allocation, where the caller knows it (defrag plans
+    carry it through moves).
+    """
 
     id: int
     profile_id: int
     start: int
     occupied: bool = False
+    allocation_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,8 @@ class GpuState:
         partitions: MIG instances (mode ``mig``).
         mps_reservations: the MPS clients placed (mode ``mps``).
         mps_max_clients: the daemon's client limit (``None``: the MPS default for a whole GPU).
+        mps_reservation_ids: allocation ids of ``mps_reservations``, in the same order (optional;
+            defrag plans fall back to the index).
     """
 
     id: int
@@ -70,6 +77,7 @@ class GpuState:
     partitions: tuple[MigPartition, ...] = ()
     mps_reservations: tuple[MpsRequest, ...] = ()
     mps_max_clients: int | None = None
+    mps_reservation_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

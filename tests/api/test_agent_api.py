@@ -16,8 +16,10 @@ from tests.helpers import assert_error
 pytestmark = pytest.mark.django_db
 
 
-def enroll(token: str, hostname: str = "node-1"):
-    return APIClient().post("/api/v1/agent/enroll", {"enrollment_token": token, "hostname": hostname}, format="json")
+def enroll(token: str, hostname: str = "sim-0"):
+    return APIClient().post(
+        "/api/v1/agent/enroll", {"enrollment_token": token, "hostname": hostname}, format="json"
+    )
 
 
 def agent_client(token: str) -> APIClient:
@@ -34,7 +36,7 @@ def test_an_enrollment_token_is_traded_once_for_a_hashed_host_token():
     assert body["host_id"] == host.pk and body["token"].startswith("flh_")
     host.refresh_from_db()
     assert body["token"] not in (host.token_hash, host.token_prefix) and len(host.token_hash) == 64
-    assert host.hostname == "node-1" and host.enrollment_token_hash == ""
+    assert host.hostname == "sim-0" and host.enrollment_token_hash == ""
     assert_error(enroll(enrollment), 401, "agent.enrollment_refused")
     assert Operation.objects.filter(kind="enroll_host", host=host).exists()
 
@@ -52,10 +54,14 @@ def test_the_rest_fallback_reports_and_gets_desired_state():
     client = agent_client(enroll(enrollment).json()["token"])
     agent = SimAgent(["a100-sxm4-40gb"])
     assert client.get("/api/v1/agent/desired-state").status_code == 204
-    response = client.post("/api/v1/agent/report", {"messages": [agent.hello(), agent.telemetry()]}, format="json")
+    response = client.post(
+        "/api/v1/agent/report", {"messages": [agent.hello(), agent.telemetry()]}, format="json"
+    )
     assert response.json() == {"accepted": 2}
     gpu = Gpu.objects.get(host=host)
-    op = gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("7g.40gb", 0),)))
+    op = gpu_set_layout(
+        gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("7g.40gb", 0),))
+    )
     desired = client.get("/api/v1/agent/desired-state").json()
     assert desired["type"] == "desired_state" and desired["generation"] == 1
     op.refresh_from_db()
@@ -66,13 +72,26 @@ def test_the_rest_fallback_reports_and_gets_desired_state():
 
 
 def test_malformed_reports_are_refused_whole():
-    host, enrollment = host_create(name="gpu-01")
+    _, enrollment = host_create(name="gpu-01")
     client = agent_client(enroll(enrollment).json()["token"])
     agent = SimAgent(["a30-24gb"])
-    body = assert_error(client.post("/api/v1/agent/report", {"messages": [agent.hello(), {"type": "hello"}]}, format="json"), 400, "invalid")
+    body = assert_error(
+        client.post(
+            "/api/v1/agent/report", {"messages": [agent.hello(), {"type": "hello"}]}, format="json"
+        ),
+        400,
+        "invalid",
+    )
     assert "1" in str(body["details"])
     assert not Gpu.objects.exists()
-    assert_error(client.post("/api/v1/agent/report", {"messages": [{"type": "desired_state", "generation": 1, "gpus": {}}]}, format="json"), 400)
+    assert_error(
+        client.post(
+            "/api/v1/agent/report",
+            {"messages": [{"type": "desired_state", "generation": 1, "gpus": {}}]},
+            format="json",
+        ),
+        400,
+    )
 
 
 def test_agent_endpoints_refuse_users_and_wrong_tokens(operator_client):
@@ -85,17 +104,41 @@ def test_a_host_token_only_ever_reaches_its_own_host():
     a, enroll_a = host_create(name="a")
     b, enroll_b = host_create(name="b")
     token_a = enroll(enroll_a).json()["token"]
-    token_b = enroll(enroll_b).json()["token"]
+    token_b = enroll(enroll_b, hostname="sim-3").json()["token"]
     agent_b = SimAgent(["a30-24gb"], seed=3)
-    agent_client(token_b).post("/api/v1/agent/report", {"messages": [agent_b.hello()]}, format="json")
+    agent_client(token_b).post(
+        "/api/v1/agent/report", {"messages": [agent_b.hello()]}, format="json"
+    )
     gpu_b = Gpu.objects.get(host=b)
-    gpu_set_layout(gpu_id=gpu_b.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("4g.24gb", 0),)))
+    gpu_set_layout(
+        gpu_id=gpu_b.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("4g.24gb", 0),))
+    )
     # A's token sees only A's (empty) desired state, never B's.
     assert agent_client(token_a).get("/api/v1/agent/desired-state").status_code == 204
     # A replays B's hello and an ack for B's generation: B is untouched.
-    forged_ack = {"type": "ack", "generation": 1, "status": "applied", "items": [], "observed": agent_b.hello()["gpus"]}
-    agent_client(token_a).post("/api/v1/agent/report", {"messages": [agent_b.hello(), forged_ack]}, format="json")
+    forged_ack = {
+        "type": "ack",
+        "generation": 1,
+        "status": "applied",
+        "items": [],
+        "observed": agent_b.hello()["gpus"],
+    }
+    agent_client(token_a).post(
+        "/api/v1/agent/report", {"messages": [agent_b.hello(), forged_ack]}, format="json"
+    )
     assert Gpu.objects.get(pk=gpu_b.pk).host_id == b.pk
     assert Host.objects.get(pk=b.pk).applied_generation == 0
     assert Operation.objects.get(kind="set_layout").status != "succeeded"
     assert Host.objects.get(pk=a.pk).applied_generation == 0
+
+
+def test_a_report_from_another_machine_is_refused():
+    _, enrollment = host_create(name="gpu-01")
+    client = agent_client(enroll(enrollment, hostname="node-a").json()["token"])
+    intruder = SimAgent(["a30-24gb"])  # reports hostname "sim-0"
+    assert_error(
+        client.post("/api/v1/agent/report", {"messages": [intruder.hello()]}, format="json"),
+        403,
+        "agent.wrong_host",
+    )
+    assert not Gpu.objects.exists()

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hostagent import reconcile
@@ -180,6 +180,9 @@ A30_SLOTS = [(14, 0), (14, 1), (14, 2), (14, 3), (21, 0), (21, 3), (5, 0), (5, 2
     ci=st.booleans(),
 )
 def test_plan_is_idempotent_for_any_layouts(before, after, mig_before, mig_after, ci):
+    # The control plane never sends two media-extension (+me) instances for one GPU (fleet.mig
+    # validates that); the driver would refuse the second, and the agent would retry it.
+    assume(len([slot for slot in set(after) if slot[0] in (21, 6)]) <= 1)
     sim, uuid = sim_a30()
     if mig_before:
         sim.set_mig_mode(uuid, True)

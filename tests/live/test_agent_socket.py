@@ -41,6 +41,7 @@ def test_a_socket_without_a_valid_host_token_is_closed():
             communicator = await connect(token)
             connected, code = await communicator.connect()
             assert not connected and code == 4401
+
     run(scenario)
 
 
@@ -59,7 +60,9 @@ def test_hello_adopts_gpus_then_a_layout_is_pushed_applied_and_acked():
         assert [g.mode for g in gpus] == ["dedicated", "dedicated"]  # adopted as found
         operation = await sync_to_async(gpu_set_layout)(
             gpu_id=gpus[0].pk,
-            spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("3g.40gb", 4), MigInstanceSpec("1g.10gb", 0))),
+            spec=LayoutSpec(
+                mode="mig", instances=(MigInstanceSpec("3g.40gb", 4), MigInstanceSpec("1g.10gb", 0))
+            ),
         )
         desired = await communicator.receive_json_from(timeout=5)
         assert desired["type"] == "desired_state" and desired["generation"] == 1
@@ -74,9 +77,14 @@ def test_hello_adopts_gpus_then_a_layout_is_pushed_applied_and_acked():
     op = Operation.objects.get(pk=op_id)
     assert op.status == "succeeded"
     assert Host.objects.get(pk=host.pk).applied_generation == 1
-    instances = {(i.profile_id, i.start) for i in agent.backend.mig_instances(agent.backend.list_gpus()[0].uuid)}
+    instances = {
+        (i.profile_id, i.start)
+        for i in agent.backend.mig_instances(agent.backend.list_gpus()[0].uuid)
+    }
     assert instances == {(9, 4), (19, 0)}
-    assert all(p.uuid.startswith("MIG-") for p in Partition.objects.filter(gpu__host=host, kind="mig"))
+    assert all(
+        p.uuid.startswith("MIG-") for p in Partition.objects.filter(gpu__host=host, kind="mig")
+    )
     assert TelemetrySample.objects.filter(gpu__host=host).count() == 2
 
 
@@ -92,7 +100,9 @@ def test_an_agent_that_reconnects_behind_gets_the_current_generation():
         await communicator.disconnect()
         gpu = await sync_to_async(Gpu.objects.get)(host=host)
         # Changed while the agent was away: nothing can be delivered now.
-        await sync_to_async(gpu_set_layout)(gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("4g.24gb", 0),)))
+        await sync_to_async(gpu_set_layout)(
+            gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("4g.24gb", 0),))
+        )
         communicator = await connect(token)
         await communicator.connect()
         await communicator.send_json_to(agent.hello())
@@ -116,13 +126,19 @@ def test_a_busy_partition_is_reported_in_use_and_the_operation_fails_with_the_pi
         await communicator.send_json_to(agent.hello())
         await communicator.receive_nothing(0.2)
         gpu = await sync_to_async(Gpu.objects.get)(host=host)
-        await sync_to_async(gpu_set_layout)(gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("7g.80gb", 0),)))
-        await communicator.send_json_to(agent.apply(await communicator.receive_json_from(timeout=5)))
+        await sync_to_async(gpu_set_layout)(
+            gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("7g.80gb", 0),))
+        )
+        await communicator.send_json_to(
+            agent.apply(await communicator.receive_json_from(timeout=5))
+        )
         await communicator.receive_nothing(0.3)
         # A process nobody told Fleet about runs in the 7g instance.
         instance = agent.backend.mig_instances(gpu.uuid)[0]
         pid = agent.backend.run_process(gpu.uuid, 1024, gpu_instance_id=instance.gpu_instance_id)
-        op = await sync_to_async(gpu_set_layout)(gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("1g.10gb", 0),)))
+        op = await sync_to_async(gpu_set_layout)(
+            gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("1g.10gb", 0),))
+        )
         ack = agent.apply(await communicator.receive_json_from(timeout=5))
         assert ack["status"] in ("partial", "failed")
         await communicator.send_json_to(ack)
@@ -148,8 +164,28 @@ def test_events_are_recorded_and_a_lost_gpu_is_marked_lost():
         await communicator.send_json_to(agent.hello())
         await communicator.receive_nothing(0.2)
         uuid = agent.backend.list_gpus()[0].uuid
-        await communicator.send_json_to({"type": "event", "kind": "gpu_lost", "gpu_uuid": uuid, "gpu_instance_id": None, "xid": None, "detail": "fell off the bus", "ts": 1.0})
-        await communicator.send_json_to({"type": "event", "kind": "xid", "gpu_uuid": uuid, "gpu_instance_id": None, "xid": 79, "detail": "", "ts": 2.0})
+        await communicator.send_json_to(
+            {
+                "type": "event",
+                "kind": "gpu_lost",
+                "gpu_uuid": uuid,
+                "gpu_instance_id": None,
+                "xid": None,
+                "detail": "fell off the bus",
+                "ts": 1.0,
+            }
+        )
+        await communicator.send_json_to(
+            {
+                "type": "event",
+                "kind": "xid",
+                "gpu_uuid": uuid,
+                "gpu_instance_id": None,
+                "xid": 79,
+                "detail": "",
+                "ts": 2.0,
+            }
+        )
         await communicator.send_json_to({"type": "nonsense"})
         await communicator.receive_nothing(0.3)
         await communicator.disconnect()
@@ -174,7 +210,17 @@ def test_a_gpu_of_another_host_cannot_be_written():
         await communicator.send_json_to(agent.hello())
         telemetry = agent.telemetry()
         await communicator.send_json_to(telemetry)
-        await communicator.send_json_to({"type": "event", "kind": "gpu_lost", "gpu_uuid": telemetry["gpus"][0]["uuid"], "gpu_instance_id": None, "xid": None, "detail": "", "ts": 1.0})
+        await communicator.send_json_to(
+            {
+                "type": "event",
+                "kind": "gpu_lost",
+                "gpu_uuid": telemetry["gpus"][0]["uuid"],
+                "gpu_instance_id": None,
+                "xid": None,
+                "detail": "",
+                "ts": 1.0,
+            }
+        )
         await communicator.receive_nothing(0.3)
         await communicator.disconnect()
 
@@ -183,3 +229,55 @@ def test_a_gpu_of_another_host_cannot_be_written():
     assert gpu.host_id == victim.pk and gpu.health != "lost"
     assert not TelemetrySample.objects.exists() and not HealthEvent.objects.exists()
     assert not Gpu.objects.filter(host=attacker).exists()
+
+
+def test_a_token_used_from_another_machine_is_refused():
+    host, token = enrolled_host()
+    Host.objects.filter(pk=host.pk).update(hostname="node-a")
+    intruder = SimAgent(["a30-24gb"], seed=9)  # hostname "sim-9"
+
+    async def scenario():
+        communicator = await connect(token)
+        await communicator.connect()
+        await communicator.send_json_to(intruder.hello())
+        output = await communicator.receive_output(timeout=2)
+        assert output == {"type": "websocket.close", "code": 4403}
+
+    run(scenario)
+    assert not Gpu.objects.exists()
+
+
+def test_an_agent_that_lost_its_instances_is_sent_the_layout_again():
+    host, token = enrolled_host()
+    agent = SimAgent(["a30-24gb"])
+
+    async def scenario():
+        communicator = await connect(token)
+        await communicator.connect()
+        await communicator.send_json_to(agent.hello())
+        await communicator.receive_nothing(0.2)
+        gpu = await sync_to_async(Gpu.objects.get)(host=host)
+        await sync_to_async(gpu_set_layout)(
+            gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("4g.24gb", 0),))
+        )
+        await communicator.send_json_to(
+            agent.apply(await communicator.receive_json_from(timeout=5))
+        )
+        await communicator.receive_nothing(0.3)
+        await communicator.disconnect()
+        # The host rebooted: MIG instances are gone, but the agent's state file says "applied 1".
+        rebooted = SimAgent(["a30-24gb"])
+        rebooted.applied = 1
+        communicator = await connect(token)
+        await communicator.connect()
+        await communicator.send_json_to(rebooted.hello())
+        desired = await communicator.receive_json_from(timeout=5)
+        assert desired["generation"] == 1
+        ack = rebooted.apply(desired)
+        assert ack["status"] == "applied"
+        await communicator.disconnect()
+        return rebooted
+
+    rebooted = run(scenario)
+    uuid = rebooted.backend.list_gpus()[0].uuid
+    assert [(i.profile_id, i.start) for i in rebooted.backend.mig_instances(uuid)] == [(0, 0)]

@@ -68,3 +68,30 @@ def test_a_missing_file_exits_with_status_2(tmp_path: Path) -> None:
     with pytest.raises(CommandError) as raised:
         _call("--pods", str(tmp_path / "absent.csv"))
     assert raised.value.returncode == 2
+
+
+def test_the_mig_variant_writes_a_mig_section(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pods = _write(
+        tmp_path / "pods.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time",
+        ["p0,4000,1024,1,400,0,10", "p1,4000,1024,1,500,5,20", "p2,4000,1024,2,1000,8,30"],
+    )
+    out = tmp_path / "mig.json"
+
+    _call("--pods", str(pods), "--mig", "H100", "--policy", "first_fit", "--json", str(out))
+
+    mig = json.loads(out.read_text())["mig"]
+    assert (mig["product"], mig["jobs"], mig["lower_bound"]) == ("h100-sxm5-80gb", 3, 3)
+    assert [r["strategy"] for r in mig["results"]] == ["first_fit"]
+    assert "gap %" in capsys.readouterr().out
+
+
+def test_an_unknown_mig_product_exits_with_status_2(tmp_path: Path) -> None:
+    from django.core.management.base import CommandError
+
+    pods = _write(tmp_path / "pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli", [])
+    with pytest.raises(CommandError) as raised:
+        _call("--pods", str(pods), "--mig", "T4")
+    assert raised.value.returncode == 2

@@ -1,12 +1,14 @@
 """``manage.py bench_placement``: replay an Alibaba GPU trace under the published FGD protocol.
 
-Thin: reads the CSV files, calls :mod:`fleet.placement.bench`, prints the table, writes JSON.
+Thin: reads the CSV files, calls :mod:`fleet.placement.bench` (or, with ``--mig PRODUCT``,
+:mod:`fleet.placement.migbench`), prints the table, writes JSON.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import statistics
 import time
 from argparse import ArgumentParser
 from pathlib import Path
@@ -23,6 +25,7 @@ from fleet.placement.bench import (
     run_one,
     summarize,
 )
+from fleet.placement.migbench import MIG_STRATEGIES, MigReport, resolve_product, run_mig
 from fleet.placement.trace import parse_nodes, parse_pods
 
 DATA = Path("..") / "shared" / "data" / "alibaba-gpu-v2023"
@@ -41,6 +44,25 @@ def _read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def _names(value: str, known: tuple[str, ...]) -> list[str]:
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise CommandError(
+            f"unknown policy {', '.join(unknown)}; choose from {', '.join(known)}", returncode=2
+        )
+    return names
+
+
+def _ints(value: str) -> list[int]:
+    try:
+        return [int(v) for v in value.split(",") if v.strip()]
+    except ValueError as error:
+        raise CommandError(
+            f"expected comma-separated integers, got {value!r}", returncode=2
+        ) from error
+
+
 class Command(BaseCommand):
     help = "Replay an Alibaba GPU trace (ATC'23 protocol) with placement policies, side by side."
 
@@ -50,30 +72,37 @@ class Command(BaseCommand):
         parser.add_argument("--nodes", type=Path, help="node list CSV (default: the GPU nodes)")
         parser.add_argument(
             "--policy",
-            default=f"{DEFAULT_POLICY},fgd,bestfit,random",
-            help=f"comma-separated: {', '.join(POLICIES)}",
+            help=f"comma-separated: {', '.join(POLICIES)} (default {DEFAULT_POLICY},fgd,bestfit,"
+            f"random); with --mig: {', '.join(MIG_STRATEGIES)} (default all)",
         )
         parser.add_argument("--seeds", default="42", help="comma-separated seeds, e.g. 42,43,44")
         parser.add_argument("--json", type=Path, dest="json_out", help="write results here")
         parser.add_argument(
             "--published", type=Path, help="analysis_allo_discrete.csv (default: the shared copy)"
         )
+        parser.add_argument(
+            "--mig", help="MIG variant on a fleet of this product (key or name, e.g. H100)"
+        )
+        parser.add_argument(
+            "--mig-gpus",
+            help="comma-separated churn fleet sizes (default: peak lower bound and 80 %% of it)",
+        )
+        parser.add_argument(
+            "--time-limit", type=float, default=10.0, help="CP-SAT limit in seconds (--mig)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         data = _data_dir()
         pods_path: Path = options["pods"] or data / "csv" / f"openb_pod_list_{options['trace']}.csv"
+        if options["mig"]:
+            self._handle_mig(pods_path, options)
+            return
         nodes_path: Path = options["nodes"] or data / "csv" / "openb_node_list_gpu_node.csv"
         published_path: Path = options["published"] or (
             data / "fgd-expected-results" / "analysis_allo_discrete.csv"
         )
-        policies = [p.strip() for p in options["policy"].split(",") if p.strip()]
-        unknown = [p for p in policies if p not in POLICIES]
-        if unknown:
-            raise CommandError(
-                f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}",
-                returncode=2,
-            )
-        seeds = [int(s) for s in options["seeds"].split(",") if s.strip()]
+        policies = _names(options["policy"] or f"{DEFAULT_POLICY},fgd,bestfit,random", POLICIES)
+        seeds = _ints(options["seeds"])
         nodes = parse_nodes(_read_rows(nodes_path))
         pods = parse_pods(_read_rows(pods_path))
         workload = pods_path.stem
@@ -94,6 +123,63 @@ class Command(BaseCommand):
             }
             options["json_out"].write_text(json.dumps(payload, indent=1))
             self.stdout.write(f"wrote {options['json_out']}")
+
+    def _handle_mig(self, pods_path: Path, options: dict[str, Any]) -> None:
+        try:
+            product = resolve_product(options["mig"])
+        except ValueError as error:
+            raise CommandError(str(error), returncode=2) from error
+        strategies = _names(options["policy"] or ",".join(MIG_STRATEGIES), MIG_STRATEGIES)
+        pods = parse_pods(_read_rows(pods_path))
+        started = time.perf_counter()
+        report = run_mig(
+            pods,
+            product,
+            strategies=strategies,
+            seeds=_ints(options["seeds"]),
+            fleets=_ints(options["mig_gpus"] or ""),
+            time_limit_s=options["time_limit"],
+            clock=time.perf_counter,
+        )
+        self.stderr.write(f"MIG variant in {time.perf_counter() - started:.1f}s")
+        self._print_mig(pods_path.stem, report)
+        if options["json_out"]:
+            payload = {"trace": pods_path.stem, "mig": report}
+            options["json_out"].write_text(json.dumps(payload, indent=1))
+            self.stdout.write(f"wrote {options['json_out']}")
+
+    def _print_mig(self, workload: str, report: MigReport) -> None:
+        offline = report["offline"]
+        profiles = ", ".join(f"{n} {name}" for name, n in report["profiles"].items())
+        self.stdout.write(
+            f"{workload} on {report['product']}: {report['jobs']} jobs, "
+            f"{report['instances']} instances ({profiles})"
+        )
+        self.stdout.write(
+            f"lower bound {report['lower_bound']} GPUs; offline repack {offline['gpus_used']} "
+            f"({'optimal' if offline['optimal'] else 'not proven'}, {offline['solver']})"
+        )
+        fleets = report["churn_fleets"]
+        if not fleets:
+            self.stdout.write("no creation/deletion times in this trace: churn not replayed")
+        accept = " ".join(f"{f'accept@{n} %':>14}" for n in fleets)
+        self.stdout.write(
+            f"{'strategy':<20} {'seeds':>5} {'GPUs used':>10} {'gap %':>6} {accept} "
+            f"{'p50 ms':>7} {'p99 ms':>7} {'rank p50':>8} {'rank p99':>8}"
+        )
+        for name in dict.fromkeys(r["strategy"] for r in report["results"]):
+            runs = [r for r in report["results"] if r["strategy"] == name]
+            churn = runs[0]["churn"]
+            rates = " ".join(f"{c['acceptance_percent']:>14.2f}" for c in churn)
+            self.stdout.write(
+                f"{name:<20} {len(runs):>5} "
+                f"{statistics.fmean(r['gpus_used'] for r in runs):>10.1f} "
+                f"{statistics.fmean(r['gap_percent'] for r in runs):>6.3f} {rates} "
+                f"{max(r['decision_ms']['p50'] for r in runs):>7.3f} "
+                f"{max(r['decision_ms']['p99'] for r in runs):>7.3f} "
+                f"{max((c['rank_decision_ms']['p50'] for c in churn), default=0.0):>8.2f} "
+                f"{max((c['rank_decision_ms']['p99'] for c in churn), default=0.0):>8.2f}"
+            )
 
     def _run(self, nodes: Any, pods: Any, policies: list[str], seeds: list[int]) -> list[RunResult]:
         results: list[RunResult] = []

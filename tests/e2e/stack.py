@@ -1,0 +1,342 @@
+"""The real product on loopback for end-to-end tests: PostgreSQL (a scratch database on the
+server FLEET_DATABASE_URL names), a private Redis, the ASGI server (daphne), a Celery worker and
+beat, and simulated agents as separate ``fleet-agent`` processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from fleet.inventory.simulation import simulated_spec
+from fleet.mig import product_by_key
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(
+    predicate: Callable[[], Any], timeout: float = 30.0, every: float = 0.25, what: str = ""
+) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except (urllib.error.URLError, ConnectionError, OSError, KeyError, IndexError) as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(every)
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what or predicate}: last={last!r}"
+    )
+
+
+class Agent:
+    def __init__(self, stack: Stack, name: str, products: list[str]) -> None:
+        self.stack, self.name, self.products = stack, name, products
+        self.dir = stack.tmp / f"agent-{name}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.token_file = self.dir / "token.json"
+        self.faults = self.dir / "faults"
+        specs = [simulated_spec(product_by_key(k)) for k in products]  # type: ignore[arg-type]
+        (self.dir / "gpus.json").write_text(
+            json.dumps({"seed": abs(hash(name)) % 10_000, "gpus": specs})
+        )
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, enrollment_token: str | None = None, hostname: str | None = None) -> Agent:
+        args = [
+            str(BIN / "fleet-agent"),
+            "--server",
+            self.stack.url,
+            "--token-file",
+            str(self.token_file),
+            "--simulate",
+            str(self.dir / "gpus.json"),
+            "--allow-mutation",
+            "--interval",
+            "0.5",
+            "--hostname",
+            hostname or self.name,
+            "--fault-dir",
+            str(self.faults),
+            "--mps-dir",
+            str(self.dir / "mps"),
+        ]
+        if enrollment_token:
+            args += ["--enroll", enrollment_token]
+        log = (self.dir / "agent.log").open("ab")
+        self.process = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env=self.stack.env
+        )
+        return self
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def fault(self, **command: Any) -> dict[str, Any]:
+        name = f"{uuid.uuid4().hex}.json"
+        self.faults.mkdir(parents=True, exist_ok=True)
+        (self.faults / name).write_text(json.dumps(command))
+        done = self.faults / name.replace(".json", ".done")
+        wait_until(done.exists, 10, what=f"fault {command}")
+        return dict(json.loads(done.read_text()))
+
+    def log(self) -> str:
+        return (self.dir / "agent.log").read_text(errors="replace")
+
+
+class Stack:
+    def __init__(self, tmp: Path, database_url: str) -> None:
+        self.tmp = tmp
+        self.redis_port = free_port()
+        self.http_port = free_port()
+        self.url = f"http://127.0.0.1:{self.http_port}"
+        self.db_name = f"fleet_e2e_{uuid.uuid4().hex[:10]}"
+        self.server_url = database_url.rsplit("/", 1)[0]
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "fleet.settings.base",
+            "FLEET_MODE": "production",
+            "FLEET_SECRET_KEY": "e2e-" + uuid.uuid4().hex,
+            "FLEET_DATABASE_URL": f"{self.server_url}/{self.db_name}",
+            "FLEET_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+            "FLEET_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "FLEET_SECURE_COOKIES": "false",
+            "FLEET_DATA_DIR": str(tmp / "data"),
+            "FLEET_PUSH_RETRY_SECONDS": "1",
+            "FLEET_REDELIVER_EVERY": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.agents: list[Agent] = []
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> Stack:
+        with psycopg.connect(f"{self.server_url}/postgres", autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.db_name}"')
+        self.start_redis()
+        self.manage("migrate", "-v0")
+        self.operator_token = self.manage("create_api_token", "ops", "--role", "operator").strip()
+        self.admin_token = self.manage("create_api_token", "root", "--role", "admin").strip()
+        self.spawn(
+            "daphne",
+            [
+                str(BIN / "daphne"),
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.http_port),
+                "fleet.asgi:application",
+            ],
+        )
+        self.start_worker()
+        self.spawn(
+            "beat",
+            [
+                str(BIN / "celery"),
+                "-A",
+                "fleet",
+                "beat",
+                "-l",
+                "warning",
+                "-s",
+                str(self.tmp / "beat-schedule"),
+            ],
+        )
+        wait_until(
+            lambda: self.get("/healthz", token=None)["status"] == "ok", 30, what="the ASGI server"
+        )
+        return self
+
+    def stop(self) -> None:
+        for agent in self.agents:
+            agent.kill()
+        for name in list(self.processes):
+            self.terminate(name)
+        with psycopg.connect(f"{self.server_url}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+
+    def spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = (self.tmp / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
+        )
+        self.processes[name] = process
+        return process
+
+    def terminate(self, name: str, sig: int = signal.SIGTERM) -> None:
+        process = self.processes.pop(name, None)
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(sig)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+    def start_redis(self) -> None:
+        redis = shutil.which("redis-server") or "redis-server"
+        self.spawn(
+            "redis",
+            [
+                redis,
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+        )
+        wait_until(lambda: _redis_ping(self.redis_port), 10, what="redis")
+
+    def restart_redis(self) -> None:
+        self.terminate("redis", signal.SIGKILL)
+        self.start_redis()
+
+    def start_worker(self) -> None:
+        self.spawn(
+            "worker",
+            [
+                str(BIN / "celery"),
+                "-A",
+                "fleet",
+                "worker",
+                "--pool=solo",
+                "-l",
+                "warning",
+                "-n",
+                f"w{uuid.uuid4().hex[:6]}@%h",
+            ],
+        )
+
+    def kill_worker(self) -> None:
+        self.terminate("worker", signal.SIGKILL)
+
+    def manage(self, *args: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed: {result.stderr}")
+        return result.stdout
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text(errors="replace")
+
+    # -- API ----------------------------------------------------------------------------
+
+    def request(
+        self, method: str, path: str, body: Any = None, token: str | None = "operator"
+    ) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = (
+                f"Token {self.admin_token if token == 'admin' else self.operator_token}"
+            )
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=15) as response:
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"null")
+
+    def get(self, path: str, token: str | None = "operator") -> Any:
+        status, body = self.request("GET", path, token=token)
+        assert status == 200, (path, status, body)
+        return body
+
+    def add_agent(self, name: str, products: list[str]) -> Agent:
+        status, host = self.request("POST", "/api/v1/hosts/", {"name": name}, token="admin")
+        assert status == 201, host
+        agent = Agent(self, name, products).start(enrollment_token=host["enrollment_token"])
+        self.agents.append(agent)
+        agent.host_id = host["id"]  # type: ignore[attr-defined]
+        wait_until(
+            lambda: self.get(f"/api/v1/gpus/?host={host['id']}")["count"] == len(products),
+            30,
+            what=f"{name}'s GPUs",
+        )
+        return agent
+
+    def gpus(self, agent: Agent) -> list[dict[str, Any]]:
+        return sorted(
+            self.get(f"/api/v1/gpus/?host={agent.host_id}")["results"], key=lambda g: g["index"]
+        )  # type: ignore[attr-defined]
+
+    def operation(self, op_id: int) -> dict[str, Any]:
+        return dict(self.get(f"/api/v1/operations/{op_id}/"))
+
+    def wait_operation(self, op_id: int, timeout: float = 30) -> dict[str, Any]:
+        return dict(
+            wait_until(
+                lambda: (
+                    (op := self.operation(op_id))["status"] in ("succeeded", "failed", "expired")
+                    and op
+                ),
+                timeout,
+                what=f"operation {op_id}",
+            )
+        )
+
+    def converged(self, gpu_id: int) -> bool:
+        """The GPU as its agent observes it equals its desired layout."""
+        gpu = self.get(f"/api/v1/gpus/{gpu_id}/")
+        partitions = self.get(f"/api/v1/partitions/?gpu={gpu_id}")["results"]
+        desired = sorted((p["profile_id"], p["start"]) for p in partitions if p["kind"] == "mig")
+        observed = gpu["observed"]
+        seen = sorted((i["profile_id"], i["start"]) for i in observed.get("mig_instances", []))
+        mig_ok = (
+            bool(observed.get("mig_mode_current")) == (gpu["mode"] == "mig")
+            if gpu["mig_capable"]
+            else True
+        )
+        mps_wanted = any(p["mps_enabled"] for p in partitions)
+        mps_ok = (
+            bool(observed.get("mps", {}).get("running")) == mps_wanted
+            if gpu["mode"] != "mig"
+            else True
+        )
+        return desired == seen and mig_ok and mps_ok
+
+
+def _redis_ping(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+        s.sendall(b"PING\r\n")
+        return s.recv(16).startswith(b"+PONG")
