@@ -34,7 +34,18 @@ def expire_operations() -> int:
 
 @app.task(name="fleet.mark_offline_hosts", ignore_result=True)
 def mark_offline_hosts() -> int:
-    """Beat: hosts that missed their heartbeats go offline."""
+    """Beat: hosts that missed their heartbeats go offline; their replicas are re-placed."""
+    from fleet.allocations.health import hosts_went_offline
     from fleet.partitioning.delivery import hosts_mark_offline
 
-    return len(hosts_mark_offline())
+    offline = hosts_mark_offline()
+    hosts_went_offline(offline)
+    return len(offline)
+
+
+@app.task(name="fleet.recover_quiet_gpus", ignore_result=True)
+def recover_quiet_gpus() -> int:
+    """Beat: GPUs unhealthy from a fatal Xid return after a quiet period."""
+    from fleet.allocations.health import gpus_recover_quiet
+
+    return len(gpus_recover_quiet())

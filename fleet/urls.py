@@ -3,13 +3,12 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth.decorators import login_required
 from django.urls import include, path
-from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from fleet.api.views_health import health
 
 urlpatterns = [
-    path("", RedirectView.as_view(url="/api/docs/", permanent=False)),
+    path("", include("fleet.web.urls")),
     path("healthz", health, name="health"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("fleet.api.urls")),

@@ -31,7 +31,7 @@ def fleet_snapshot() -> FleetSnapshot:
     hosts = tuple(
         HostState(
             id=host.pk,
-            healthy=host.status != HostStatus.UNHEALTHY,
+            healthy=host.status not in (HostStatus.UNHEALTHY, HostStatus.OFFLINE),
             cordoned=host.status in (HostStatus.CORDONED, HostStatus.DRAINING),
         )
         for host in Host.objects.order_by("name")

@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from fleet.allocations import services as allocation_services
+from fleet.allocations.health import gpu_heal
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.selectors import deployment_ranking
 from fleet.api import serializers as s
@@ -130,6 +131,16 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet[Gpu]):
         operation = partitioning_services.gpu_set_cordon(
             gpu_id=_pk(pk), cordoned=True, reason=reason, requested_by=request.user
         )
+        return Response(s.OperationSerializer(operation).data)
+
+    @extend_schema(
+        request=None,
+        responses={200: s.OperationSerializer, **_errors(401, 403, 404, 409)},
+        description="Return an unhealthy or lost GPU to service (after a reset, say).",
+    )
+    @action(detail=True, methods=["post"])
+    def heal(self, request: Request, pk: str | None = None) -> Response:
+        operation = gpu_heal(gpu_id=_pk(pk), requested_by=request.user)
         return Response(s.OperationSerializer(operation).data)
 
     @extend_schema(request=None, responses={200: s.OperationSerializer, **_errors(401, 403, 404)})

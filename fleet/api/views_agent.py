@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 
+from fleet.api import schema as _schema  # noqa: F401 - registers the OpenAPI auth scheme
 from fleet.api.serializers import ErrorSerializer
 from fleet.inventory import agents
 from fleet.inventory.models import Host

@@ -90,13 +90,24 @@ def _placements(info: protocol.GpuInfo) -> dict[str, Any]:
     }
 
 
-def _health_from_status(status: str, current: str) -> str:
-    if status == "lost":
-        return GpuHealth.LOST
-    if status == "unavailable":
-        return GpuHealth.UNKNOWN
-    # NVML answers again: a lost or unknown GPU is back; an unhealthy one stays until healed.
-    return GpuHealth.HEALTHY if current in (GpuHealth.LOST, GpuHealth.UNKNOWN) else current
+def _first_health(status: str) -> str:
+    return {"lost": GpuHealth.LOST, "unavailable": GpuHealth.UNKNOWN}.get(status, GpuHealth.HEALTHY)
+
+
+def _follow_status(gpu: Gpu, status: str) -> None:
+    """A GPU's NVML status, as a hello or an ack shows it, drives the health workflow (an agent
+    that restarted while a GPU was lost sends no ``gpu_lost`` event, only this status)."""
+    from fleet.allocations.health import gpu_mark_unhealthy, gpu_recover
+
+    if status == "lost" and gpu.health != GpuHealth.LOST:
+        gpu_mark_unhealthy(
+            gpu_id=gpu.pk, cause="lost", reason="NVML reports the GPU lost", health=GpuHealth.LOST
+        )
+    elif status == "ok" and gpu.health in (GpuHealth.LOST, GpuHealth.UNKNOWN):
+        if gpu.health == GpuHealth.UNKNOWN:
+            Gpu.objects.filter(pk=gpu.pk, health=GpuHealth.UNKNOWN).update(health=GpuHealth.HEALTHY)
+        else:
+            gpu_recover(gpu_id=gpu.pk, causes=("lost",), reason="NVML answers for the GPU again")
 
 
 class WrongHost(ServiceError):
@@ -188,7 +199,7 @@ def _gpu_observed(host: Host, info: protocol.GpuInfo, *, adopt: bool) -> Gpu | N
         gpu = Gpu.objects.create(
             host=host,
             uuid=info["uuid"],
-            health=_health_from_status(info["status"], "unknown"),
+            health=_first_health(info["status"]),
             **fields,
         )
         if adopt:
@@ -196,8 +207,9 @@ def _gpu_observed(host: Host, info: protocol.GpuInfo, *, adopt: bool) -> Gpu | N
         return gpu
     for name, value in fields.items():
         setattr(gpu, name, value)
-    gpu.health = _health_from_status(info["status"], gpu.health)
-    gpu.save()
+    # Only the observed fields: an operator's cordon or a layout set meanwhile must survive.
+    gpu.save(update_fields=[*fields, "updated_at"])
+    _follow_status(gpu, info["status"])
     _record_partition_uuids(gpu, info)
     return gpu
 
@@ -333,12 +345,9 @@ def agent_event(*, host: Host, event: protocol.Event) -> HealthEvent | None:
         detail=event["detail"][:500],
         ts=datetime.fromtimestamp(float(event["ts"]), tz=UTC),
     )
-    if gpu is not None and event["kind"] == "gpu_lost":
-        Gpu.objects.filter(pk=gpu.pk).update(
-            health=GpuHealth.LOST, health_reason=event["detail"][:255] or "GPU lost"
-        )
-    elif gpu is not None and event["kind"] == "gpu_back" and gpu.health == GpuHealth.LOST:
-        Gpu.objects.filter(pk=gpu.pk).update(health=GpuHealth.HEALTHY, health_reason="")
+    from fleet.allocations.health import on_event  # health acts on what agents report
+
+    on_event(row)
     publish_changed("event", [row.pk])
     if gpu is not None:
         publish_changed("gpu", [gpu.pk])

@@ -74,6 +74,15 @@ class GpuHealth(models.TextChoices):
     UNKNOWN = "unknown", "Unknown"
 
 
+class HealthCause(models.TextChoices):
+    NONE = "", "None"
+    XID = "xid", "Xid error"
+    ECC = "ecc", "Uncorrectable ECC errors"
+    MPS = "mps", "MPS daemon down"
+    LOST = "lost", "GPU lost"
+    OPERATOR = "operator", "Marked by an operator"
+
+
 class Gpu(TimeStampedModel):
     """One physical device. ``product_key`` names its entry in the MIG catalog (``fleet.mig``).
 
@@ -95,8 +104,12 @@ class Gpu(TimeStampedModel):
     )
     health = models.CharField(max_length=16, choices=GpuHealth.choices, default=GpuHealth.UNKNOWN)
     health_reason = models.CharField(max_length=255, blank=True)
+    health_cause = models.CharField(max_length=16, choices=HealthCause.choices, blank=True)
+    health_changed_at = models.DateTimeField(null=True, blank=True)
     cordoned = models.BooleanField(default=False)
     cordon_reason = models.CharField(max_length=255, blank=True)
+    # A cordon the health checks set (and lift on recovery); an operator's cordon is never lifted.
+    auto_cordoned = models.BooleanField(default=False)
     reported_placements = models.JSONField(default=dict, blank=True)
     observed = models.JSONField(
         default=dict, blank=True, help_text="The GPU as its agent last described it (hello/ack)."

@@ -4,4 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-websocket_urlpatterns: list[Any] = []
+from django.urls import path
+
+from fleet.live.browser import BrowserConsumer
+
+websocket_urlpatterns: list[Any] = [
+    path("ws/fleet/", BrowserConsumer.as_asgi()),
+]

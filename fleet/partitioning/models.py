@@ -86,6 +86,9 @@ class OperationKind(models.TextChoices):
     UNCORDON = "uncordon", "Uncordon"
     CREATE_HOST = "create_host", "Create host"
     ENROLL_HOST = "enroll_host", "Enroll host"
+    HEALTH = "health", "Health change"
+    REPLACE = "replace", "Re-place replica"
+    DRAIN = "drain", "Drain and reshape"
 
 
 class OperationStatus(models.TextChoices):

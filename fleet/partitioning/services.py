@@ -404,7 +404,7 @@ def gpu_is_schedulable(gpu: Gpu) -> list[Violation]:
                 "placement.unhealthy", f"{gpu} is {gpu.health}.", {"reason": gpu.health_reason}
             )
         )
-    if gpu.host.status in ("cordoned", "draining", "unhealthy"):
+    if gpu.host.status in ("cordoned", "draining", "unhealthy", "offline"):
         reasons.append(
             Violation("placement.host_unavailable", f"Host {gpu.host.name} is {gpu.host.status}.")
         )

@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "fleet.partitioning",
     "fleet.allocations",
     "fleet.api",
+    "fleet.web",
 ]
 
 MIDDLEWARE = [
@@ -111,7 +112,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/login/"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -216,11 +217,19 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
+CELERY_BEAT_SCHEDULE = {
+    "redeliver": {"task": "fleet.redeliver", "schedule": env_float("FLEET_REDELIVER_EVERY", 2.0)},
+    "expire-operations": {"task": "fleet.expire_operations", "schedule": 10.0},
+    "mark-offline-hosts": {"task": "fleet.mark_offline_hosts", "schedule": 5.0},
+    "recover-quiet-gpus": {"task": "fleet.recover_quiet_gpus", "schedule": 10.0},
+}
+
 # Delivery of desired state to agents.
 FLEET_PUSH_RETRY_SECONDS = env_float("FLEET_PUSH_RETRY_SECONDS", 5.0)
 FLEET_OPERATION_TIMEOUT_SECONDS = env_float("FLEET_OPERATION_TIMEOUT_SECONDS", 300.0)
 FLEET_HEARTBEAT_SECONDS = env_float("FLEET_HEARTBEAT_SECONDS", 1.0)
 FLEET_OFFLINE_AFTER_MISSED = env_int("FLEET_OFFLINE_AFTER_MISSED", 10)
+FLEET_XID_RECOVERY_SECONDS = env_float("FLEET_XID_RECOVERY_SECONDS", 300.0)
 
 LOGGING = {
     "version": 1,

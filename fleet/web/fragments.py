@@ -1,0 +1,91 @@
+"""HTML fragments the live scripts fetch after a ``changed`` frame or a reconnect, so the
+server-rendered markup stays the single source of truth for every card and row."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from fleet.partitioning import converters
+from fleet.web import charts, editor, presenters, selectors
+from fleet.web.views import HISTORY_BUCKET_S, _gpu_or_404, detail_context, page_context
+
+MAX_IDS = 2000
+
+
+def _ids(request: HttpRequest, name: str) -> list[int]:
+    raw = request.GET.get(name, "")
+    return [int(part) for part in raw.split(",") if part.strip().isdigit()][:MAX_IDS]
+
+
+@never_cache
+@require_GET
+@login_required
+def cards(request: HttpRequest) -> HttpResponse:
+    """GPU cards (and their host headers) for changed GPUs, partitions, allocations or hosts;
+    ``?all=1`` for every card (the re-sync after a reconnect)."""
+    host_ids = _ids(request, "host")
+    if request.GET.get("all"):
+        gpu_ids: set[int] | None = None
+    else:
+        gpu_ids = selectors.gpu_ids_touched(
+            gpu_ids=_ids(request, "gpu"),
+            partition_ids=_ids(request, "partition"),
+            allocation_ids=_ids(request, "allocation"),
+            host_ids=host_ids,
+        )
+    gpus = list(selectors.fleet_gpus(gpu_ids=gpu_ids))
+    hosts = list(selectors.fleet_hosts(host_ids={g.host_id for g in gpus} | set(host_ids)))
+    groups = presenters.host_groups(gpus, hosts, selectors.gpus_applying(gpu_ids))
+    context = {**page_context(request, "fleet"), "groups": groups, "na_title": presenters.NA_TITLE}
+    return render(request, "web/fragments/cards.html", context)
+
+
+@never_cache
+@require_GET
+@login_required
+def tray(request: HttpRequest) -> HttpResponse:
+    deployments = [presenters.deployment_card(d) for d in selectors.tray_deployments()]
+    context = {**page_context(request, "fleet"), "deployments": deployments}
+    return render(request, "web/fragments/tray.html", context)
+
+
+@never_cache
+@require_GET
+@login_required
+def operation_rows(request: HttpRequest) -> HttpResponse:
+    ids = _ids(request, "id")
+    context = {"operations": selectors.operations_feed(ids=ids, limit=len(ids) or 1)}
+    return render(request, "web/fragments/operation_rows.html", context)
+
+
+@never_cache
+@require_GET
+@login_required
+def gpu_panel(request: HttpRequest, gpu_id: int) -> HttpResponse:
+    """The GPU detail's header, partitions, events and operations, re-rendered after a change."""
+    gpu = _gpu_or_404(gpu_id)
+    context = {**page_context(request, "fleet"), **detail_context(gpu)}
+    return render(request, "web/fragments/gpu_panel.html", context)
+
+
+@never_cache
+@require_GET
+@login_required
+def gpu_history(request: HttpRequest, gpu_id: int) -> JsonResponse:
+    """The last hour of the GPU's telemetry in 5-second means (``null`` where NVML had none)."""
+    gpu = _gpu_or_404(gpu_id)
+    points = charts.downsample(selectors.gpu_history(gpu), bucket_s=HISTORY_BUCKET_S)
+    return JsonResponse({"bucket_s": HISTORY_BUCKET_S, "points": points})
+
+
+@never_cache
+@require_GET
+@login_required
+def gpu_editor_model(request: HttpRequest, gpu_id: int) -> JsonResponse:
+    """The layout editor's model (profiles, current instances and their workloads, presets)."""
+    gpu = _gpu_or_404(gpu_id)
+    return JsonResponse(editor.editor_model(gpu, converters.product_of(gpu)))

@@ -1,0 +1,515 @@
+"""Rows to view models: what a GPU card, a deployment card and an operation row show.
+
+The templates only format these values; the colours (heat buckets), the geometry of the slice
+grid and the "pending" outlines are decided here, once, for the first render and for every
+fragment the live updates fetch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
+from fleet.inventory.models import Gpu, GpuHealth, Host, HostStatus, SharingMode
+from fleet.mig import Product
+from fleet.partitioning import converters
+from fleet.partitioning.models import Partition, PartitionKind
+
+NA_TITLE = "Not available (NVML reports no utilisation for MIG instances on this GPU)"
+
+
+def heat_bucket(utilization_percent: float | None) -> str:
+    """The heat-scale step (``"0"`` … ``"10"``) the CSS colours, or ``"na"`` without a value."""
+    if utilization_percent is None:
+        return "na"
+    return str(max(0, min(10, round(float(utilization_percent) / 10))))
+
+
+def _number(raw: Any) -> float | None:
+    return float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else None
+
+
+@dataclass(frozen=True)
+class Live:
+    """Latest telemetry of one GPU; ``None`` wherever NVML had no value."""
+
+    utilization_percent: float | None = None
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    partitions: dict[str, dict[str, float | None]] = field(default_factory=dict)
+
+    @classmethod
+    def from_raw(cls, raw: Any) -> Live:
+        """Reads the live-event shape (``fleet.core.events.GpuLive``) and the agent's own sample
+        shape (``utilization_gpu_percent``, ``power_mw``), whichever ``last_telemetry`` holds."""
+        if not isinstance(raw, dict):
+            return cls()
+        power = _number(raw.get("power_w"))
+        if power is None and _number(raw.get("power_mw")) is not None:
+            power = float(raw["power_mw"]) / 1000
+        util = raw.get("utilization_percent", raw.get("utilization_gpu_percent"))
+        parts = raw.get("partitions")
+        return cls(
+            utilization_percent=_number(util),
+            memory_used_mib=_number(raw.get("memory_used_mib")),
+            memory_total_mib=_number(raw.get("memory_total_mib")),
+            temperature_c=_number(raw.get("temperature_c")),
+            power_w=power,
+            partitions=parts if isinstance(parts, dict) else {},
+        )
+
+    def partition(self, partition_id: int) -> dict[str, float | None]:
+        found = self.partitions.get(str(partition_id))
+        return found if isinstance(found, dict) else {}
+
+
+@dataclass(frozen=True)
+class AllocationView:
+    id: int
+    deployment_id: int
+    name: str
+    replica: int
+    memory_mib: int
+    compute_percent: int | None
+    pending: bool
+    width_percent: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}[{self.replica}]"
+
+
+@dataclass(frozen=True)
+class SliceView:
+    """One MIG instance at its placement on the memory-slice grid."""
+
+    partition_id: int
+    profile: str
+    start: int
+    size: int
+    memory_mib: int
+    allocations: tuple[AllocationView, ...]
+    pending: bool
+    utilization_percent: float | None
+    memory_used_mib: float | None
+    mps_enabled: bool
+
+    @property
+    def heat(self) -> str:
+        return heat_bucket(self.utilization_percent)
+
+    @property
+    def short(self) -> str:
+        return self.profile.split(".")[0] if self.size < 2 else self.profile
+
+    @property
+    def column(self) -> str:
+        return f"{self.start + 1} / span {self.size}"
+
+
+@dataclass(frozen=True)
+class GpuCard:
+    id: int
+    host_id: int
+    host_name: str
+    host_status: str
+    index: int
+    uuid: str
+    product_name: str
+    mode: str
+    health: str
+    health_reason: str
+    cordoned: bool
+    cordon_reason: str
+    memory_mib: int
+    applying: bool
+    live: Live
+    slice_count: int
+    slices: tuple[SliceView, ...]
+    free_cells: tuple[int, ...]
+    whole_partition_id: int | None
+    shares: tuple[AllocationView, ...]
+    compute_reserved_percent: int
+    memory_reserved_mib: int
+    mps_enabled: bool
+
+    @property
+    def product_short(self) -> str:
+        return self.product_name.removeprefix("NVIDIA ").strip()
+
+    @property
+    def unhealthy(self) -> bool:
+        return self.health in (GpuHealth.UNHEALTHY, GpuHealth.LOST)
+
+    @property
+    def offline(self) -> bool:
+        return self.host_status == HostStatus.OFFLINE
+
+    @property
+    def heat(self) -> str:
+        return heat_bucket(self.live.utilization_percent)
+
+    @property
+    def memory_total_mib(self) -> float:
+        return self.live.memory_total_mib or float(self.memory_mib)
+
+    @property
+    def memory_reserved_percent(self) -> float:
+        return round(100 * self.memory_reserved_mib / self.memory_mib, 1) if self.memory_mib else 0
+
+    @property
+    def is_mig(self) -> bool:
+        return self.mode == SharingMode.MIG
+
+    @property
+    def is_mps(self) -> bool:
+        return self.mode == SharingMode.MPS
+
+    @property
+    def free(self) -> bool:
+        """Has room for new work (a free MIG slice or instance, MPS memory, an idle GPU)."""
+        if self.is_mig:
+            return bool(self.free_cells) or any(not s.allocations for s in self.slices)
+        if self.is_mps:
+            return self.memory_reserved_mib < self.memory_mib
+        return not self.shares
+
+    @property
+    def deployments(self) -> list[str]:
+        names = {a.name for s in self.slices for a in s.allocations}
+        names |= {a.name for a in self.shares}
+        return sorted(names)
+
+    @property
+    def search_text(self) -> str:
+        parts = [self.host_name, f"gpu{self.index}", self.product_name, self.uuid, self.mode]
+        parts += [s.profile for s in self.slices] + self.deployments
+        return " ".join(parts).lower()
+
+    @property
+    def signature(self) -> str:
+        """Changes whenever the card's structure does (telemetry excluded: JS paints that)."""
+        state = repr(
+            (
+                self.host_status,
+                self.mode,
+                self.health,
+                self.health_reason,
+                self.cordoned,
+                self.cordon_reason,
+                self.applying,
+                self.mps_enabled,
+                [
+                    (s.partition_id, s.profile, s.start, s.size, s.pending, s.allocations)
+                    for s in self.slices
+                ],
+                self.shares,
+            )
+        )
+        return hashlib.blake2s(state.encode(), digest_size=6).hexdigest()
+
+
+def _allocation_view(allocation: Allocation, whole_memory_mib: int) -> AllocationView:
+    width = 100 * allocation.memory_mib / whole_memory_mib if whole_memory_mib else 0.0
+    return AllocationView(
+        id=allocation.pk,
+        deployment_id=allocation.deployment_id,
+        name=allocation.deployment.name,
+        replica=allocation.replica,
+        memory_mib=allocation.memory_mib,
+        compute_percent=allocation.compute_percent,
+        pending=allocation.state == AllocationState.PENDING,
+        width_percent=round(min(100.0, width), 2),
+    )
+
+
+def _product(gpu: Gpu) -> Product | None:
+    return converters.product_of(gpu)
+
+
+def _partition_of_instance(gpu: Gpu, partitions: list[Partition]) -> dict[Any, int]:
+    """NVML GPU-instance id -> partition id, through the instances the agent observed."""
+    observed = gpu.observed.get("mig_instances") if isinstance(gpu.observed, dict) else None
+    by_start = {p.start: p.pk for p in partitions if p.kind == PartitionKind.MIG}
+    found: dict[Any, int] = {}
+    for instance in observed or []:
+        if isinstance(instance, dict) and instance.get("start") in by_start:
+            found[instance.get("gpu_instance_id")] = by_start[instance["start"]]
+    return found
+
+
+def _live(gpu: Gpu, partitions: list[Partition]) -> Live:
+    """The latest sample; MIG values keyed by partition (the agent keys them by GPU instance)."""
+    live = Live.from_raw(gpu.last_telemetry)
+    raw = gpu.last_telemetry if isinstance(gpu.last_telemetry, dict) else {}
+    if live.partitions or not isinstance(raw.get("mig"), list):
+        return live
+    owners = _partition_of_instance(gpu, partitions)
+    by_partition = {
+        str(owners[m.get("gpu_instance_id")]): {
+            "utilization_percent": _number(m.get("utilization_percent")),
+            "memory_used_mib": _number(m.get("memory_used_mib")),
+        }
+        for m in raw["mig"]
+        if isinstance(m, dict) and m.get("gpu_instance_id") in owners
+    }
+    return replace(live, partitions=by_partition)
+
+
+def gpu_card(gpu: Gpu, *, applying: bool = False, host: Host | None = None) -> GpuCard:
+    """The card of one GPU; ``gpu`` comes from :func:`fleet.web.selectors.fleet_gpus`."""
+    host = host or gpu.host
+    partitions: list[Partition] = list(gpu.partitions.all())
+    live = _live(gpu, partitions)
+    mig_parts = [p for p in partitions if p.kind == PartitionKind.MIG]
+    whole = next((p for p in partitions if p.kind == PartitionKind.GPU), None)
+    product = _product(gpu) if gpu.mode == SharingMode.MIG else None
+    slice_count = product.memory_slice_count if product is not None else 0
+    slices = tuple(_slice_view(p, live, applying, gpu.memory_mib) for p in mig_parts)
+    occupied = {i for s in slices for i in range(s.start, s.start + s.size)}
+    shares: tuple[AllocationView, ...] = ()
+    if whole is not None and gpu.mode != SharingMode.MIG:
+        shares = tuple(_allocation_view(a, gpu.memory_mib) for a in whole.allocations.all())
+    return GpuCard(
+        id=gpu.pk,
+        host_id=gpu.host_id,
+        host_name=host.name,
+        host_status=host.status,
+        index=gpu.index,
+        uuid=gpu.uuid,
+        product_name=gpu.product_name,
+        mode=gpu.mode,
+        health=gpu.health,
+        health_reason=gpu.health_reason,
+        cordoned=gpu.cordoned,
+        cordon_reason=gpu.cordon_reason,
+        memory_mib=gpu.memory_mib,
+        applying=applying,
+        live=live,
+        slice_count=slice_count,
+        slices=slices,
+        free_cells=tuple(i for i in range(slice_count) if i not in occupied),
+        whole_partition_id=whole.pk if whole is not None else None,
+        shares=shares,
+        compute_reserved_percent=min(100, sum(a.compute_percent or 0 for a in shares)),
+        memory_reserved_mib=sum(a.memory_mib for a in shares),
+        mps_enabled=bool(whole and whole.mps_enabled),
+    )
+
+
+def _slice_view(partition: Partition, live: Live, applying: bool, gpu_memory: int) -> SliceView:
+    values = live.partition(partition.pk)
+    return SliceView(
+        partition_id=partition.pk,
+        profile=partition.profile_name or f"profile {partition.profile_id}",
+        start=partition.start,
+        size=partition.size,
+        memory_mib=partition.memory_mib,
+        allocations=tuple(_allocation_view(a, gpu_memory) for a in partition.allocations.all()),
+        pending=applying and not partition.uuid,
+        utilization_percent=_number(values.get("utilization_percent")),
+        memory_used_mib=_number(values.get("memory_used_mib")),
+        mps_enabled=partition.mps_enabled,
+    )
+
+
+@dataclass(frozen=True)
+class HostGroup:
+    host: Host
+    cards: list[GpuCard]
+
+    @property
+    def products(self) -> str:
+        names = sorted({c.product_short for c in self.cards})
+        return ", ".join(names)
+
+    @property
+    def unhealthy(self) -> int:
+        return sum(1 for c in self.cards if c.unhealthy)
+
+
+def host_groups(gpus: list[Gpu], hosts: list[Host], applying: set[int]) -> list[HostGroup]:
+    by_host: dict[int, list[GpuCard]] = {h.pk: [] for h in hosts}
+    host_of = {h.pk: h for h in hosts}
+    for gpu in gpus:
+        if gpu.host_id in by_host:
+            by_host[gpu.host_id].append(
+                gpu_card(gpu, applying=gpu.pk in applying, host=host_of[gpu.host_id])
+            )
+    return [HostGroup(host=h, cards=by_host[h.pk]) for h in hosts if by_host[h.pk]]
+
+
+@dataclass(frozen=True)
+class FleetSummary:
+    hosts: int
+    gpus: int
+    by_mode: dict[str, int]
+    unhealthy: int
+    cordoned: int
+    mean_utilization: float | None
+
+
+def fleet_summary(groups: list[HostGroup]) -> FleetSummary:
+    cards = [c for g in groups for c in g.cards]
+    utils = [c.live.utilization_percent for c in cards if c.live.utilization_percent is not None]
+    by_mode = {mode: sum(1 for c in cards if c.mode == mode) for mode in SharingMode.values}
+    return FleetSummary(
+        hosts=len(groups),
+        gpus=len(cards),
+        by_mode=by_mode,
+        unhealthy=sum(1 for c in cards if c.unhealthy),
+        cordoned=sum(1 for c in cards if c.cordoned),
+        mean_utilization=round(sum(utils) / len(utils), 1) if utils else None,
+    )
+
+
+@dataclass(frozen=True)
+class DeploymentCard:
+    id: int
+    name: str
+    kind: str
+    request: str
+    replicas: int
+    placed: int
+    pending: int
+    targets: list[str]
+
+    @property
+    def status(self) -> str:
+        if self.placed == 0:
+            return "pending"
+        return "placed" if self.placed >= self.replicas else "partial"
+
+    @property
+    def placeable(self) -> bool:
+        return self.placed < self.replicas
+
+    @property
+    def placed_percent(self) -> float:
+        return round(100 * self.placed / self.replicas, 1) if self.replicas else 0
+
+    @property
+    def signature(self) -> str:
+        state = repr(
+            (self.name, self.request, self.replicas, self.placed, self.pending, self.targets)
+        )
+        return hashlib.blake2s(state.encode(), digest_size=6).hexdigest()
+
+
+def describe_request(deployment: Deployment) -> str:
+    if deployment.kind == RequestKind.MIG:
+        return f"MIG {deployment.profile}"
+    if deployment.kind == RequestKind.MPS:
+        memory = format_mib(deployment.memory_mib or 0)
+        cap = f" · {deployment.max_compute_percent}% SM" if deployment.max_compute_percent else ""
+        return f"MPS {memory}{cap}"
+    count = deployment.gpu_count or 1
+    return f"{count} whole GPU{'s' if count != 1 else ''}"
+
+
+def deployment_card(deployment: Deployment) -> DeploymentCard:
+    allocations = list(deployment.allocations.all())
+    replicas = {a.replica for a in allocations}
+    pending = {a.replica for a in allocations if a.state == AllocationState.PENDING}
+    targets = sorted(
+        {f"{a.gpu.host.name}/gpu{a.gpu.index}" for a in allocations if a.gpu_id is not None}
+    )
+    return DeploymentCard(
+        id=deployment.pk,
+        name=deployment.name,
+        kind=deployment.kind,
+        request=describe_request(deployment),
+        replicas=deployment.replicas,
+        placed=len(replicas),
+        pending=len(pending),
+        targets=targets,
+    )
+
+
+def format_mib(mib: float | None) -> str:
+    if mib is None:
+        return "n/a"
+    gib = float(mib) / 1024
+    if gib >= 100:
+        return f"{gib:.0f} GiB"
+    if gib >= 1:
+        return f"{gib:.1f} GiB".replace(".0 GiB", " GiB")
+    return f"{float(mib):.0f} MiB"
+
+
+@dataclass(frozen=True)
+class PartitionRow:
+    """One row of the GPU detail's partition table."""
+
+    partition_id: int
+    label: str
+    placement: str
+    memory_mib: int
+    mps: str
+    allocations: tuple[AllocationView, ...]
+    processes: tuple[dict[str, Any], ...]
+    utilization_percent: float | None
+    memory_used_mib: float | None
+
+    @property
+    def heat(self) -> str:
+        return heat_bucket(self.utilization_percent)
+
+
+def _processes_by_partition(
+    gpu: Gpu, partitions: list[Partition]
+) -> dict[int, list[dict[str, Any]]]:
+    """Processes (``last_telemetry.processes``) under the partition they run in: a MIG process
+    names its GPU instance, which the agent's observed instances map to a placement start."""
+    raw = gpu.last_telemetry.get("processes") if isinstance(gpu.last_telemetry, dict) else None
+    owners = _partition_of_instance(gpu, partitions)
+    whole = next((p.pk for p in partitions if p.kind == PartitionKind.GPU), None)
+    found: dict[int, list[dict[str, Any]]] = {}
+    for process in raw or []:
+        if not isinstance(process, dict):
+            continue
+        gi = process.get("gpu_instance_id")
+        target = owners.get(gi) if gi is not None else whole
+        if target is not None:
+            found.setdefault(target, []).append(process)
+    return found
+
+
+def partition_rows(gpu: Gpu, card: GpuCard) -> list[PartitionRow]:
+    partitions = list(gpu.partitions.all())
+    processes = _processes_by_partition(gpu, partitions)
+    rows = [
+        PartitionRow(
+            partition_id=s.partition_id,
+            label=f"MIG {s.profile}",
+            placement=f"slices {s.start}-{s.start + s.size - 1}"
+            if s.size > 1
+            else f"slice {s.start}",
+            memory_mib=s.memory_mib,
+            mps="MPS inside" if s.mps_enabled else "",
+            allocations=s.allocations,
+            processes=tuple(processes.get(s.partition_id, [])),
+            utilization_percent=s.utilization_percent,
+            memory_used_mib=s.memory_used_mib,
+        )
+        for s in card.slices
+    ]
+    if card.whole_partition_id is not None and not card.is_mig:
+        rows.append(
+            PartitionRow(
+                partition_id=card.whole_partition_id,
+                label="Whole GPU (MPS)" if card.is_mps else "Whole GPU (dedicated)",
+                placement="all",
+                memory_mib=card.memory_mib,
+                mps="MPS daemon" if card.mps_enabled else "",
+                allocations=card.shares,
+                processes=tuple(processes.get(card.whole_partition_id, [])),
+                utilization_percent=card.live.utilization_percent,
+                memory_used_mib=card.live.memory_used_mib,
+            )
+        )
+    return rows

@@ -1,0 +1,227 @@
+// Shared by every page: the REST client, toasts, formatting, fragment swaps and the live socket.
+// Plain ES modules, no build step.
+
+export const canOperate = document.body.dataset.canOperate === "1";
+
+function cookie(name) {
+  const hit = document.cookie.split("; ").find((c) => c.startsWith(name + "="));
+  return hit ? decodeURIComponent(hit.slice(name.length + 1)) : "";
+}
+
+/** Calls the REST API (the same one automation uses). Resolves to {ok, status, data}. */
+export async function api(method, url, body) {
+  const headers = { Accept: "application/json" };
+  if (method !== "GET") {
+    headers["Content-Type"] = "application/json";
+    headers["X-CSRFToken"] = cookie("csrftoken");
+  }
+  let response;
+  try {
+    response = await fetch(url, {
+      method, headers, credentials: "same-origin",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (error) {
+    return { ok: false, status: 0, data: { code: "network", message: "The server cannot be reached.", details: {} } };
+  }
+  let data = null;
+  const text = await response.text();
+  if (text) {
+    try { data = JSON.parse(text); } catch { data = { code: "bad_response", message: text.slice(0, 200), details: {} }; }
+  }
+  return { ok: response.ok, status: response.status, data };
+}
+
+/** The violations of an error envelope (`details.violations`), else []. */
+export function violations(data) {
+  const list = data && data.details && data.details.violations;
+  return Array.isArray(list) ? list : [];
+}
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (value !== undefined && value !== null && value !== false) node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) node.append(child);
+  }
+  return node;
+}
+export { el };
+
+/** A toast: kind is "info", "ok", "warn" or "error"; lines become a list. */
+export function toast(title, { kind = "info", lines = [], timeout = 6000 } = {}) {
+  const box = document.getElementById("toasts");
+  if (!box) return null;
+  const node = el("div", { class: `toast ${kind}`, role: kind === "error" ? "alert" : "status" },
+    el("strong", { text: title }),
+    lines.length ? el("ul", {}, lines.map((line) => el("li", {}, line))) : null);
+  box.append(node);
+  while (box.children.length > 4) box.firstElementChild.remove();
+  if (timeout) setTimeout(() => node.remove(), timeout);
+  return node;
+}
+
+/** Shows an API refusal: the message, then every violation's message with its code. */
+export function toastError(result, title) {
+  const data = result.data || {};
+  const lines = violations(data).map((v) => el("span", {}, v.message + " ", el("code", { text: v.code })));
+  if (result.status === 403) {
+    toast(title || "Not allowed", { kind: "error", lines: [data.message || "Your role does not allow this action.", ...lines], timeout: 9000 });
+    return;
+  }
+  toast(title ? `${title}: ${data.message || "refused"}` : data.message || `Request failed (${result.status})`,
+    { kind: "error", lines, timeout: 10000 });
+}
+
+// ---- formatting (the same rules as fleet/web/templatetags) -------------------------------------
+
+export function heatBucket(u) {
+  return u === null || u === undefined ? "na" : String(Math.max(0, Math.min(10, Math.round(u / 10))));
+}
+export function fmtPct(v) { return v === null || v === undefined ? "n/a" : `${Math.round(v)}%`; }
+export function fmtNum(v, unit) { return v === null || v === undefined ? "n/a" : `${Math.round(v)}${unit}`; }
+export function fmtMiB(v) {
+  if (v === null || v === undefined) return "n/a";
+  const gib = v / 1024;
+  if (gib >= 100) return `${Math.round(gib)} GiB`;
+  if (gib >= 1) return `${gib.toFixed(1).replace(/\.0$/, "")} GiB`;
+  return `${Math.round(v)} MiB`;
+}
+export function naTitle() {
+  const node = document.getElementById("na-title");
+  return node ? JSON.parse(node.textContent) : "Not available";
+}
+
+// ---- fragments ---------------------------------------------------------------------------------
+
+/** Fetches server-rendered HTML and returns its top-level elements. */
+export async function fragment(url) {
+  const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
+  if (!response.ok) throw new Error(`${url}: ${response.status}`);
+  const template = document.createElement("template");
+  template.innerHTML = await response.text();
+  return template.content;
+}
+
+/** Replaces `old` by `fresh` unless their data-sig match (so unchanged nodes keep their state). */
+export function swap(old, fresh) {
+  if (!old || !fresh) return false;
+  if (old.dataset.sig && old.dataset.sig === fresh.dataset.sig) return false;
+  old.replaceWith(fresh);
+  return true;
+}
+
+/** Runs fn at most once per `ms`, with the latest arguments merged by the caller. */
+export function debounce(fn, ms) {
+  let timer = null;
+  return (...args) => {
+    clearTimeout(timer);
+    timer = setTimeout(() => fn(...args), ms);
+  };
+}
+
+// ---- the live socket ---------------------------------------------------------------------------
+
+/**
+ * One WebSocket per tab to ws/fleet/. Emits "frame" (telemetry + changed ids) and "resync" (after
+ * a reconnect: the page re-reads what it shows). Reconnects with capped exponential backoff.
+ */
+class Live extends EventTarget {
+  constructor() {
+    super();
+    this.attempt = 0;
+    this.connected = false;
+    this.everConnected = false;
+    this.subscription = null;
+    this.lastSeq = 0;
+    this.status = document.getElementById("live-status");
+  }
+
+  start() {
+    if (this.socket) return this;
+    this.open();
+    window.addEventListener("online", () => this.retryNow());
+    document.addEventListener("visibilitychange", () => { if (!document.hidden) this.retryNow(); });
+    return this;
+  }
+
+  url() {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    return `${scheme}://${location.host}/ws/fleet/`;
+  }
+
+  open() {
+    this.setState(this.everConnected ? "reconnecting" : "connecting");
+    const socket = new WebSocket(this.url());
+    this.socket = socket;
+    socket.addEventListener("message", (event) => this.receive(JSON.parse(event.data)));
+    socket.addEventListener("close", (event) => this.closed(event));
+  }
+
+  receive(message) {
+    if (message.type === "hello") {
+      const again = this.everConnected;
+      this.connected = this.everConnected = true;
+      this.attempt = 0;
+      this.lastSeq = 0;
+      this.setState("live");
+      if (this.subscription !== null) this.send({ type: "subscribe", gpus: this.subscription });
+      this.dispatchEvent(new CustomEvent("hello", { detail: message }));
+      if (again) this.dispatchEvent(new CustomEvent("resync", { detail: message }));
+    } else if (message.type === "frame") {
+      // A gap in seq means nothing here (frames are hints), but it is worth a re-sync.
+      const gap = this.lastSeq && message.seq !== this.lastSeq + 1;
+      this.lastSeq = message.seq;
+      this.dispatchEvent(new CustomEvent("frame", { detail: message }));
+      if (gap) this.dispatchEvent(new CustomEvent("resync", { detail: message }));
+    }
+  }
+
+  closed(event) {
+    this.connected = false;
+    this.socket = null;
+    if (event.code === 4401 || event.code === 4403) {
+      this.setState("closed", event.code === 4401 ? "Signed out" : "Not allowed");
+      if (event.code === 4401) toast("Your session has ended", { kind: "warn", lines: ["Sign in again to keep receiving live updates."], timeout: 0 });
+      return;
+    }
+    const delay = Math.min(10000, 500 * 2 ** this.attempt) * (0.75 + Math.random() * 0.5);
+    this.attempt += 1;
+    this.setState("reconnecting");
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.open(), delay);
+  }
+
+  retryNow() {
+    if (this.socket || this.connected) return;
+    clearTimeout(this.timer);
+    this.open();
+  }
+
+  send(message) {
+    if (this.socket && this.socket.readyState === WebSocket.OPEN) this.socket.send(JSON.stringify(message));
+  }
+
+  /** Narrows telemetry to these GPU ids (null: every GPU). Survives reconnects. */
+  subscribe(gpuIds) {
+    this.subscription = gpuIds === null ? null : [...gpuIds];
+    this.send({ type: "subscribe", gpus: this.subscription });
+  }
+
+  setState(state, label) {
+    if (!this.status) return;
+    this.status.dataset.state = state;
+    const text = { live: "Live", connecting: "Connecting…", reconnecting: "Reconnecting…", closed: label || "Offline" }[state];
+    this.status.querySelector(".txt").textContent = text;
+  }
+
+  on(type, handler) { this.addEventListener(type, (event) => handler(event.detail)); return this; }
+}
+
+export const live = new Live();
+window.fleetLive = live; // for the browser tests and for debugging from the console

@@ -1,0 +1,310 @@
+// The MIG layout editor: pick profiles into free placements, presets, instant validation by the
+// server's MIG rules (POST /mig/validate), a drain warning, and Apply with live progress.
+import { api, canOperate, el, fmtMiB, fragment, live, swap, toast, toastError, violations } from "./core.js";
+
+const page = document.getElementById("editor-page");
+const gpuId = Number(page.dataset.gpu);
+let model = JSON.parse(document.getElementById("editor-model").textContent);
+let mode = model.mode;
+let instances = model.current.map((c) => ({ profile_id: c.profile_id, start: c.start }));
+let validation = 0; // sequence number of the latest validation request
+let valid = false;
+let followed = null; // the operation being followed
+
+const $ = (id) => document.getElementById(id);
+const profileOf = (id) => model.profiles.find((p) => p.id === id);
+const sizeOf = (inst) => {
+  const profile = profileOf(inst.profile_id);
+  const placement = profile && profile.placements.find(([start]) => start === inst.start);
+  return placement ? placement[1] : profile ? profile.memory_slices : 1;
+};
+const overlaps = (a, b) => a.start < b.start + sizeOf(b) && b.start < a.start + sizeOf(a);
+const same = (a, b) => a.profile_id === b.profile_id && a.start === b.start;
+const key = (i) => `${i.profile_id}@${i.start}`;
+
+function destroyed() {
+  if (mode !== "mig") return model.current;
+  return model.current.filter((c) => !instances.some((i) => same(i, c)));
+}
+
+function busyLosses() {
+  const lost = destroyed().filter((c) => c.busy.length).map((c) => ({
+    what: `${c.profile} at slice${c.size > 1 ? "s" : ""} ${c.start}${c.size > 1 ? `–${c.start + c.size - 1}` : ""}`,
+    busy: c.busy,
+  }));
+  if (mode === "mig" && model.mode !== "mig" && model.whole_busy.length) {
+    lost.push({ what: "the whole-GPU partition", busy: model.whole_busy });
+  }
+  return lost;
+}
+
+// ---- drawing ----------------------------------------------------------------------------------
+
+function drawCanvas() {
+  const canvas = $("canvas");
+  const n = model.slice_count;
+  const nodes = [];
+  for (let c = 0; c < n; c++) nodes.push(el("div", { class: "cellbg", style: `grid-column:${c + 1}` }));
+  for (const inst of [...instances].sort((a, b) => a.start - b.start)) {
+    const profile = profileOf(inst.profile_id);
+    const kept = model.current.find((c) => same(c, inst));
+    const size = sizeOf(inst);
+    const sub = kept ? (kept.busy.length ? kept.busy.join(", ") : "kept · free") : `new · ${fmtMiB(profile.memory_mib)}`;
+    nodes.push(el("div", {
+      class: `inst ${kept ? "kept" : "new"}${kept && kept.busy.length ? " busy" : ""}`,
+      style: `grid-column:${inst.start + 1} / span ${size}`,
+      "data-instance": key(inst),
+      title: `${profile.name} · slices ${inst.start}–${inst.start + size - 1} · ${fmtMiB(profile.memory_mib)}`,
+    },
+    el("span", { class: "nm", text: profile.name }),
+    el("span", { class: "sub", text: sub }),
+    canOperate ? el("button", { type: "button", class: "rm", "aria-label": `Remove ${profile.name} at slice ${inst.start}`, onclick: () => remove(inst) }, "×") : null));
+  }
+  for (const lost of destroyed().filter((c) => c.busy.length)) {
+    nodes.push(el("div", { class: "ghost-destroyed", style: `grid-column:${lost.start + 1} / span ${lost.size}`, title: `Would destroy ${lost.profile} running ${lost.busy.join(", ")}` }, `✕ ${lost.profile}: ${lost.busy.join(", ")}`));
+  }
+  canvas.replaceChildren(...nodes);
+  canvas.style.gridAutoRows = destroyed().some((c) => c.busy.length) ? "78px 26px" : "78px";
+}
+
+function drawPalette() {
+  const palette = $("palette");
+  const rows = model.profiles.map((profile) => {
+    const count = instances.filter((i) => i.profile_id === profile.id).length;
+    const track = el("div", { class: "prow-track", style: `--n:${model.slice_count}` });
+    // Placements of one profile can overlap one another: stack those on extra rows.
+    const lanes = [];
+    for (const [start, size] of profile.placements) {
+      const candidate = { profile_id: profile.id, start };
+      let lane = lanes.findIndex((taken) => taken.every(([s, z]) => start >= s + z || s >= start + size));
+      if (lane === -1) { lanes.push([]); lane = lanes.length - 1; }
+      lanes[lane].push([start, size]);
+      const on = instances.some((i) => same(i, candidate));
+      const blocked = !on && instances.some((i) => overlaps(i, { profile_id: profile.id, start }));
+      const label = `${profile.name} at slice ${start}`;
+      track.append(el("button", {
+        type: "button", class: `pl${on ? " on" : ""}`,
+        style: `grid-column:${start + 1} / span ${size}; grid-row:${lane + 1}`,
+        disabled: !canOperate || blocked,
+        title: on ? `Remove ${label}` : blocked ? `${label}: overlaps an instance` : `Add ${label}`,
+        "aria-pressed": on ? "true" : "false",
+        "data-profile": profile.name, "data-start": start,
+        onclick: () => (on ? remove(candidate) : add(candidate)),
+      }, `@${start}`));
+    }
+    return el("div", { class: "prow" },
+      el("div", {}, el("div", { class: "pname", text: profile.name }),
+        el("div", { class: "pmeta", text: `${profile.compute_slices} compute · ${fmtMiB(profile.memory_mib)} · ${count}/${profile.max_instances}${profile.media ? ` · ${profile.media}` : ""}` })),
+      track);
+  });
+  palette.replaceChildren(...rows);
+}
+
+function drawRuler() {
+  const ruler = $("ruler");
+  ruler.replaceChildren(...Array.from({ length: model.slice_count }, (_, i) => el("span", { text: i })));
+}
+
+function drawDiff() {
+  const diff = $("diff");
+  if (mode !== "mig") { diff.replaceChildren(); return; }
+  const added = instances.filter((i) => !model.current.some((c) => same(c, i)));
+  const gone = destroyed();
+  const kept = model.current.length - gone.length;
+  const parts = [
+    ...added.map((i) => el("span", { class: "add", text: `+ ${profileOf(i.profile_id).name}@${i.start}` })),
+    ...gone.map((c) => el("span", { class: "del", text: `− ${c.profile}@${c.start}` })),
+  ];
+  if (!added.length && !gone.length) parts.push(el("span", { class: "keep", text: "No change yet: pick profiles below, or a preset" }));
+  else if (kept) parts.push(el("span", { class: "keep", text: `= ${kept} kept` }));
+  diff.replaceChildren(...parts);
+}
+
+function drawDrain() {
+  const box = $("drain");
+  const lost = busyLosses();
+  box.hidden = !lost.length;
+  if (!lost.length) return;
+  box.replaceChildren(el("div", {},
+    el("strong", { text: "This change needs a drain." }),
+    el("ul", {}, lost.map((l) => el("li", {}, `${l.what} runs ${l.busy.join(", ")}: applying would destroy it. Evict or move these workloads first.`)))));
+}
+
+function changed() {
+  if (mode !== model.mode) return true;
+  if (mode !== "mig") return true; // MPS policy edits: the server says when nothing changes
+  return instances.length !== model.current.length || instances.some((i) => !model.current.some((c) => same(c, i)));
+}
+
+function render() {
+  if (model.slice_count) { drawRuler(); drawCanvas(); drawPalette(); drawDiff(); }
+  drawDrain();
+  for (const pane of document.querySelectorAll("[data-pane]")) pane.hidden = pane.dataset.pane !== mode;
+  for (const tab of document.querySelectorAll("[data-mode]")) tab.setAttribute("aria-selected", String(tab.dataset.mode === mode));
+  validate();
+}
+
+// ---- validation: the server's MIG rules, on every change ---------------------------------------
+
+async function validate() {
+  const seq = ++validation;
+  const verdict = $("verdict");
+  if (mode !== "mig") {
+    valid = true;
+    const text = mode === "mps" ? "MPS: one control daemon for the whole GPU. The server checks the policy when you apply." : "Dedicated: the whole GPU for one workload.";
+    setVerdict("ok", [el("span", { text })]);
+    updateApply();
+    return;
+  }
+  verdict.className = "verdict wait";
+  const body = { gpu: gpuId, instances: instances.map((i) => ({ profile: String(i.profile_id), start: i.start })) };
+  const result = await api("POST", "/api/v1/mig/validate", body);
+  if (seq !== validation) return; // a newer edit superseded this answer
+  if (!result.ok) {
+    valid = false;
+    setVerdict("bad", [el("strong", { text: result.data?.message || "Validation failed" })]);
+  } else if (result.data.valid) {
+    valid = true;
+    const compute = instances.reduce((sum, i) => sum + profileOf(i.profile_id).compute_slices, 0);
+    const memory = instances.reduce((sum, i) => sum + sizeOf(i), 0);
+    setVerdict("ok", [el("strong", { text: "Valid layout." }), ` ${instances.length} instance${instances.length === 1 ? "" : "s"} · ${memory}/${model.slice_count} memory slices · ${compute} compute slices.`]);
+  } else {
+    valid = false;
+    setVerdict("bad", [el("strong", { text: "Not a valid layout:" }),
+      el("ul", {}, result.data.violations.map((v) => el("li", {}, `${v.message} `, el("code", { text: v.code }))))]);
+  }
+  updateApply();
+}
+
+function setVerdict(kind, children) {
+  const verdict = $("verdict");
+  verdict.className = `verdict ${kind}`;
+  verdict.replaceChildren(el("div", {}, ...children));
+}
+
+function updateApply() {
+  const button = $("apply");
+  if (!canOperate) return;
+  const busy = followed && !["succeeded", "failed", "expired"].includes(followed.status);
+  button.disabled = !valid || !changed() || busy;
+  button.textContent = busy ? "Applying…" : busyLosses().length ? "Apply (needs a drain)" : "Apply layout";
+}
+
+// ---- edits ------------------------------------------------------------------------------------
+
+function add(inst) { instances = [...instances, inst]; render(); }
+function remove(inst) { instances = instances.filter((i) => !same(i, inst)); render(); }
+
+$("presets")?.addEventListener("click", (e) => {
+  const button = e.target.closest("[data-preset]");
+  if (!button || !canOperate) return;
+  const name = button.dataset.preset;
+  if (name === "current") instances = model.current.map((c) => ({ profile_id: c.profile_id, start: c.start }));
+  else if (name === "empty") instances = [];
+  else instances = model.presets.find((p) => p.key === name).instances.map((i) => ({ ...i }));
+  render();
+});
+
+for (const tab of document.querySelectorAll("[data-mode]")) {
+  tab.addEventListener("click", () => { if (!tab.disabled) { mode = tab.dataset.mode; render(); } });
+}
+
+// ---- apply and follow the operation -----------------------------------------------------------
+
+function layoutBody() {
+  if (mode === "mig") return { mode, instances: instances.map((i) => ({ profile: String(i.profile_id), start: i.start })) };
+  if (mode === "dedicated") return { mode };
+  const form = $("mps-form");
+  const mps = {};
+  for (const input of form.querySelectorAll("input")) if (input.value !== "") mps[input.name] = Number(input.value);
+  return { mode, mps };
+}
+
+$("apply").addEventListener("click", async () => {
+  const result = await api("PUT", `/api/v1/gpus/${gpuId}/layout`, layoutBody());
+  if (!result.ok) {
+    toastError(result, "Layout refused");
+    const lines = violations(result.data).map((v) => el("li", {}, `${v.message} `, el("code", { text: v.code })));
+    const busy = (result.data?.details?.busy || []).map((b) => el("li", {}, `${b.label}: ${b.deployments.join(", ")}`));
+    setVerdict("bad", [el("strong", { text: result.data?.message || `Refused (${result.status})` }), lines.length || busy.length ? el("ul", {}, ...lines, ...busy) : null]);
+    return;
+  }
+  follow(result.data);
+});
+
+function follow(operation) {
+  followed = operation;
+  const steps = $("steps");
+  steps.hidden = false;
+  const order = ["pending", "dispatched", "succeeded"];
+  const reached = operation.status === "succeeded" ? 3 : operation.status === "dispatched" ? 2 : 1;
+  for (const step of steps.querySelectorAll(".st")) {
+    const index = order.indexOf(step.dataset.step);
+    step.className = "st";
+    if (index < reached) step.classList.add("done");
+    if (index === reached - 1 && operation.status !== "succeeded") step.classList.add("now");
+    if (["failed", "expired"].includes(operation.status) && step.dataset.step === "succeeded") {
+      step.classList.add("fail");
+      step.textContent = operation.status === "failed" ? "Failed" : "Expired";
+    } else if (step.dataset.step === "succeeded") step.textContent = "Applied";
+  }
+  const note = $("op-note");
+  note.textContent = operation.status === "succeeded"
+    ? (operation.reason || "The agent applied the layout.")
+    : ["failed", "expired"].includes(operation.status) ? operation.reason || "" : `Operation #${operation.id}: waiting for the agent…`;
+  updateApply();
+  if (operation.status === "succeeded") { reload(); toast("Layout applied", { kind: "ok", lines: [operation.summary] }); }
+  else if (["failed", "expired"].includes(operation.status)) { reload(); toast(`Layout ${operation.status}`, { kind: "error", lines: [operation.reason || operation.summary], timeout: 0 }); }
+  else schedulePoll();
+}
+
+let pollTimer = null;
+function schedulePoll() {
+  clearTimeout(pollTimer);
+  pollTimer = setTimeout(refreshOperation, 3000); // a fallback: frames are hints and can be lost
+}
+async function refreshOperation() {
+  if (!followed) return;
+  const result = await api("GET", `/api/v1/operations/${followed.id}/`);
+  if (result.ok && result.data.status !== followed.status) follow(result.data);
+  else if (!["succeeded", "failed", "expired"].includes(followed.status)) schedulePoll();
+}
+
+/** Re-reads the GPU: the drawing of what is on it now, and the editor's baseline. */
+async function reload() {
+  try {
+    const content = await fragment(`/ui/cards?gpu=${gpuId}`);
+    const fresh = content.querySelector(`#gpu-${gpuId}`);
+    swap(document.getElementById(`gpu-${gpuId}`), fresh);
+  } catch { /* the next change or re-sync redraws it */ }
+  const result = await api("GET", `/ui/gpus/${gpuId}/editor`);
+  if (result.ok) {
+    const wasCurrent = !changed();
+    model = result.data;
+    if (wasCurrent || (followed && followed.status === "succeeded")) {
+      mode = model.mode;
+      instances = model.current.map((c) => ({ profile_id: c.profile_id, start: c.start }));
+    }
+    render();
+  }
+}
+
+live.on("frame", (frame) => {
+  const c = frame.changed || {};
+  if (followed && (c.operation || []).includes(followed.id)) refreshOperation();
+  if ((c.gpu || []).includes(gpuId) || c.partition || c.allocation) reload();
+  const t = (frame.telemetry || {})[gpuId];
+  const card = document.getElementById(`gpu-${gpuId}`);
+  if (t && card) {
+    card.dataset.heat = String(t.utilization_percent == null ? "na" : Math.round(Math.min(100, t.utilization_percent) / 10));
+    for (const [pid, v] of Object.entries(t.partitions || {})) {
+      const slice = card.querySelector(`.slice[data-partition="${pid}"]`);
+      if (slice) slice.dataset.heat = v.utilization_percent == null ? "na" : String(Math.round(Math.min(100, v.utilization_percent) / 10));
+    }
+  }
+});
+live.on("hello", () => live.subscribe([gpuId]));
+live.on("resync", () => { reload(); if (followed) refreshOperation(); });
+
+render();
+live.start();

@@ -1,0 +1,45 @@
+// The operations and audit feed: rows are re-rendered by the server and upserted live.
+import { debounce, fragment, live } from "./core.js";
+
+const body = document.getElementById("ops-body");
+const form = document.getElementById("ops-filters");
+const pending = new Set();
+
+function keep(row) {
+  const status = body.dataset.status, kind = body.dataset.kind;
+  return (!status || row.dataset.status === status) && (!kind || row.dataset.kind === kind);
+}
+
+const upsert = debounce(async () => {
+  const ids = [...pending];
+  pending.clear();
+  if (!ids.length) return;
+  let content;
+  try { content = await fragment(`/ui/operations?id=${ids.join(",")}`); } catch { return; }
+  const rows = [...content.querySelectorAll("tr.op-row")].sort((a, b) => Number(b.dataset.op) - Number(a.dataset.op));
+  for (const row of rows.reverse()) {
+    const old = document.getElementById(row.id);
+    if (old) {
+      if (old.dataset.sig !== row.dataset.sig) { old.replaceWith(row); row.classList.add("flash"); }
+      if (!keep(row)) row.remove();
+    } else if (keep(row)) {
+      body.prepend(row);
+      row.classList.add("flash");
+      document.getElementById("ops-empty")?.remove();
+    }
+  }
+  while (body.children.length > 300) body.lastElementChild.remove();
+}, 150);
+
+live.on("frame", (frame) => {
+  for (const id of (frame.changed || {}).operation || []) pending.add(id);
+  upsert();
+});
+live.on("resync", async () => {
+  const content = await fragment(`/operations/?${new URLSearchParams(new FormData(form))}`);
+  const fresh = content.querySelector ? content.querySelector("#ops-body") : null;
+  if (fresh) body.replaceChildren(...fresh.children);
+});
+live.on("hello", () => live.subscribe([]));
+form.addEventListener("change", () => form.submit());
+live.start();

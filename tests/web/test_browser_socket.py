@@ -1,0 +1,213 @@
+"""The browsers' socket: refuses strangers, says hello, and coalesces however many events the
+fleet publishes into at most a couple of frames a second."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+
+from fleet.core.events import FLEET_GROUP
+from fleet.live.browser import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, BrowserConsumer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run(coro: Any) -> Any:
+    return async_to_sync(coro)()
+
+
+def communicator_for(user: Any) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(BrowserConsumer.as_asgi(), "/ws/fleet/")
+    communicator.scope["user"] = user
+    return communicator
+
+
+def telemetry(host_id: int, gpu_id: int, util: float) -> dict[str, Any]:
+    return {
+        "type": "live.telemetry",
+        "host_id": host_id,
+        "ts": 1.0,
+        "gpus": {
+            str(gpu_id): {
+                "utilization_percent": util,
+                "memory_used_mib": 1024.0,
+                "memory_total_mib": 81559,
+                "temperature_c": None,
+                "power_w": 301.234,
+                "health": "healthy",
+                "partitions": {"12": {"utilization_percent": None, "memory_used_mib": 5.55}},
+            }
+        },
+    }
+
+
+async def frames_within(communicator: WebsocketCommunicator, seconds: float) -> list[dict]:
+    """Every frame received in ``seconds`` (polling: a receive timeout would cancel the app)."""
+    frames = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline:
+        if not await communicator.receive_nothing(timeout=0.02, interval=0.005):
+            frames.append(await communicator.receive_json_from())
+    return frames
+
+
+def test_an_anonymous_socket_is_closed_with_4401():
+    from django.contrib.auth.models import AnonymousUser
+
+    async def scenario():
+        communicator = communicator_for(AnonymousUser())
+        connected, _ = await communicator.connect()
+        assert connected
+        closed = await communicator.receive_output(timeout=1)
+        assert closed == {"type": "websocket.close", "code": CLOSE_UNAUTHENTICATED}
+
+    run(scenario)
+
+
+def test_a_user_without_a_role_is_closed_with_4403(django_user_model):
+    user = django_user_model.objects.create_user("nobody", password="x-long-password")
+
+    async def scenario():
+        communicator = communicator_for(user)
+        await communicator.connect()
+        closed = await communicator.receive_output(timeout=1)
+        assert closed == {"type": "websocket.close", "code": CLOSE_FORBIDDEN}
+
+    run(scenario)
+
+
+def test_a_viewer_gets_a_hello_frame(viewer):
+    async def scenario():
+        communicator = communicator_for(viewer)
+        assert (await communicator.connect())[0]
+        hello = await communicator.receive_json_from(timeout=1)
+        assert hello["type"] == "hello"
+        assert hello["seq"] == 0
+        assert hello["role"] == "viewer" and hello["user"] == viewer.username
+        await communicator.disconnect()
+
+    run(scenario)
+
+
+def test_a_burst_of_events_arrives_as_one_or_two_coalesced_frames(viewer):
+    async def scenario():
+        communicator = communicator_for(viewer)
+        await communicator.connect()
+        await communicator.receive_json_from(timeout=1)
+        layer = get_channel_layer()
+        for i in range(200):
+            await layer.group_send(FLEET_GROUP, telemetry(1, 7 + i % 5, float(i)))
+            if i % 10 == 0:
+                # Let the consumer drain its channel (the in-memory layer holds 100 messages).
+                await asyncio.sleep(0.002)
+                await layer.group_send(
+                    FLEET_GROUP, {"type": "live.changed", "kind": "gpu", "ids": [i]}
+                )
+        await layer.group_send(
+            FLEET_GROUP, {"type": "live.changed", "kind": "operation", "ids": [3, 4]}
+        )
+        frames = await frames_within(communicator, 1.2)
+        assert 1 <= len(frames) <= 3
+        assert all(f["type"] == "frame" for f in frames)
+        assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
+        merged_gpu_ids = {gid for f in frames for gid in f["telemetry"]}
+        assert merged_gpu_ids == {"7", "8", "9", "10", "11"}
+        last = {}
+        for f in frames:
+            last.update(f["telemetry"])
+        assert last["11"]["utilization_percent"] == 199.0  # the latest value, not the first
+        assert last["11"]["power_w"] == 301.2  # rounded: frames stay small
+        assert last["11"]["temperature_c"] is None  # n/a stays n/a
+        changed_gpus = sorted({i for f in frames for i in f["changed"].get("gpu", [])})
+        assert changed_gpus == list(range(0, 200, 10))
+        assert {i for f in frames for i in f["changed"].get("operation", [])} == {3, 4}
+        await communicator.disconnect()
+
+    run(scenario)
+
+
+def test_frames_are_at_least_half_a_second_apart(viewer):
+    async def scenario():
+        communicator = communicator_for(viewer)
+        await communicator.connect()
+        await communicator.receive_json_from(timeout=1)
+        layer = get_channel_layer()
+        loop = asyncio.get_running_loop()
+        stamps = []
+
+        async def publish_for(seconds: float) -> None:
+            end = loop.time() + seconds
+            n = 0
+            while loop.time() < end:
+                await layer.group_send(FLEET_GROUP, telemetry(1, 1, float(n)))
+                n += 1
+                await asyncio.sleep(0.01)
+
+        task = asyncio.ensure_future(publish_for(1.6))
+        while not task.done():
+            if not await communicator.receive_nothing(timeout=0.02, interval=0.005):
+                await communicator.receive_json_from()
+                stamps.append(loop.time())
+        await task
+        await frames_within(communicator, 0.6)
+        gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+        assert len(stamps) <= 5
+        assert all(gap >= 0.45 for gap in gaps), gaps
+        await communicator.disconnect()
+
+    run(scenario)
+
+
+def test_a_subscription_narrows_the_telemetry_to_the_gpus_on_screen(viewer):
+    async def scenario():
+        communicator = communicator_for(viewer)
+        await communicator.connect()
+        await communicator.receive_json_from(timeout=1)
+        await communicator.send_json_to({"type": "subscribe", "gpus": [2]})
+        await asyncio.sleep(0.05)
+        layer = get_channel_layer()
+        for gpu in (1, 2, 3):
+            await layer.group_send(FLEET_GROUP, telemetry(1, gpu, 50.0))
+        frame = await communicator.receive_json_from(timeout=1.5)
+        assert set(frame["telemetry"]) == {"2"}
+        assert frame["fleet"]["reporting"] == 3  # the fleet summary still counts every GPU
+        await communicator.send_json_to({"type": "ping"})
+        assert (await communicator.receive_json_from(timeout=1)) == {"type": "pong"}
+        await communicator.disconnect()
+
+    run(scenario)
+
+
+def test_the_asgi_route_authenticates_with_the_session_cookie(viewer, settings):
+    from django.test import Client
+
+    from fleet.asgi import application
+
+    client = Client()
+    client.force_login(viewer)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+
+    async def scenario():
+        communicator = WebsocketCommunicator(
+            application,
+            "/ws/fleet/",
+            headers=[(b"cookie", cookie), (b"origin", b"http://testserver")],
+        )
+        assert (await communicator.connect())[0]
+        hello = await communicator.receive_json_from(timeout=1)
+        assert hello["type"] == "hello" and hello["user"] == viewer.username
+        await communicator.disconnect()
+
+        stranger = WebsocketCommunicator(
+            application, "/ws/fleet/", headers=[(b"origin", b"http://testserver")]
+        )
+        await stranger.connect()
+        assert (await stranger.receive_output(timeout=1))["code"] == CLOSE_UNAUTHENTICATED
+
+    run(scenario)
