@@ -49,3 +49,27 @@ def recover_quiet_gpus() -> int:
     from fleet.allocations.health import gpus_recover_quiet
 
     return len(gpus_recover_quiet())
+
+
+@app.task(name="fleet.advance_drains", ignore_result=True)
+def advance_drains() -> int:
+    """Beat: move every running drain-and-reshape forward (deadlines, rollbacks)."""
+    from fleet.allocations.drain import drains_advance
+
+    return len(drains_advance())
+
+
+@app.task(name="fleet.telemetry_rollup", ignore_result=True)
+def telemetry_rollup() -> int:
+    """Beat: per-minute means of the closed minutes into PostgreSQL; checkpoint latest samples."""
+    from fleet.inventory.telemetry import rollup
+
+    return rollup()
+
+
+@app.task(name="fleet.telemetry_retention", ignore_result=True)
+def telemetry_retention() -> int:
+    """Beat: delete history points past their retention (60 s points: a week)."""
+    from fleet.inventory.telemetry import retention
+
+    return retention()

@@ -401,3 +401,10 @@ class TargetsSerializer(serializers.Serializer[Any]):
     strategy = serializers.CharField()
     feasible = FeasibleTargetSerializer(many=True)
     infeasible = InfeasibleTargetSerializer(many=True)
+
+
+class DrainSerializer(serializers.Serializer[Any]):
+    layout = LayoutSerializer(
+        required=False, allow_null=True, help_text="Reshape to this layout once drained."
+    )
+    timeout_s = serializers.IntegerField(default=300, min_value=5, max_value=86_400)

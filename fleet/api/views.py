@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from fleet.allocations import services as allocation_services
+from fleet.allocations.drain import gpu_drain
 from fleet.allocations.health import gpu_heal
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.selectors import deployment_ranking
@@ -107,17 +108,7 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet[Gpu]):
     )
     @action(detail=True, methods=["put"], url_path="layout")
     def layout(self, request: Request, pk: str | None = None) -> Response:
-        data = _valid(s.LayoutSerializer, request)
-        spec = partitioning_services.LayoutSpec(
-            mode=data["mode"],
-            instances=tuple(
-                partitioning_services.MigInstanceSpec(
-                    profile=_profile_ref(i["profile"]), start=i["start"], mps=_policy(i.get("mps"))
-                )
-                for i in data.get("instances", [])
-            ),
-            mps=_policy(data.get("mps")),
-        )
+        spec = _layout_spec(_valid(s.LayoutSerializer, request))
         operation = partitioning_services.gpu_set_layout(
             gpu_id=_pk(pk), spec=spec, requested_by=request.user
         )
@@ -132,6 +123,24 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet[Gpu]):
             gpu_id=_pk(pk), cordoned=True, reason=reason, requested_by=request.user
         )
         return Response(s.OperationSerializer(operation).data)
+
+    @extend_schema(
+        request=s.DrainSerializer,
+        responses={202: s.OperationSerializer, **_errors(400, 401, 403, 404, 409, 422)},
+        description=(
+            "Drain one GPU: cordon it, move (or stop) its replicas, and when its agent confirms "
+            "it is idle apply `layout` (if given), verify it and uncordon; a failed apply rolls "
+            "back to the previous layout. Progress is in the returned operation's `payload`."
+        ),
+    )
+    @action(detail=True, methods=["post"])
+    def drain(self, request: Request, pk: str | None = None) -> Response:
+        data = _valid(s.DrainSerializer, request)
+        layout = _layout_spec(data["layout"]) if data.get("layout") else None
+        operation = gpu_drain(
+            gpu_id=_pk(pk), layout=layout, timeout_s=data["timeout_s"], requested_by=request.user
+        )
+        return Response(s.OperationSerializer(operation).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         request=None,
@@ -344,6 +353,19 @@ def _pk(raw: Any) -> int:
 
         raise NotFound("not_found", f"No object with id {raw!r}.") from None
     return value
+
+
+def _layout_spec(data: dict[str, Any]) -> partitioning_services.LayoutSpec:
+    return partitioning_services.LayoutSpec(
+        mode=data["mode"],
+        instances=tuple(
+            partitioning_services.MigInstanceSpec(
+                profile=_profile_ref(i["profile"]), start=i["start"], mps=_policy(i.get("mps"))
+            )
+            for i in data.get("instances", [])
+        ),
+        mps=_policy(data.get("mps")),
+    )
 
 
 def _profile_ref(raw: str) -> int | str:

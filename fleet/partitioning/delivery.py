@@ -131,6 +131,7 @@ def agent_ack(*, host: Host, ack: protocol.Ack) -> list[int]:
     ).exclude(gpu_id__in=list(failed_gpu_ids)).update(state=AllocationState.ACTIVE)
     publish_changed("operation", finished)
     publish_changed("host", [host.pk])
+    transaction.on_commit(lambda: _advance_drains(host.pk))
     publish_changed("gpu", list(Gpu.objects.filter(host=host).values_list("pk", flat=True)))
     return finished
 
@@ -168,9 +169,14 @@ def operations_expire(now: Any = None) -> list[int]:
     """Expire operations an agent never completed, with a reason a person can act on."""
     now = now or timezone.now()
     deadline = now - timedelta(seconds=float(settings.FLEET_OPERATION_TIMEOUT_SECONDS))
-    stuck = Operation.objects.filter(
-        status__in=[OperationStatus.PENDING, OperationStatus.DISPATCHED], created_at__lt=deadline
-    ).select_related("host")
+    stuck = (
+        Operation.objects.filter(
+            status__in=[OperationStatus.PENDING, OperationStatus.DISPATCHED],
+            created_at__lt=deadline,
+        )
+        .exclude(kind="drain")  # a drain has its own deadline and rollback
+        .select_related("host")
+    )
     expired = []
     for operation in stuck:
         host = operation.host
@@ -204,3 +210,9 @@ def hosts_mark_offline(now: Any = None) -> list[int]:
     stale.update(status=HostStatus.OFFLINE)
     publish_changed("host", ids)
     return ids
+
+
+def _advance_drains(host_id: int) -> None:
+    from fleet.allocations.drain import drains_advance  # drains wait for acks like this one
+
+    drains_advance(host_id)

@@ -103,7 +103,13 @@ def embedded_scheduler(period_s: float = 2.0) -> None:
     """Celery beat's schedule, run in-process when there is no Redis."""
     from django.db import close_old_connections
 
-    from fleet.tasks import expire_operations, mark_offline_hosts, redeliver
+    from fleet.tasks import (
+        advance_drains,
+        expire_operations,
+        mark_offline_hosts,
+        recover_quiet_gpus,
+        redeliver,
+    )
 
     stop = threading.Event()
     tick = 0
@@ -111,10 +117,12 @@ def embedded_scheduler(period_s: float = 2.0) -> None:
         tick += 1
         try:
             redeliver()
+            advance_drains()
             if tick % 3 == 0:
                 mark_offline_hosts()
             if tick % 5 == 0:
                 expire_operations()
+                recover_quiet_gpus()
         except Exception:  # keep the scheduler alive; log and go on
             logger.exception("embedded scheduler tick failed")
         finally:
