@@ -5,11 +5,13 @@ from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from fleet.api.metrics import metrics
 from fleet.api.views_health import health
 
 urlpatterns = [
     path("", include("fleet.web.urls")),
     path("healthz", health, name="health"),
+    path("metrics", metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("fleet.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
