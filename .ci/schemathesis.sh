@@ -12,6 +12,7 @@ psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATAB
 export FLEET_DATABASE_URL=${PG_URL%/*}/$DB FLEET_REDIS_URL=$REDIS_URL
 export FLEET_MODE=production FLEET_SECRET_KEY=ci-only-secret FLEET_ALLOWED_HOSTS=127.0.0.1 FLEET_SECURE_COOKIES=false
 $BIN/python manage.py migrate -v0
+$BIN/python manage.py collectstatic --noinput -v0
 $BIN/python manage.py demo --no-serve >/dev/null
 TOKEN=$($BIN/python manage.py create_api_token schemathesis --role operator)
 $BIN/python manage.py spectacular --file "$WORK/schema.yaml"

@@ -72,3 +72,16 @@ def operator_client(operator) -> Any:
 @pytest.fixture
 def admin_client(admin_user) -> Any:
     return _token_client(admin_user)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_telemetry_store(request):
+    """Each Django test starts with an empty telemetry hot store (row ids are reused)."""
+    if (
+        "db" in request.fixturenames
+        or "transactional_db" in request.fixturenames
+        or request.node.get_closest_marker("django_db")
+    ):
+        from fleet.inventory.telemetry import get_store
+
+        get_store().clear()

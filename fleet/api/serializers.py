@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from fleet.allocations.models import Allocation, Deployment, RequestKind
 from fleet.inventory.models import Gpu, Host, SharingMode
+from fleet.inventory.selectors import latest_telemetry_of
 from fleet.partitioning.models import Operation, Partition
 
 
@@ -61,6 +62,27 @@ class HostCreatedSerializer(HostSerializer):
 
 class GpuSerializer(serializers.ModelSerializer[Gpu]):
     host_name = serializers.CharField(source="host.name", read_only=True)
+    last_telemetry = serializers.SerializerMethodField()
+    last_telemetry_at = serializers.SerializerMethodField()
+
+    def _latest(self, obj: Gpu) -> tuple[dict[str, Any], Any]:
+        latest = self.context.get("latest_telemetry")
+        if latest is None:
+            latest = latest_telemetry_of([obj])
+        return latest.get(obj.pk, ({}, None))
+
+    @extend_schema_field(
+        serializers.DictField(
+            help_text="Latest sample as the agent sent it; null values mean NVML has none."
+        )
+    )
+    def get_last_telemetry(self, obj: Gpu) -> dict[str, Any]:
+        return self._latest(obj)[0]
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_last_telemetry_at(self, obj: Gpu) -> str | None:
+        at = self._latest(obj)[1]
+        return at.isoformat() if at is not None else None
 
     class Meta:
         model = Gpu

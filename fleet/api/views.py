@@ -28,6 +28,7 @@ from fleet.api.filters import (
 from fleet.core.roles import Role, role_of
 from fleet.inventory import services as inventory_services
 from fleet.inventory.models import Gpu, Host
+from fleet.inventory.selectors import latest_telemetry_of
 from fleet.mps import MpsPolicy
 from fleet.partitioning import services as partitioning_services
 from fleet.partitioning.models import Operation, Partition
@@ -89,6 +90,17 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet[Gpu]):
 
     serializer_class = s.GpuSerializer
     filterset_class = GpuFilter
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
+        """Read the latest telemetry of every GPU of the page in one round trip."""
+        rows = args[0] if args else None
+        if rows is not None and not isinstance(rows, dict):
+            many = list(rows) if kwargs.get("many") else [rows]
+            kwargs.setdefault("context", self.get_serializer_context())
+            kwargs["context"]["latest_telemetry"] = latest_telemetry_of(many)
+            args = (many if kwargs.get("many") else rows, *args[1:])
+        return super().get_serializer(*args, **kwargs)
+
     ordering_fields = ["host__name", "index", "product_name", "mode", "health"]
     queryset = Gpu.objects.select_related("host").order_by("host__name", "index")
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -111,11 +112,13 @@ class Agent:
 
 
 class Stack:
-    def __init__(self, tmp: Path, database_url: str) -> None:
+    def __init__(self, tmp: Path, database_url: str, *, servers: int = 1, workers: int = 1) -> None:
         self.tmp = tmp
         self.redis_port = free_port()
-        self.http_port = free_port()
-        self.url = f"http://127.0.0.1:{self.http_port}"
+        self.http_ports = [free_port() for _ in range(servers)]
+        self.urls = [f"http://127.0.0.1:{port}" for port in self.http_ports]
+        self.url = self.urls[0]
+        self.worker_count = workers
         self.db_name = f"fleet_e2e_{uuid.uuid4().hex[:10]}"
         self.server_url = database_url.rsplit("/", 1)[0]
         self.env = {
@@ -142,36 +145,39 @@ class Stack:
             conn.execute(f'CREATE DATABASE "{self.db_name}"')
         self.start_redis()
         self.manage("migrate", "-v0")
+        self.manage("collectstatic", "--noinput", "-v0")
         self.operator_token = self.manage("create_api_token", "ops", "--role", "operator").strip()
         self.admin_token = self.manage("create_api_token", "root", "--role", "admin").strip()
-        self.spawn(
-            "daphne",
-            [
+        for i, port in enumerate(self.http_ports):
+            name = "daphne" if i == 0 else f"daphne-{i}"
+            daphne = [
                 str(BIN / "daphne"),
                 "-b",
                 "127.0.0.1",
                 "-p",
-                str(self.http_port),
+                str(port),
                 "fleet.asgi:application",
-            ],
-        )
-        self.start_worker()
-        self.spawn(
+            ]
+            self.spawn(name, daphne)
+        for _ in range(self.worker_count):
+            self.start_worker()
+        beat = [
+            str(BIN / "celery"),
+            "-A",
+            "fleet",
             "beat",
-            [
-                str(BIN / "celery"),
-                "-A",
-                "fleet",
-                "beat",
-                "-l",
-                "warning",
-                "-s",
-                str(self.tmp / "beat-schedule"),
-            ],
-        )
-        wait_until(
-            lambda: self.get("/healthz", token=None)["status"] == "ok", 30, what="the ASGI server"
-        )
+            "-l",
+            "warning",
+            "-s",
+            str(self.tmp / "beat-schedule"),
+        ]
+        self.spawn("beat", beat)
+        for url in self.urls:
+            wait_until(
+                lambda url=url: self.get("/healthz", token=None, base=url)["status"] == "ok",
+                30,
+                what=f"the ASGI server {url}",
+            )
         return self
 
     def stop(self) -> None:
@@ -224,23 +230,24 @@ class Stack:
         self.start_redis()
 
     def start_worker(self) -> None:
-        self.spawn(
+        name = f"worker-{uuid.uuid4().hex[:6]}"
+        worker = [
+            str(BIN / "celery"),
+            "-A",
+            "fleet",
             "worker",
-            [
-                str(BIN / "celery"),
-                "-A",
-                "fleet",
-                "worker",
-                "--pool=solo",
-                "-l",
-                "warning",
-                "-n",
-                f"w{uuid.uuid4().hex[:6]}@%h",
-            ],
-        )
+            "--pool=solo",
+            "-l",
+            "warning",
+            "-n",
+            f"{name}@%h",
+        ]
+        self.spawn(name, worker)
 
     def kill_worker(self) -> None:
-        self.terminate("worker", signal.SIGKILL)
+        """SIGKILL every worker: tasks in flight are lost as in a crash."""
+        for name in [n for n in self.processes if n.startswith("worker")]:
+            self.terminate(name, signal.SIGKILL)
 
     def manage(self, *args: str) -> str:
         result = subprocess.run(
@@ -261,7 +268,12 @@ class Stack:
     # -- API ----------------------------------------------------------------------------
 
     def request(
-        self, method: str, path: str, body: Any = None, token: str | None = "operator"
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str | None = "operator",
+        base: str | None = None,
     ) -> tuple[int, Any]:
         headers = {"Content-Type": "application/json"}
         if token:
@@ -269,7 +281,9 @@ class Stack:
                 f"Token {self.admin_token if token == 'admin' else self.operator_token}"
             )
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        req = urllib.request.Request(
+            (base or self.url) + path, data=data, method=method, headers=headers
+        )
         try:
             with urllib.request.urlopen(req, timeout=15) as response:
                 raw = response.read()
@@ -277,8 +291,8 @@ class Stack:
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read() or b"null")
 
-    def get(self, path: str, token: str | None = "operator") -> Any:
-        status, body = self.request("GET", path, token=token)
+    def get(self, path: str, token: str | None = "operator", base: str | None = None) -> Any:
+        status, body = self.request("GET", path, token=token, base=base)
         assert status == 200, (path, status, body)
         return body
 
@@ -334,6 +348,36 @@ class Stack:
             else True
         )
         return desired == seen and mig_ok and mps_ok
+
+    def browser_session(self, base: str, username: str = "watcher", role: str = "viewer") -> str:
+        """Log a user in through the login page of ``base``; returns the Cookie header value."""
+        import http.cookiejar
+        import re
+
+        password = "e2e-" + uuid.uuid4().hex
+        self.manage(
+            "shell",
+            "-c",
+            "from fleet.core.services import user_create; from fleet.core.roles import Role; "
+            f"user_create(username={username!r}, password={password!r}, role=Role.{role.upper()})",
+        )
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        page = opener.open(base + "/login/", timeout=10).read().decode()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+        assert token, "no CSRF token on the login page"
+        form = urllib.parse.urlencode(
+            {"username": username, "password": password, "csrfmiddlewaretoken": token.group(1)}
+        )
+        opener.open(
+            urllib.request.Request(
+                base + "/login/", data=form.encode(), headers={"Referer": base + "/login/"}
+            ),
+            timeout=10,
+        )
+        cookies = {c.name: c.value for c in jar}
+        assert "sessionid" in cookies, "login failed"
+        return "; ".join(f"{k}={v}" for k, v in cookies.items())
 
 
 def _redis_ping(port: int) -> bool:
