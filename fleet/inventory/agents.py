@@ -7,14 +7,16 @@ that host, so an agent can never read or write another host's state.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from fleet.core.errors import ServiceError
-from fleet.core.events import FLEET_GROUP, GpuLive, TelemetryEvent, publish, publish_changed
+from fleet.core.events import publish_changed
 from fleet.core.tokens import hash_token, new_token, token_prefix
 from fleet.inventory.models import (
     Gpu,
@@ -23,9 +25,9 @@ from fleet.inventory.models import (
     Host,
     HostStatus,
     SharingMode,
-    TelemetrySample,
 )
 from fleet.inventory.services import HOST_TOKEN_KIND
+from fleet.inventory.telemetry import GpuTick, get_store, publish_live, trusted_ts
 from fleet.mig import find_product
 from fleet.partitioning.models import OperationKind, OperationStatus, Partition, PartitionKind
 from fleet.partitioning.services import operation_record
@@ -259,70 +261,114 @@ def gpus_observed(*, host: Host, gpus: list[protocol.GpuInfo]) -> None:
 
 
 def agent_telemetry(*, host: Host, telemetry: protocol.Telemetry) -> int:
-    """Store one tick: latest values per GPU, a 1 s history point, a live frame for browsers."""
-    now = timezone.now()
-    gpus = {g.uuid: g for g in Gpu.objects.filter(host=host)}
-    partitions = _partitions_by_instance(gpus.values())
-    ts = datetime.fromtimestamp(float(telemetry["ts"]), tz=UTC).replace(microsecond=0)
-    samples, live = [], {}
+    """Store one tick: latest values and a 1 s point per GPU in the telemetry store (Redis, or
+    memory in the embedded mode; see :mod:`fleet.inventory.telemetry`), and a live frame for
+    browsers. No ORM write per tick: ``Host.last_seen_at`` is refreshed at most every
+    :func:`_seen_every` seconds, ``Gpu.last_telemetry`` is checkpointed by the rollup task.
+
+    Returns the number of GPU samples stored."""
+    received = time.time()
+    ts = trusted_ts(float(telemetry["ts"]), received)
+    known = _host_gpus(host, [s["uuid"] for s in telemetry["gpus"]])
+    ticks, live = [], {}
+    ts_ms = int(ts * 1000)
     for sample in telemetry["gpus"]:
-        gpu = gpus.get(sample["uuid"])
+        gpu = known.get(sample["uuid"])
         if gpu is None:
             continue
+        gpu_id, health, instances = gpu
         power_w = sample["power_mw"] / 1000 if sample["power_mw"] is not None else None
-        gpu.last_telemetry = dict(sample)
-        gpu.last_telemetry_at = now
-        samples.append(
-            TelemetrySample(
-                gpu=gpu,
-                ts=ts,
-                resolution_s=1,
+        ticks.append(
+            GpuTick(
+                gpu_id=gpu_id,
                 utilization_percent=sample["utilization_gpu_percent"],
                 memory_used_mib=sample["memory_used_mib"],
                 temperature_c=sample["temperature_c"],
                 power_w=power_w,
+                sample=dict(sample),
             )
         )
-        live[str(gpu.pk)] = GpuLive(
-            utilization_percent=sample["utilization_gpu_percent"],
-            memory_used_mib=sample["memory_used_mib"],
-            memory_total_mib=sample["memory_total_mib"],
-            temperature_c=sample["temperature_c"],
-            power_w=power_w,
-            health=gpu.health,
-            partitions={
-                str(partitions[(gpu.pk, m["gpu_instance_id"])]): {
+        # GpuLive, plus the sample's agent time in ms (an int: browsers round floats).
+        live[str(gpu_id)] = {
+            "utilization_percent": sample["utilization_gpu_percent"],
+            "memory_used_mib": sample["memory_used_mib"],
+            "memory_total_mib": sample["memory_total_mib"],
+            "temperature_c": sample["temperature_c"],
+            "power_w": power_w,
+            "health": health,
+            "partitions": {
+                str(instances[m["gpu_instance_id"]]): {
                     "utilization_percent": m["utilization_percent"],
                     "memory_used_mib": m["memory_used_mib"],
                 }
                 for m in sample["mig"]
-                if (gpu.pk, m["gpu_instance_id"]) in partitions
+                if m["gpu_instance_id"] in instances
             },
+            "ts_ms": ts_ms,
+        }
+    get_store().record(host_id=host.pk, ts=ts, received_at=received, ticks=ticks)
+    seen = host.last_seen_at
+    if seen is None or received - seen.timestamp() >= _seen_every():
+        Host.objects.filter(pk=host.pk).update(last_seen_at=timezone.now())
+    publish_live(host.pk, float(telemetry["ts"]), live)
+    return len(ticks)
+
+
+def _seen_every() -> float:
+    """How stale ``Host.last_seen_at`` may get: a quarter of the offline limit, at most 5 s."""
+    limit = float(settings.FLEET_HEARTBEAT_SECONDS) * int(settings.FLEET_OFFLINE_AFTER_MISSED)
+    return max(0.0, min(5.0, limit / 4))
+
+
+# (host id, host created_at) -> (fetched at, {uuid: (gpu id, health, {GPU instance id: partition}})
+_GpuMap = dict[str, tuple[int, str, dict[int, int]]]
+_gpu_maps: dict[tuple[int, float], tuple[float, _GpuMap]] = {}
+
+
+def _host_gpus(host: Host, uuids: list[str]) -> _GpuMap:
+    """The host's GPUs by UUID, cached for ``FLEET_TELEMETRY_GPU_CACHE_SECONDS`` (default 2 s):
+    a tick then costs no query. A UUID the cache does not know refetches at once; health and MIG
+    instances in live frames may lag by the cache time (``live.changed`` re-renders anyway)."""
+    key = (host.pk, host.created_at.timestamp() if host.created_at else 0.0)
+    ttl = float(getattr(settings, "FLEET_TELEMETRY_GPU_CACHE_SECONDS", 2.0))
+    now = time.monotonic()
+    cached = _gpu_maps.get(key)
+    if cached is not None and now - cached[0] < ttl and all(u in cached[1] for u in uuids):
+        return cached[1]
+    gpus = list(
+        Gpu.objects.filter(host=host).only("pk", "uuid", "health", "observed").order_by("pk")
+    )
+    partitions = _partitions_by_instance(gpus)
+    found: _GpuMap = {
+        g.uuid: (
+            g.pk,
+            str(g.health),
+            {gi: pid for (gid, gi), pid in partitions.items() if gid == g.pk},
         )
-    Gpu.objects.bulk_update(list(gpus.values()), ["last_telemetry", "last_telemetry_at"])
-    TelemetrySample.objects.bulk_create(samples, ignore_conflicts=True)
-    Host.objects.filter(pk=host.pk).update(last_seen_at=now)
-    event: TelemetryEvent = {
-        "type": "live.telemetry",
-        "host_id": host.pk,
-        "ts": float(telemetry["ts"]),
-        "gpus": live,
+        for g in gpus
     }
-    publish(FLEET_GROUP, "live.telemetry", dict(event))
-    return len(samples)
+    if len(_gpu_maps) > 100_000:
+        _gpu_maps.clear()
+    _gpu_maps[key] = (now, found)
+    return found
 
 
 def _partitions_by_instance(gpus: Any) -> dict[tuple[int, int], int]:
-    """(gpu id, NVML GPU-instance id) -> partition id, from the instances the agent observed."""
+    """(gpu id, NVML GPU-instance id) -> partition id, from the instances the agent observed.
+
+    One query for all the GPUs' MIG partitions (not one per GPU)."""
+    gpus = list(gpus)
+    by_place: dict[int, dict[tuple[int | None, int], int]] = {}
+    for gpu_id, profile_id, start, pk in Partition.objects.filter(
+        gpu_id__in=[g.pk for g in gpus], kind=PartitionKind.MIG
+    ).values_list("gpu_id", "profile_id", "start", "pk"):
+        by_place.setdefault(gpu_id, {})[(profile_id, start)] = pk
     found: dict[tuple[int, int], int] = {}
     for gpu in gpus:
-        by_place = {
-            (p.profile_id, p.start): p.pk
-            for p in gpu.partitions.all()
-            if p.kind == PartitionKind.MIG
-        }
-        for instance in gpu.observed.get("mig_instances", []):
-            partition = by_place.get((instance.get("profile_id"), instance.get("start")))
+        places = by_place.get(gpu.pk, {})
+        observed = gpu.observed if isinstance(gpu.observed, dict) else {}
+        for instance in observed.get("mig_instances", []) or []:
+            partition = places.get((instance.get("profile_id"), instance.get("start")))
             if partition is not None:
                 found[(gpu.pk, int(instance["gpu_instance_id"]))] = partition
     return found

@@ -141,9 +141,10 @@ class Gpu(TimeStampedModel):
 
 
 class TelemetrySample(models.Model):
-    """One point of a GPU's history. ``resolution_s`` is 1 for raw samples (kept an hour) and 60
-    for per-minute means (kept a week); older points are deleted, so the table stays bounded.
-    ``None`` means NVML had no value, never zero."""
+    """One point of a GPU's history in PostgreSQL: per-minute means (``resolution_s=60``, kept a
+    week). The 1 s points of the last hour live in the telemetry store
+    (:mod:`fleet.inventory.telemetry`); ``resolution_s=1`` rows are only left from older versions
+    and deleted after an hour. ``None`` means NVML had no value, never zero."""
 
     gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="samples")
     ts = models.DateTimeField()
@@ -155,6 +156,8 @@ class TelemetrySample(models.Model):
 
     class Meta:
         ordering = ["gpu_id", "resolution_s", "ts"]
+        # Retention deletes by (resolution, age) across all GPUs.
+        indexes = [models.Index(fields=["resolution_s", "ts"], name="sample_resolution_ts")]
         constraints = [
             models.UniqueConstraint(
                 fields=["gpu", "resolution_s", "ts"], name="sample_unique_point"

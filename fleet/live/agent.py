@@ -46,6 +46,8 @@ def handle_message(host_id: int, message: protocol.UpMessage) -> bool:
     if kind == "telemetry":
         agents.agent_telemetry(host=host, telemetry=message)  # type: ignore[arg-type]
         # A push can be lost (full channel, worker died): heartbeats double as a re-sync.
+        if host.applied_generation >= host.desired_generation:
+            return False  # not behind: skip the query (it is per host, per tick)
         return host.pk in delivery.hosts_to_redeliver(hosts=[host.pk])
     if kind == "event":
         agents.agent_event(host=host, event=message)  # type: ignore[arg-type]

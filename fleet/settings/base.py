@@ -222,6 +222,9 @@ CELERY_BEAT_SCHEDULE = {
     "expire-operations": {"task": "fleet.expire_operations", "schedule": 10.0},
     "mark-offline-hosts": {"task": "fleet.mark_offline_hosts", "schedule": 5.0},
     "recover-quiet-gpus": {"task": "fleet.recover_quiet_gpus", "schedule": 10.0},
+    "advance-drains": {"task": "fleet.advance_drains", "schedule": 3.0},
+    "telemetry-rollup": {"task": "fleet.telemetry_rollup", "schedule": 60.0},
+    "telemetry-retention": {"task": "fleet.telemetry_retention", "schedule": 3600.0},
 }
 
 # Delivery of desired state to agents.

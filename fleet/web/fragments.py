@@ -39,7 +39,9 @@ def cards(request: HttpRequest) -> HttpResponse:
         )
     gpus = list(selectors.fleet_gpus(gpu_ids=gpu_ids))
     hosts = list(selectors.fleet_hosts(host_ids={g.host_id for g in gpus} | set(host_ids)))
-    groups = presenters.host_groups(gpus, hosts, selectors.gpus_applying(gpu_ids))
+    groups = presenters.host_groups(
+        gpus, hosts, selectors.gpus_applying(gpu_ids), selectors.latest_samples(gpus)
+    )
     context = {**page_context(request, "fleet"), "groups": groups, "na_title": presenters.NA_TITLE}
     return render(request, "web/fragments/cards.html", context)
 

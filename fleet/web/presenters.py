@@ -242,10 +242,11 @@ def _partition_of_instance(gpu: Gpu, partitions: list[Partition]) -> dict[Any, i
     return found
 
 
-def _live(gpu: Gpu, partitions: list[Partition]) -> Live:
+def _live(gpu: Gpu, partitions: list[Partition], sample: dict[str, Any] | None) -> Live:
     """The latest sample; MIG values keyed by partition (the agent keys them by GPU instance)."""
-    live = Live.from_raw(gpu.last_telemetry)
-    raw = gpu.last_telemetry if isinstance(gpu.last_telemetry, dict) else {}
+    raw = sample if sample is not None else gpu.last_telemetry
+    raw = raw if isinstance(raw, dict) else {}
+    live = Live.from_raw(raw)
     if live.partitions or not isinstance(raw.get("mig"), list):
         return live
     owners = _partition_of_instance(gpu, partitions)
@@ -260,11 +261,18 @@ def _live(gpu: Gpu, partitions: list[Partition]) -> Live:
     return replace(live, partitions=by_partition)
 
 
-def gpu_card(gpu: Gpu, *, applying: bool = False, host: Host | None = None) -> GpuCard:
-    """The card of one GPU; ``gpu`` comes from :func:`fleet.web.selectors.fleet_gpus`."""
+def gpu_card(
+    gpu: Gpu,
+    *,
+    applying: bool = False,
+    host: Host | None = None,
+    sample: dict[str, Any] | None = None,
+) -> GpuCard:
+    """The card of one GPU; ``gpu`` comes from :func:`fleet.web.selectors.fleet_gpus` and
+    ``sample`` from :func:`fleet.web.selectors.latest_samples` (else the row's checkpoint)."""
     host = host or gpu.host
     partitions: list[Partition] = list(gpu.partitions.all())
-    live = _live(gpu, partitions)
+    live = _live(gpu, partitions, sample)
     mig_parts = [p for p in partitions if p.kind == PartitionKind.MIG]
     whole = next((p for p in partitions if p.kind == PartitionKind.GPU), None)
     product = _product(gpu) if gpu.mode == SharingMode.MIG else None
@@ -332,13 +340,25 @@ class HostGroup:
         return sum(1 for c in self.cards if c.unhealthy)
 
 
-def host_groups(gpus: list[Gpu], hosts: list[Host], applying: set[int]) -> list[HostGroup]:
+def host_groups(
+    gpus: list[Gpu],
+    hosts: list[Host],
+    applying: set[int],
+    samples: dict[int, tuple[dict[str, Any], Any]] | None = None,
+) -> list[HostGroup]:
     by_host: dict[int, list[GpuCard]] = {h.pk: [] for h in hosts}
     host_of = {h.pk: h for h in hosts}
+    samples = samples or {}
     for gpu in gpus:
         if gpu.host_id in by_host:
+            found = samples.get(gpu.pk)
             by_host[gpu.host_id].append(
-                gpu_card(gpu, applying=gpu.pk in applying, host=host_of[gpu.host_id])
+                gpu_card(
+                    gpu,
+                    applying=gpu.pk in applying,
+                    host=host_of[gpu.host_id],
+                    sample=found[0] if found else None,
+                )
             )
     return [HostGroup(host=h, cards=by_host[h.pk]) for h in hosts if by_host[h.pk]]
 
@@ -461,11 +481,11 @@ class PartitionRow:
 
 
 def _processes_by_partition(
-    gpu: Gpu, partitions: list[Partition]
+    gpu: Gpu, partitions: list[Partition], sample: dict[str, Any]
 ) -> dict[int, list[dict[str, Any]]]:
-    """Processes (``last_telemetry.processes``) under the partition they run in: a MIG process
+    """Processes (the sample's ``processes``) under the partition they run in: a MIG process
     names its GPU instance, which the agent's observed instances map to a placement start."""
-    raw = gpu.last_telemetry.get("processes") if isinstance(gpu.last_telemetry, dict) else None
+    raw = sample.get("processes")
     owners = _partition_of_instance(gpu, partitions)
     whole = next((p.pk for p in partitions if p.kind == PartitionKind.GPU), None)
     found: dict[int, list[dict[str, Any]]] = {}
@@ -479,9 +499,10 @@ def _processes_by_partition(
     return found
 
 
-def partition_rows(gpu: Gpu, card: GpuCard) -> list[PartitionRow]:
+def partition_rows(gpu: Gpu, card: GpuCard, sample: dict[str, Any] | None) -> list[PartitionRow]:
     partitions = list(gpu.partitions.all())
-    processes = _processes_by_partition(gpu, partitions)
+    raw = sample if sample is not None else gpu.last_telemetry
+    processes = _processes_by_partition(gpu, partitions, raw if isinstance(raw, dict) else {})
     rows = [
         PartitionRow(
             partition_id=s.partition_id,
@@ -513,3 +534,14 @@ def partition_rows(gpu: Gpu, card: GpuCard) -> list[PartitionRow]:
             )
         )
     return rows
+
+
+def format_mib_pair(used: float | None, total: float) -> str:
+    """``17.2/79.6 GiB``: used of total in one unit (compact enough for a card's footer)."""
+    if used is None:
+        return f"n/a of {format_mib(total)}"
+    if total >= 1024:
+        return f"{used / 1024:.1f}/{total / 1024:.1f} GiB".replace(".0/", "/").replace(
+            ".0 GiB", " GiB"
+        )
+    return f"{used:.0f}/{total:.0f} MiB"

@@ -4,14 +4,14 @@ page costs a fixed number of queries however large the fleet."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Prefetch, Q, QuerySet
-from django.utils import timezone
 
 from fleet.allocations.models import Allocation, Deployment
-from fleet.inventory.models import Gpu, HealthEvent, Host, TelemetrySample
+from fleet.inventory import selectors as inventory_selectors
+from fleet.inventory.models import Gpu, HealthEvent, Host
 from fleet.partitioning.models import FINAL_STATUSES, Operation, Partition
 
 HISTORY_SECONDS = 3600
@@ -123,38 +123,24 @@ def gpu_events(gpu: Gpu, *, limit: int = 30) -> list[HealthEvent]:
     )
 
 
+def latest_samples(gpus: Iterable[Gpu]) -> dict[int, tuple[dict[str, Any], datetime | None]]:
+    """The latest agent sample of each GPU (the hot telemetry store, else the row's checkpoint),
+    in one round trip for any number of GPUs."""
+    return inventory_selectors.latest_telemetry_of(gpus)
+
+
 def gpu_history(
-    gpu: Gpu, *, seconds: int = HISTORY_SECONDS, now: datetime | None = None
+    gpu: Gpu, *, seconds: int = HISTORY_SECONDS, now: float | None = None
 ) -> list[dict[str, float | None]]:
-    """Telemetry points of the last ``seconds``: raw samples, and per-minute means where raw ones
-    have already been thinned out. ``None`` stays ``None`` (NVML had no value)."""
-    since = (now or timezone.now()) - timedelta(seconds=seconds)
-    rows = list(
-        TelemetrySample.objects.filter(gpu=gpu, ts__gte=since)
-        .order_by("ts")
-        .values(
-            "ts",
-            "resolution_s",
-            "utilization_percent",
-            "memory_used_mib",
-            "temperature_c",
-            "power_w",
-        )
-    )
-    raw = [row for row in rows if row["resolution_s"] == 1]
-    first_raw = raw[0]["ts"] if raw else None
-    points = [
-        row
-        for row in rows
-        if row["resolution_s"] == 1 or first_raw is None or row["ts"] < first_raw
-    ]
+    """Telemetry points of the last ``seconds`` (1 s points; per-minute means further back).
+    ``None`` stays ``None`` (NVML had no value)."""
     return [
         {
-            "t": row["ts"].timestamp(),
-            "utilization_percent": row["utilization_percent"],
-            "memory_used_mib": row["memory_used_mib"],
-            "temperature_c": row["temperature_c"],
-            "power_w": row["power_w"],
+            "t": point["ts"],
+            "utilization_percent": point["utilization_percent"],
+            "memory_used_mib": point["memory_used_mib"],
+            "temperature_c": point["temperature_c"],
+            "power_w": point["power_w"],
         }
-        for row in points
+        for point in inventory_selectors.gpu_history(gpu.pk, seconds=seconds, now=now)
     ]

@@ -72,7 +72,12 @@ def fleet(request: HttpRequest) -> HttpResponse:
     """Every host and GPU, and the deployments tray."""
     filters = _filters(request)
     gpus = list(selectors.fleet_gpus())
-    groups = presenters.host_groups(gpus, list(selectors.fleet_hosts()), selectors.gpus_applying())
+    groups = presenters.host_groups(
+        gpus,
+        list(selectors.fleet_hosts()),
+        selectors.gpus_applying(),
+        selectors.latest_samples(gpus),
+    )
     summary = presenters.fleet_summary(groups)
     products = sorted({g.product_name for g in gpus})
     if any(filters.values()):
@@ -101,12 +106,19 @@ def _gpu_or_404(gpu_id: int) -> Any:
     return gpu
 
 
+def _card(gpu: Any) -> tuple[presenters.GpuCard, dict[str, Any] | None, Any]:
+    sample, received_at = selectors.latest_samples([gpu]).get(gpu.pk, (None, None))
+    card = presenters.gpu_card(gpu, applying=bool(selectors.gpus_applying([gpu.pk])), sample=sample)
+    return card, sample, received_at
+
+
 def detail_context(gpu: Any) -> dict[str, Any]:
-    card = presenters.gpu_card(gpu, applying=bool(selectors.gpus_applying([gpu.pk])))
+    card, sample, received_at = _card(gpu)
     return {
         "gpu": gpu,
         "card": card,
-        "rows": presenters.partition_rows(gpu, card),
+        "last_sample_at": received_at,
+        "rows": presenters.partition_rows(gpu, card, sample),
         "events": selectors.gpu_events(gpu),
         "operations": selectors.operations_feed(gpu_id=gpu.pk, limit=15),
         "na_title": presenters.NA_TITLE,
@@ -138,7 +150,7 @@ def layout_editor(request: HttpRequest, gpu_id: int) -> HttpResponse:
     """The MIG layout editor of one GPU (and its MPS / dedicated modes)."""
     gpu = _gpu_or_404(gpu_id)
     product = converters.product_of(gpu)
-    card = presenters.gpu_card(gpu, applying=bool(selectors.gpus_applying([gpu.pk])))
+    card, _, _ = _card(gpu)
     context = {
         **page_context(request, "fleet"),
         "gpu": gpu,

@@ -92,6 +92,14 @@ export function fmtMiB(v) {
   if (gib >= 1) return `${gib.toFixed(1).replace(/\.0$/, "")} GiB`;
   return `${Math.round(v)} MiB`;
 }
+/** `17.2/79.6 GiB` (the same as presenters.format_mib_pair). */
+export function fmtMiBPair(used, total) {
+  if (used === null || used === undefined) return `n/a of ${fmtMiB(total)}`;
+  if (total >= 1024) {
+    return `${(used / 1024).toFixed(1)}/${(total / 1024).toFixed(1)} GiB`.replace(".0/", "/").replace(".0 GiB", " GiB");
+  }
+  return `${Math.round(used)}/${Math.round(total)} MiB`;
+}
 export function naTitle() {
   const node = document.getElementById("na-title");
   return node ? JSON.parse(node.textContent) : "Not available";

@@ -1,12 +1,14 @@
 // GPU detail: live charts of the last hour (inline SVG), the latest values, the partition table,
 // events and operations re-rendered by the server after each change, and cordon/uncordon.
-import { api, debounce, fmtMiB, fmtNum, fmtPct, heatBucket, live, naTitle, toast, toastError } from "./core.js";
+import { api, debounce, fmtMiB, fmtMiBPair, fmtNum, fmtPct, heatBucket, live, naTitle, toast, toastError } from "./core.js";
 
 const page = document.getElementById("gpu-page");
 const gpuId = Number(page.dataset.gpu);
 const memTotal = Number(page.dataset.memTotal);
 const history = JSON.parse(document.getElementById("history").textContent);
-const WINDOW_S = 3600, WIDTH = 600, HEIGHT = 120;
+const WIDTH = 600, HEIGHT = 120;
+let WINDOW_S = 3600;
+const HISTORY_S = 3600;
 const points = history.points; // [{t, utilization_percent, memory_used_mib, temperature_c, power_w}]
 let latest = null;
 const NA = naTitle();
@@ -22,6 +24,7 @@ function pathsFor(key, yMax, t0) {
     segment = [];
   };
   for (const p of points) {
+    if (p.t < t0) continue;
     const v = p[key];
     if (v === null || v === undefined) { flush(); continue; }
     const x = (((p.t - t0) / WINDOW_S) * WIDTH).toFixed(1);
@@ -41,11 +44,11 @@ function formatValue(key, v) {
 
 function drawCharts(now) {
   const t0 = now - WINDOW_S;
-  while (points.length && points[0].t < t0 - 10) points.shift();
+  while (points.length && points[0].t < now - HISTORY_S - 10) points.shift();
   for (const figure of document.querySelectorAll("figure[data-chart]")) {
     const key = figure.dataset.chart;
     const base = Number(figure.dataset.ymax);
-    const values = points.map((p) => p[key]).filter((v) => v !== null && v !== undefined);
+    const values = points.filter((p) => p.t >= t0).map((p) => p[key]).filter((v) => v !== null && v !== undefined);
     const yMax = key === "utilization_percent" ? 100 : key === "memory_used_mib" ? memTotal : Math.max(base, ...values.map((v) => v * 1.1));
     const { line, area } = pathsFor(key, yMax, t0);
     figure.querySelector("path.line").setAttribute("d", line);
@@ -81,7 +84,7 @@ function paint(t) {
     const util = card.querySelector('[data-live="util"]');
     if (util) util.textContent = fmtPct(t.utilization_percent);
     const mem = card.querySelector('[data-live="mem"]');
-    if (mem) mem.textContent = `${fmtMiB(t.memory_used_mib)} / ${fmtMiB(t.memory_total_mib ?? memTotal)}`;
+    if (mem) mem.textContent = fmtMiBPair(t.memory_used_mib, t.memory_total_mib ?? memTotal);
     const temp = card.querySelector('[data-live="temp"]');
     if (temp) temp.textContent = fmtNum(t.temperature_c, "°C");
     const power = card.querySelector('[data-live="power"]');
@@ -89,7 +92,11 @@ function paint(t) {
   }
   for (const [pid, v] of Object.entries(t.partitions || {})) {
     const slice = card && card.querySelector(`.slice[data-partition="${pid}"]`);
-    if (slice) slice.dataset.heat = heatBucket(v.utilization_percent);
+    if (slice) {
+      slice.dataset.heat = heatBucket(v.utilization_percent);
+      const text = slice.querySelector('[data-live="pu"]');
+      if (text) text.textContent = v.utilization_percent == null ? "n/a" : fmtPct(v.utilization_percent);
+    }
     const row = document.querySelector(`#partitions tr[data-partition="${pid}"]`);
     if (!row) continue;
     const pu = row.querySelector('[data-live="pu"]');
@@ -150,9 +157,25 @@ page.addEventListener("click", async (e) => {
   button.disabled = true;
   const result = await api("POST", `/api/v1/gpus/${gpuId}/${action}`, body);
   button.disabled = false;
-  if (!result.ok) { toastError(result, action === "cordon" ? "Cannot cordon" : "Cannot uncordon"); return; }
-  toast(action === "cordon" ? "GPU cordoned" : "GPU uncordoned", { kind: "ok", lines: [result.data.summary] });
+  const label = { cordon: "cordon", uncordon: "uncordon", heal: "return the GPU to service" }[action];
+  if (!result.ok) { toastError(result, `Cannot ${label}`); return; }
+  const done = { cordon: "GPU cordoned", uncordon: "GPU uncordoned", heal: "GPU returned to service" }[action];
+  toast(done, { kind: "ok", lines: [result.data.summary] });
   refreshPanel();
+});
+
+function rangeLabel(seconds) {
+  return seconds >= 3600 ? "last hour" : `last ${seconds / 60} min`;
+}
+function minutes(seconds) {
+  return seconds < 120 ? `−${seconds} s` : `−${seconds / 60} min`;
+}
+document.getElementById("range").addEventListener("change", (e) => {
+  WINDOW_S = Number(e.target.value);
+  for (const node of document.querySelectorAll("[data-range-label]")) node.textContent = rangeLabel(WINDOW_S);
+  for (const node of document.querySelectorAll("[data-axis-start]")) node.textContent = minutes(WINDOW_S);
+  for (const node of document.querySelectorAll("[data-axis-mid]")) node.textContent = minutes(WINDOW_S / 2);
+  drawCharts(Date.now() / 1000);
 });
 
 drawCharts(history.now);

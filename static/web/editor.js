@@ -136,7 +136,15 @@ function changed() {
   return instances.length !== model.current.length || instances.some((i) => !model.current.some((c) => same(c, i)));
 }
 
+function drawCurrentMode() {
+  const node = $("current-mode");
+  if (!node) return;
+  const n = model.current.length;
+  node.textContent = model.mode === "mig" ? `Current: MIG, ${n} instance${n === 1 ? "" : "s"}` : `Current: ${model.mode === "mps" ? "MPS" : "dedicated"}`;
+}
+
 function render() {
+  drawCurrentMode();
   if (model.slice_count) { drawRuler(); drawCanvas(); drawPalette(); drawDiff(); }
   drawDrain();
   for (const pane of document.querySelectorAll("[data-pane]")) pane.hidden = pane.dataset.pane !== mode;
@@ -184,10 +192,15 @@ function setVerdict(kind, children) {
 
 function updateApply() {
   const button = $("apply");
+  const drain = $("drain-apply");
   if (!canOperate) return;
   const busy = followed && !["succeeded", "failed", "expired"].includes(followed.status);
-  button.disabled = !valid || !changed() || busy;
-  button.textContent = busy ? "Applying…" : busyLosses().length ? "Apply (needs a drain)" : "Apply layout";
+  const needsDrain = busyLosses().length > 0;
+  button.disabled = !valid || !changed() || busy || needsDrain;
+  button.textContent = busy ? "Applying…" : needsDrain ? "Apply (needs a drain)" : "Apply layout";
+  drain.hidden = !needsDrain;
+  drain.disabled = !valid || busy;
+  drain.classList.toggle("primary", needsDrain);
 }
 
 // ---- edits ------------------------------------------------------------------------------------
@@ -232,6 +245,16 @@ $("apply").addEventListener("click", async () => {
   follow(result.data);
 });
 
+$("drain-apply").addEventListener("click", async () => {
+  const lost = busyLosses().flatMap((l) => l.busy);
+  if (!confirm(`Drain this GPU? ${lost.join(", ")} will be moved to other capacity (or stopped if none fits), then the new layout is applied.`)) return;
+  const result = await api("POST", `/api/v1/gpus/${gpuId}/drain`, { layout: layoutBody() });
+  if (!result.ok) { toastError(result, "Drain refused"); return; }
+  follow(result.data);
+});
+
+const DRAIN_STEPS = { cordon: "cordoning", move: "moving workloads", wait_idle: "waiting until idle", wait_apply: "applying the layout", rollback: "rolling back", done: "done", failed: "failed" };
+
 function follow(operation) {
   followed = operation;
   const steps = $("steps");
@@ -249,6 +272,13 @@ function follow(operation) {
     } else if (step.dataset.step === "succeeded") step.textContent = "Applied";
   }
   const note = $("op-note");
+  const drainStep = operation.kind === "drain" && operation.payload && operation.payload.step;
+  if (drainStep && !["succeeded", "failed", "expired"].includes(operation.status)) {
+    note.textContent = `Drain #${operation.id}: ${DRAIN_STEPS[drainStep] || drainStep}…`;
+    updateApply();
+    schedulePoll();
+    return;
+  }
   note.textContent = operation.status === "succeeded"
     ? (operation.reason || "The agent applied the layout.")
     : ["failed", "expired"].includes(operation.status) ? operation.reason || "" : `Operation #${operation.id}: waiting for the agent…`;
@@ -266,7 +296,9 @@ function schedulePoll() {
 async function refreshOperation() {
   if (!followed) return;
   const result = await api("GET", `/api/v1/operations/${followed.id}/`);
-  if (result.ok && result.data.status !== followed.status) follow(result.data);
+  const moved = result.ok && (result.data.status !== followed.status
+    || JSON.stringify(result.data.payload) !== JSON.stringify(followed.payload));
+  if (moved) follow(result.data);
   else if (!["succeeded", "failed", "expired"].includes(followed.status)) schedulePoll();
 }
 

@@ -1,7 +1,7 @@
 // The fleet view: live telemetry on every card, re-rendered cards after changes, filters and
 // search, the deployments tray with drag-and-drop (and its keyboard/click alternative).
 import {
-  api, canOperate, debounce, el, fmtMiB, fmtNum, fmtPct, fragment, heatBucket, live, naTitle, swap,
+  api, canOperate, debounce, el, fmtMiB, fmtMiBPair, fmtNum, fmtPct, fragment, heatBucket, live, naTitle, swap,
   toast, toastError, violations,
 } from "./core.js";
 
@@ -46,7 +46,7 @@ function paint(gpuId, t) {
   if (card.dataset.heat !== heat) card.dataset.heat = heat;
   setText(r.util, fmtPct(t.utilization_percent));
   const total = t.memory_total_mib ?? Number(card.dataset.memTotal);
-  setText(r.mem, `${fmtMiB(t.memory_used_mib)} / ${fmtMiB(total)}`);
+  setText(r.mem, fmtMiBPair(t.memory_used_mib, total));
   setText(r.temp, fmtNum(t.temperature_c, "°C"));
   setText(r.power, fmtNum(t.power_w, " W"));
   if (r.memline && t.memory_used_mib != null && total) {

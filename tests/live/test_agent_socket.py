@@ -9,7 +9,8 @@ from channels.testing import WebsocketCommunicator
 
 from fleet.asgi import application
 from fleet.inventory.agents import host_issue_token
-from fleet.inventory.models import Gpu, HealthEvent, Host, TelemetrySample
+from fleet.inventory.models import Gpu, HealthEvent, Host
+from fleet.inventory.selectors import latest_telemetry
 from fleet.inventory.services import host_create
 from fleet.partitioning.models import Operation, Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
@@ -85,7 +86,9 @@ def test_hello_adopts_gpus_then_a_layout_is_pushed_applied_and_acked():
     assert all(
         p.uuid.startswith("MIG-") for p in Partition.objects.filter(gpu__host=host, kind="mig")
     )
-    assert TelemetrySample.objects.filter(gpu__host=host).count() == 2
+    # One tick per GPU reached the telemetry store (the hot store keeps the last hour at 1 s).
+    latest = latest_telemetry(Gpu.objects.filter(host=host).values_list("pk", flat=True))
+    assert len(latest) == 2
 
 
 def test_an_agent_that_reconnects_behind_gets_the_current_generation():
@@ -227,7 +230,7 @@ def test_a_gpu_of_another_host_cannot_be_written():
     run(scenario)
     gpu = Gpu.objects.get()
     assert gpu.host_id == victim.pk and gpu.health != "lost"
-    assert not TelemetrySample.objects.exists() and not HealthEvent.objects.exists()
+    assert latest_telemetry([gpu.pk]) == {} and not HealthEvent.objects.exists()
     assert not Gpu.objects.filter(host=attacker).exists()
 
 

@@ -34,9 +34,9 @@ def small_fleet(db) -> dict[str, Any]:
     from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
     from fleet.inventory.models import Gpu
     from fleet.partitioning.models import Partition
+    from fleet.partitioning.services import gpu_set_layout
     from tests.factories import GpuFactory, HostFactory
     from tests.web.seed import LAYOUTS
-    from fleet.partitioning.services import gpu_set_layout
 
     host = HostFactory(name="h100-x01")
     mig, mps, whole = (GpuFactory(host=host, index=i) for i in range(3))

@@ -3,13 +3,11 @@ GPU panel, the telemetry history."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import time
 
 import pytest
-from django.utils import timezone
 
 from fleet.allocations.models import Allocation
-from fleet.inventory.models import TelemetrySample
 from fleet.partitioning.models import Operation
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +28,7 @@ def test_cards_resolve_partitions_and_allocations_to_their_gpu(operator_web, sma
 
 def test_all_cards_for_a_resync(operator_web, small_fleet):
     html = operator_web.get("/ui/cards?all=1").content.decode()
-    assert html.count("<article class=\"gpu") == 3
+    assert html.count('<article class="gpu') == 3
 
 
 def test_a_card_signature_changes_when_its_gpu_is_cordoned(operator_web, small_fleet):
@@ -65,24 +63,59 @@ def test_the_gpu_panel_rerenders_partitions_and_events(operator_web, small_fleet
     assert "llama-chat[0]" in html
 
 
-def test_history_covers_the_last_hour_with_nulls_kept(operator_web, small_fleet):
+@pytest.fixture
+def store():
+    from fleet.inventory.telemetry import get_store
+
+    store = get_store()
+    store.clear()
+    yield store
+    store.clear()
+
+
+def test_history_covers_the_last_hour_with_nulls_kept(operator_web, small_fleet, store):
+    from fleet.inventory.telemetry import GpuTick
+
     gpu = small_fleet["mig"]
-    now = timezone.now()
-    TelemetrySample.objects.bulk_create(
-        [
-            TelemetrySample(
-                gpu=gpu,
-                ts=now - timedelta(seconds=s),
-                utilization_percent=None,
-                memory_used_mib=1000.0 + s,
-                temperature_c=50.0,
-                power_w=200.0,
-            )
-            for s in range(0, 3700, 10)
-        ]
-    )
+    now = time.time()
+    for back in range(0, 3590, 10):
+        tick = GpuTick(
+            gpu_id=gpu.pk,
+            utilization_percent=None,
+            memory_used_mib=1000.0 + back,
+            temperature_c=50.0,
+            power_w=200.0,
+            sample={},
+        )
+        store.record(host_id=gpu.host_id, ts=now - back, received_at=now, ticks=[tick])
     points = operator_web.get(f"/ui/gpus/{gpu.pk}/history").json()["points"]
     assert 300 <= len(points) <= 721
     assert all(p["utilization_percent"] is None for p in points)
     assert all(p["memory_used_mib"] is not None for p in points)
-    assert points[0]["t"] >= (now - timedelta(seconds=3600)).timestamp() - 5
+    assert points[0]["t"] >= now - 3600 - 5
+
+
+def test_cards_show_the_latest_sample_from_the_telemetry_store(operator_web, small_fleet, store):
+    from fleet.inventory.telemetry import GpuTick
+
+    gpu = small_fleet["mps"]
+    sample = {
+        "utilization_gpu_percent": 87,
+        "memory_used_mib": 2048,
+        "memory_total_mib": 81559,
+        "temperature_c": 66,
+        "power_mw": 412000,
+        "processes": [],
+        "mig": [],
+    }
+    tick = GpuTick(
+        gpu_id=gpu.pk,
+        utilization_percent=87.0,
+        memory_used_mib=2048.0,
+        temperature_c=66.0,
+        power_w=412.0,
+        sample=sample,
+    )
+    store.record(host_id=gpu.host_id, ts=time.time(), received_at=time.time(), ticks=[tick])
+    html = operator_web.get(f"/ui/cards?gpu={gpu.pk}").content.decode()
+    assert 'data-heat="9"' in html and "87%" in html and "412 W" in html

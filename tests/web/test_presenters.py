@@ -70,3 +70,12 @@ def test_sizes_read_in_gib_with_one_decimal():
     assert format_mib(147456) == "144 GiB"
     assert format_mib(512) == "512 MiB"
     assert format_mib(None) == "n/a"
+
+
+def test_card_memory_reads_used_over_total_in_one_unit():
+    from fleet.web.presenters import format_mib_pair
+
+    assert format_mib_pair(17612.8, 81559) == "17.2/79.6 GiB"
+    assert format_mib_pair(0, 81920) == "0/80 GiB"
+    assert format_mib_pair(None, 81920) == "n/a of 80 GiB"
+    assert format_mib_pair(500, 800) == "500/800 MiB"

@@ -9,7 +9,7 @@ from django import template
 from django.utils import timezone
 from django.utils.timesince import timesince
 
-from fleet.web.presenters import format_mib
+from fleet.web.presenters import format_mib, format_mib_pair
 
 register = template.Library()
 
@@ -49,3 +49,9 @@ def took(operation: Any) -> str:
         return "running" if operation.dispatched_at else "—"
     seconds = max(0.0, (end - operation.created_at).total_seconds())
     return f"{seconds:.1f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
+
+
+@register.filter
+def mib_of(used: Any, total: Any) -> str:
+    used_value = float(used) if isinstance(used, int | float) else None
+    return format_mib_pair(used_value, float(total) if isinstance(total, int | float) else 0.0)

@@ -1,0 +1,2 @@
+"""Load generators for the running product (``manage.py bench_live``). Benchmarks print JSON;
+they are never timed tests."""

@@ -1,0 +1,651 @@
+"""``bench_live``: simulated agents and browser sockets against the real stack; JSON out.
+
+What runs (default, like ``tests/e2e/stack.py``): a scratch PostgreSQL database on the server
+``--database-url`` names, a private Redis, ``--servers`` daphne processes (agents are split
+round-robin across them, as a load balancer would; browsers too), no Celery worker (telemetry
+needs none). The hosts and their per-host tokens are created through the services
+(``host_create`` + ``host_issue_token``), the agents run as ``python -m hostagent.swarm``
+processes (many agents per process, one WebSocket each, the real simulated backend and
+collector), and ``--browsers`` WebSocket clients log in with a session cookie on ``/ws/fleet/``
+and subscribe to every GPU (the worst case for a browser).
+
+What it measures, in a window of ``--seconds`` after a warm-up (every GPU seen by a browser):
+
+* ``latency_ms``: for each GPU sample a browser receives, receipt time minus the sample's
+  ``ts`` (the agent's clock; same machine), p50/p90/p99/max over all browsers;
+* ``samples_per_s``: distinct GPU samples received per second by one browser (mean over
+  browsers); ``sent_per_s``: GPU samples the agents sent per second;
+* ``dropped``: sent samples (``ts`` in the window) for which the browser received neither that
+  sample nor a newer one of the same GPU within ``DROP_AFTER_S`` (2 s) of its ``ts``, summed over
+  browsers. A sample superseded by a newer one that arrived in time (coalescing) is not dropped.
+  ``late``: samples received more than 1 s after their ``ts``.
+* ``server_cpu_percent``: CPU time of the ASGI server processes over the window, in percent of
+  one core (``/proc/<pid>/stat``; 200 = two cores busy); ``cpu_percent`` breaks down every
+  process the bench started (Redis, the stack's PostgreSQL backends, agents, the bench itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+DROP_AFTER_S = 2.0
+LATE_AFTER_S = 1.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SWARM = [sys.executable, "-m", "hostagent.swarm"]
+
+
+@dataclass
+class Options:
+    hosts: int
+    gpus_per_host: int = 8
+    seconds: float = 30.0
+    servers: int = 1
+    browsers: int = 2
+    swarms: int = 0  # 0: one agent process per 400 hosts
+    product: str = "h100-sxm5-80gb"
+    interval_s: float = 1.0
+    urls: list[str] = field(default_factory=list)  # connect to a running stack instead
+    database_url: str = ""
+    warmup_timeout_s: float = 120.0
+    channel_capacity: int | None = None
+    live_batch_s: float | None = None
+    workdir: Path | None = None
+    server_pids: list[int] = field(default_factory=list)
+    log: Callable[[str], None] = print
+
+
+# -- processes -----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process, from ``/proc/<pid>/stat``."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except OSError as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(0.2)
+    raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}: {last!r}")
+
+
+class Stack:
+    """PostgreSQL scratch database + private Redis + N daphne servers, all on loopback."""
+
+    def __init__(self, workdir: Path, database_url: str, options: Options) -> None:
+        self.workdir = workdir
+        self.db_name = f"fleet_bench_{uuid.uuid4().hex[:10]}"
+        self.server_url = database_url.rsplit("/", 1)[0]
+        self.redis_port = free_port()
+        self.ports = [free_port() for _ in range(options.servers)]
+        self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "fleet.settings.base",
+            "FLEET_MODE": "production",
+            "FLEET_SECRET_KEY": "bench-" + uuid.uuid4().hex,
+            "FLEET_DATABASE_URL": f"{self.server_url}/{self.db_name}",
+            "FLEET_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+            "FLEET_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "FLEET_SECURE_COOKIES": "false",
+            "FLEET_DATA_DIR": str(workdir / "data"),
+            "FLEET_LOG_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+        }
+        if options.channel_capacity is not None:
+            self.env["FLEET_CHANNEL_CAPACITY"] = str(options.channel_capacity)
+        if options.live_batch_s is not None:
+            self.env["FLEET_LIVE_BATCH_SECONDS"] = str(options.live_batch_s)
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.db_created = False
+
+    def start(self) -> None:
+        import psycopg
+
+        with psycopg.connect(f"{self.server_url}/postgres", autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.db_name}"')
+        self.db_created = True
+        redis = shutil.which("redis-server") or "redis-server"
+        self.spawn(
+            "redis",
+            [
+                redis,
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+        )
+        wait_until(lambda: _redis_ping(self.redis_port), 10, "redis")
+        self.run_python("manage.py", "migrate", "-v0")
+
+    def start_servers(self) -> None:
+        for i, port in enumerate(self.ports):
+            self.spawn(
+                f"daphne-{i}",
+                [
+                    str(BIN / "daphne"),
+                    "-v",
+                    "0",
+                    "-b",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                    "fleet.asgi:application",
+                ],
+            )
+        for url in self.urls:
+            wait_until(lambda u=url: _healthy(u), 30, f"the ASGI server at {url}")  # type: ignore[misc]
+
+    def spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = (self.workdir / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.processes[name] = process
+        return process
+
+    def run_python(self, *args: str, timeout: float = 300) -> str:
+        result = subprocess.run(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)} failed: {result.stderr[-2000:]}")
+        return result.stdout
+
+    def server_pids(self) -> list[int]:
+        return [p.pid for n, p in self.processes.items() if n.startswith("daphne")]
+
+    def pg_backend_pids(self) -> list[int]:
+        import psycopg
+
+        with psycopg.connect(f"{self.server_url}/postgres", autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s", [self.db_name]
+            ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def stop(self) -> None:
+        for name in list(self.processes):
+            terminate(self.processes.pop(name))
+        if self.db_created:
+            import psycopg
+
+            with psycopg.connect(f"{self.server_url}/postgres", autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+            self.db_created = False
+
+
+def terminate(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+
+
+def _redis_ping(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+        s.sendall(b"PING\r\n")
+        return s.recv(16).startswith(b"+PONG")
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/healthz", timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+# -- browsers ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Browser:
+    """One browser socket: per GPU, ``ts_ms -> first receipt time`` of every sample received."""
+
+    url: str
+    session_key: str
+    received: dict[int, dict[int, float]] = field(default_factory=dict)
+    frames: int = 0
+    bytes: int = 0
+    closed: str = ""
+
+    async def run(self, ready: asyncio.Event, stop: asyncio.Event) -> None:
+        from websockets.asyncio.client import connect
+
+        parts = urlsplit(self.url)
+        ws = f"ws://{parts.netloc}/ws/fleet/"
+        headers = {"Cookie": f"sessionid={self.session_key}", "Origin": self.url}
+        try:
+            async with connect(ws, additional_headers=headers, max_size=None) as socket_:
+                hello = json.loads(await socket_.recv())
+                if hello.get("type") != "hello":
+                    raise RuntimeError(f"unexpected first frame {hello!r}")
+                ready.set()
+                receiver = asyncio.ensure_future(self._receive(socket_))
+                stopper = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({receiver, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                for task in (receiver, stopper):
+                    task.cancel()
+                await asyncio.gather(receiver, stopper, return_exceptions=True)
+        except Exception as exc:
+            self.closed = f"{type(exc).__name__}: {exc}"
+            ready.set()
+
+    async def _receive(self, socket_: Any) -> None:
+        async for text in socket_:
+            now = time.time()
+            self.bytes += len(text)
+            frame = json.loads(text)
+            if frame.get("type") != "frame":
+                continue
+            self.frames += 1
+            for gpu_id, values in (frame.get("telemetry") or {}).items():
+                ts_ms = values.get("ts_ms") if isinstance(values, dict) else None
+                if isinstance(ts_ms, int):
+                    self.received.setdefault(int(gpu_id), {}).setdefault(ts_ms, now)
+
+
+# -- measurement ---------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
+    return ordered[rank]
+
+
+def measure(
+    *,
+    browsers: Sequence[Browser],
+    sent: dict[int, list[float]],
+    gpus_by_host: dict[int, list[int]],
+    t0: float,
+    t1: float,
+) -> dict[str, Any]:
+    """Latency, throughput and drops of the window ``[t0, t1)`` (see the module docstring)."""
+    latencies: list[float] = []
+    dropped = late = received_total = sent_total = 0
+    for browser in browsers:
+        for host_id, gpu_ids in gpus_by_host.items():
+            window = [s for s in sent.get(host_id, []) if t0 <= s < t1]
+            for gpu_id in gpu_ids:
+                sent_total += len(window)
+                got = browser.received.get(gpu_id, {})
+                keys = sorted(got)
+                # suffix minimum of receipt times: the earliest arrival of this or a newer sample
+                earliest = [0.0] * len(keys)
+                best = math.inf
+                for i in range(len(keys) - 1, -1, -1):
+                    best = min(best, got[keys[i]])
+                    earliest[i] = best
+                for s in window:
+                    i = bisect.bisect_left(keys, int(s * 1000))
+                    if i >= len(keys) or earliest[i] > s + DROP_AFTER_S:
+                        dropped += 1
+                for ts_ms in keys:
+                    ts = ts_ms / 1000
+                    if t0 <= ts < t1:
+                        received_total += 1
+                        latency = got[ts_ms] - ts
+                        latencies.append(latency)
+                        late += latency > LATE_AFTER_S
+    seconds = t1 - t0
+    count = max(1, len(browsers))
+
+    def ms(value: float | None) -> float | None:
+        return round(value * 1000, 1) if value is not None else None
+
+    return {
+        "samples_per_s": round(received_total / count / seconds, 1),
+        "sent_per_s": round(sent_total / count / seconds, 1),
+        "latency_ms": {
+            "p50": ms(percentile(latencies, 50)),
+            "p90": ms(percentile(latencies, 90)),
+            "p99": ms(percentile(latencies, 99)),
+            "max": ms(max(latencies) if latencies else None),
+        },
+        "dropped": dropped,
+        "late": late,
+        "received": received_total,
+        "expected": sent_total,
+    }
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def run_bench(options: Options) -> dict[str, Any]:
+    workdir = options.workdir or Path(tempfile.mkdtemp(prefix="fleet-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    run = uuid.uuid4().hex[:8]
+    stack: Stack | None = None
+    swarms: list[subprocess.Popen[bytes]] = []
+    try:
+        if options.urls:
+            urls, env = options.urls, dict(os.environ)
+            seeded = _seed_here(options, run)
+        else:
+            if not options.database_url.startswith("postgres"):
+                raise SystemExit("bench_live starts its own stack on PostgreSQL: --database-url")
+            stack = Stack(workdir, options.database_url, options)
+            options.log(f"starting the stack in {workdir} …")
+            stack.start()
+            out = workdir / "seed.json"
+            stack.run_python(
+                "-m",
+                "fleet.bench.seed",
+                "setup",
+                str(options.hosts),
+                str(options.gpus_per_host),
+                options.product,
+                run,
+                str(out),
+            )
+            seeded = json.loads(out.read_text())
+            stack.start_servers()
+            urls, env = stack.urls, stack.env
+        result = asyncio.run(_drive(options, urls, env, seeded, workdir, stack, swarms, run))
+    finally:
+        for process in swarms:
+            terminate(process, 20)
+        if stack is not None:
+            stack.stop()
+        elif options.urls:
+            with contextlib.suppress(Exception):
+                from fleet.bench.seed import cleanup
+
+                cleanup(run)
+    return result
+
+
+def _seed_here(options: Options, run: str) -> dict[str, Any]:
+    from fleet.bench.seed import setup
+
+    return setup(
+        hosts=options.hosts,
+        gpus_per_host=options.gpus_per_host,
+        product_key=options.product,
+        run=run,
+    )
+
+
+def _swarm_configs(
+    options: Options, urls: list[str], hosts: list[dict[str, Any]], workdir: Path
+) -> list[Path]:
+    per_server: list[list[dict[str, Any]]] = [[] for _ in urls]
+    for i, host in enumerate(hosts):
+        per_server[i % len(urls)].append(host)
+    processes = options.swarms or max(1, math.ceil(len(hosts) / 400))
+    processes = max(len(urls), processes)
+    configs = []
+    for s, (url, group) in enumerate(zip(urls, per_server, strict=True)):
+        share = max(1, round(processes / len(urls)))
+        size = max(1, math.ceil(len(group) / share))
+        for c, start in enumerate(range(0, len(group), size)):
+            path = workdir / f"swarm-{s}-{c}.json"
+            chunk = group[start : start + size]
+            path.write_text(
+                json.dumps(
+                    {
+                        "server": url,
+                        "interval_s": options.interval_s,
+                        "allow_mutation": False,
+                        "hostname_prefix": f"bench-{s}-{c}",
+                        "hosts": [{"token": h["token"], "gpus": h["gpus"]} for h in chunk],
+                    }
+                )
+            )
+            path.chmod(0o600)
+            configs.append(path)
+    return configs
+
+
+async def _drive(
+    options: Options,
+    urls: list[str],
+    env: dict[str, str],
+    seeded: dict[str, Any],
+    workdir: Path,
+    stack: Stack | None,
+    swarms: list[subprocess.Popen[bytes]],
+    run: str,
+) -> dict[str, Any]:
+    hosts = seeded["hosts"]
+    total_gpus = options.hosts * options.gpus_per_host
+    stop_browsers = asyncio.Event()
+    browsers = [
+        Browser(url=urls[i % len(urls)], session_key=seeded["session_key"])
+        for i in range(options.browsers)
+    ]
+    readies = [asyncio.Event() for _ in browsers]
+    tasks = [
+        asyncio.ensure_future(b.run(r, stop_browsers))
+        for b, r in zip(browsers, readies, strict=True)
+    ]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 30)
+        failed = [b.closed for b in browsers if b.closed]
+        if failed:
+            raise RuntimeError(f"browser socket refused: {failed[0]}")
+        configs = _swarm_configs(options, urls, hosts, workdir)
+        for config in configs:
+            log = (workdir / f"{config.stem}.log").open("ab")
+            swarms.append(
+                subprocess.Popen(
+                    [*SWARM, str(config), "--stats", str(config.with_suffix(".stats"))],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        options.log(
+            f"{options.hosts} agents ({total_gpus} GPUs) in {len(configs)} processes, "
+            f"{len(urls)} server(s), {len(browsers)} browser(s); warming up …"
+        )
+        started = time.monotonic()
+        warm = False
+        while time.monotonic() - started < options.warmup_timeout_s:
+            await asyncio.sleep(0.5)
+            if all(len(b.received) >= total_gpus for b in browsers):
+                warm = True
+                break
+            if any(p.poll() is not None for p in swarms):
+                raise RuntimeError("an agent process exited during the warm-up (see its log)")
+        warmup_s = time.monotonic() - started
+        await asyncio.sleep(3.0 if warm else 0.0)  # let the hello burst drain
+        pids = _pids(stack, options, swarms)
+        before = {role: _cpu(p) for role, p in pids.items()}
+        t0 = time.time()
+        options.log(f"warm after {warmup_s:.1f}s (complete: {warm}); measuring {options.seconds}s")
+        await asyncio.sleep(options.seconds)
+        t1 = time.time()
+        after = {role: _cpu(p) for role, p in pids.items()}
+        await asyncio.sleep(DROP_AFTER_S + 0.5)
+    finally:
+        stop_browsers.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    stats = await asyncio.to_thread(_stop_swarms, swarms, workdir)
+    sent = _sent_by_host(stats, hosts)
+    gpus_by_host = await asyncio.to_thread(_gpu_map, stack, [h["host_id"] for h in hosts], workdir)
+    measured = measure(browsers=browsers, sent=sent, gpus_by_host=gpus_by_host, t0=t0, t1=t1)
+    seconds = t1 - t0
+    cpu = {
+        role: round((sum(after[role]) - sum(before[role])) / seconds * 100, 1)
+        for role in before
+        if before[role] is not None and after[role] is not None
+    }
+    asgi = [
+        round((a - b) / seconds * 100, 1)
+        for b, a in zip(before["asgi"] or [], after["asgi"] or [], strict=False)
+    ]
+    result: dict[str, Any] = {
+        "hosts": options.hosts,
+        "gpus": total_gpus,
+        "gpus_reporting": sum(len(v) for v in gpus_by_host.values()),
+        "seconds": round(seconds, 1),
+        "interval_s": options.interval_s,
+        **measured,
+        "server_cpu_percent": round(sum(asgi), 1) if asgi else None,
+        "server_cpu_percent_each": asgi,
+        "cpu_percent": {k: v for k, v in cpu.items() if k != "asgi"},
+        "topology": {
+            "asgi_servers": len(urls),
+            "agent_processes": len(swarms),
+            "browsers": len(browsers),
+            "machine_cpus": os.cpu_count(),
+            "own_stack": stack is not None,
+            "channel_layer": "redis",
+        },
+        "warmup_s": round(warmup_s, 1),
+        "warmup_complete": warm,
+        "browser_frames_per_s": round(
+            sum(b.frames for b in browsers) / count(browsers) / seconds, 2
+        ),
+        "browser_kbytes_per_s": round(
+            sum(b.bytes for b in browsers) / count(browsers) / seconds / 1024, 1
+        ),
+        "goal_met": bool(
+            warm
+            and measured["dropped"] == 0
+            and measured["latency_ms"]["p99"] is not None
+            and measured["latency_ms"]["p99"] < 1000
+        ),
+        "definitions": {
+            "latency_ms": "browser receipt time - sample ts (agent clock, same machine)",
+            "dropped": (
+                f"sent samples whose GPU showed neither them nor a newer sample in the browser "
+                f"within {DROP_AFTER_S:.0f} s of their ts (summed over browsers)"
+            ),
+            "server_cpu_percent": "CPU of the ASGI server processes, percent of one core",
+        },
+    }
+    return result
+
+
+def count(items: Sequence[Any]) -> int:
+    return max(1, len(items))
+
+
+def _pids(
+    stack: Stack | None, options: Options, swarms: list[subprocess.Popen[bytes]]
+) -> dict[str, list[int]]:
+    pids: dict[str, list[int]] = {
+        "asgi": stack.server_pids() if stack else list(options.server_pids),
+        "agents": [p.pid for p in swarms],
+        "bench": [os.getpid()],
+    }
+    if stack is not None:
+        pids["redis"] = [stack.processes["redis"].pid]
+        pids["postgres"] = stack.pg_backend_pids()
+    return pids
+
+
+def _cpu(pids: list[int]) -> Any:
+    values = [cpu_seconds(p) for p in pids]
+    return None if not values or any(v is None for v in values) else values
+
+
+def _stop_swarms(swarms: list[subprocess.Popen[bytes]], workdir: Path) -> list[dict[str, Any]]:
+    for process in swarms:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in swarms:
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+    stats = []
+    for path in sorted(workdir.glob("swarm-*.stats")):
+        with contextlib.suppress(OSError, ValueError):
+            stats.append(json.loads(path.read_text()))
+    return stats
+
+
+def _sent_by_host(
+    stats: list[dict[str, Any]], hosts: list[dict[str, Any]]
+) -> dict[int, list[float]]:
+    by_token = {h["token"]: int(h["host_id"]) for h in hosts}
+    sent: dict[int, list[float]] = {}
+    for stat in stats:
+        for host in stat["hosts"]:
+            if host["token"] in by_token:
+                sent[by_token[host["token"]]] = [float(t) for t in host["sent_ts"]]
+    return sent
+
+
+def _gpu_map(stack: Stack | None, host_ids: list[int], workdir: Path) -> dict[int, list[int]]:
+    if stack is None:
+        from fleet.bench.seed import gpu_map
+
+        raw = gpu_map(host_ids)
+    else:
+        source, out = workdir / "host-ids.json", workdir / "gpu-map.json"
+        source.write_text(json.dumps(host_ids))
+        stack.run_python("-m", "fleet.bench.seed", "gpus", str(source), str(out))
+        raw = json.loads(out.read_text())
+    return {int(k): v for k, v in raw.items()}

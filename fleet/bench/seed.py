@@ -1,0 +1,90 @@
+"""Fleet state for a live load test: hosts with per-host tokens, a viewer with a session.
+
+Runs inside the stack's database: ``python -m fleet.bench.seed setup N GPUS PRODUCT OUT.json``
+(a fresh process with the stack's environment) or in-process with ``--url``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid as uuidlib
+from pathlib import Path
+from typing import Any
+
+BENCH_USER = "bench-viewer"
+
+
+def gpu_uuid(run: str, host: int, index: int) -> str:
+    return f"GPU-{uuidlib.uuid5(uuidlib.NAMESPACE_URL, f'fleet-bench/{run}/{host}/{index}')}"
+
+
+def setup(*, hosts: int, gpus_per_host: int, product_key: str, run: str) -> dict[str, Any]:
+    """``hosts`` new hosts named ``bench-<run>-<i>`` with host tokens and GPU specs; a viewer
+    user and a session key for the browser clients."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.sessions.backends.db import SessionStore
+
+    from fleet.core.roles import Role
+    from fleet.core.services import user_create
+    from fleet.inventory.agents import host_issue_token
+    from fleet.inventory.services import host_create
+    from fleet.inventory.simulation import simulated_spec
+    from fleet.mig import product_by_key
+
+    product = product_by_key(product_key)
+    if product is None:
+        raise SystemExit(f"unknown product {product_key!r}")
+    out = []
+    for i in range(hosts):
+        host, _ = host_create(name=f"bench-{run}-{i:05d}")
+        token = host_issue_token(host)
+        specs = [simulated_spec(product, uuid=gpu_uuid(run, i, g)) for g in range(gpus_per_host)]
+        out.append({"host_id": host.pk, "token": token, "gpus": specs})
+    user = user_create(username=BENCH_USER, password=None, role=Role.VIEWER)
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    return {"hosts": out, "session_key": session.session_key}
+
+
+def gpu_map(host_ids: list[int]) -> dict[str, list[int]]:
+    """``{str(host id): [gpu ids]}`` of the GPUs the agents have reported so far."""
+    from fleet.inventory.models import Gpu
+
+    found: dict[str, list[int]] = {str(h): [] for h in host_ids}
+    for gpu_id, host_id in Gpu.objects.filter(host_id__in=host_ids).values_list("pk", "host_id"):
+        found[str(host_id)].append(gpu_id)
+    return found
+
+
+def cleanup(run: str) -> int:
+    """Delete the hosts (and their GPUs, cascading) a run created (``--url`` mode)."""
+    from fleet.inventory.models import Host
+
+    deleted, _ = Host.objects.filter(name__startswith=f"bench-{run}-").delete()
+    return deleted
+
+
+def main(argv: list[str]) -> int:
+    import django
+
+    django.setup()
+    command = argv[0]
+    if command == "setup":
+        hosts, gpus, product, run, out = argv[1:6]
+        result = setup(hosts=int(hosts), gpus_per_host=int(gpus), product_key=product, run=run)
+        Path(out).write_text(json.dumps(result), encoding="utf-8")
+    elif command == "gpus":
+        source, out = argv[1:3]
+        host_ids = json.loads(Path(source).read_text(encoding="utf-8"))
+        Path(out).write_text(json.dumps(gpu_map(host_ids)), encoding="utf-8")
+    else:
+        raise SystemExit(f"unknown command {command!r}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
