@@ -57,7 +57,7 @@ def world(django_capture_on_commit_callbacks):
 def test_a_busy_gpu_is_drained_reshaped_verified_and_uncordoned(
     world, django_capture_on_commit_callbacks
 ):
-    host, agent, source, spare, sync = world
+    _, agent, source, spare, sync = world
     with django_capture_on_commit_callbacks(execute=True):
         op = gpu_drain(gpu_id=source.pk, layout=SEVEN)
     assert Gpu.objects.get(pk=source.pk).cordoned
@@ -77,7 +77,7 @@ def test_a_busy_gpu_is_drained_reshaped_verified_and_uncordoned(
 def test_a_failed_apply_rolls_back_to_the_previous_layout(
     world, django_capture_on_commit_callbacks
 ):
-    host, agent, source, spare, sync = world
+    _, agent, source, _, sync = world
     # A process Fleet does not know about keeps the 3g at slice 4 busy.
     instance = next(i for i in agent.backend.mig_instances(source.uuid) if i.start == 4)
     agent.backend.run_process(source.uuid, 512, gpu_instance_id=instance.gpu_instance_id)
