@@ -25,7 +25,7 @@ from fleet.core.errors import NotFound, ServiceError
 from fleet.core.events import publish_changed
 from fleet.inventory.models import Gpu, GpuHealth, HealthCause, HealthEvent, Host
 from fleet.partitioning.models import Operation, OperationKind, OperationStatus
-from fleet.partitioning.services import operation_record
+from fleet.partitioning.services import host_bump_generation, operation_record, schedule_push
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +104,10 @@ def gpu_mark_unhealthy(
         requested_by=requested_by,
         payload={"health": health, "cause": cause, "cordoned": gpu.cordoned},
     )
+    if cause == HealthCause.MPS:
+        # Re-send the desired state: applying it restarts the daemon, and mps_up heals the GPU.
+        host_bump_generation(gpu.host_id)
+        schedule_push(gpu.host_id)
     transaction.on_commit(
         lambda: replace_allocations(gpu_id=gpu_id, reason=f"{gpu} is {health}: {reason}")
     )
