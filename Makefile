@@ -16,9 +16,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/python manage.py demo
 
-## test: every test (pure domain, Django, API, race, end-to-end); FLEET_DATABASE_URL/FLEET_REDIS_URL select PostgreSQL + Redis
+## test: every test: pure domain, Django, API, agent, end-to-end (PostgreSQL-only ones need
+## FLEET_DATABASE_URL/FLEET_REDIS_URL), then the real-browser tests in their own process
 test: $(STAMP)
-	$(BIN)/pytest -p no:cacheprovider
+	$(BIN)/pytest -p no:cacheprovider -m "not browser"
+	$(BIN)/pytest -p no:cacheprovider -m browser tests/browser
 
 ## check: lint, types, import contracts, migrations and the OpenAPI schema
 check: $(STAMP)
