@@ -71,9 +71,13 @@ AGENT_ERRORS = {
     401: OpenApiResponse(ErrorSerializer),
     403: OpenApiResponse(ErrorSerializer),
 }
+ENROLL_ERRORS = {
+    **AGENT_ERRORS,
+    429: OpenApiResponse(ErrorSerializer, description="Too many attempts"),
+}
 
 
-@extend_schema(request=EnrollIn, responses={201: EnrollOut, **AGENT_ERRORS}, tags=["agent"])
+@extend_schema(request=EnrollIn, responses={201: EnrollOut, **ENROLL_ERRORS}, tags=["agent"])
 @api_view(["POST"])
 @authentication_classes([])
 @permission_classes([AllowAny])

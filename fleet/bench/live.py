@@ -268,28 +268,36 @@ class Browser:
     frames: int = 0
     bytes: int = 0
     closed: str = ""
+    connections: int = 0
 
     async def run(self, ready: asyncio.Event, stop: asyncio.Event) -> None:
+        """Keep the socket up until ``stop`` (reconnecting, as the dashboard does)."""
         from websockets.asyncio.client import connect
 
         parts = urlsplit(self.url)
         ws = f"ws://{parts.netloc}/ws/fleet/"
         headers = {"Cookie": f"sessionid={self.session_key}", "Origin": self.url}
-        try:
-            async with connect(ws, additional_headers=headers, max_size=None) as socket_:
-                hello = json.loads(await socket_.recv())
-                if hello.get("type") != "hello":
-                    raise RuntimeError(f"unexpected first frame {hello!r}")
-                ready.set()
-                receiver = asyncio.ensure_future(self._receive(socket_))
-                stopper = asyncio.ensure_future(stop.wait())
-                await asyncio.wait({receiver, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                for task in (receiver, stopper):
-                    task.cancel()
-                await asyncio.gather(receiver, stopper, return_exceptions=True)
-        except Exception as exc:
-            self.closed = f"{type(exc).__name__}: {exc}"
-            ready.set()
+        while not stop.is_set():
+            try:
+                async with connect(ws, additional_headers=headers, max_size=None) as socket_:
+                    hello = json.loads(await socket_.recv())
+                    if hello.get("type") != "hello":
+                        raise RuntimeError(f"unexpected first frame {hello!r}")
+                    self.connections += 1
+                    ready.set()
+                    receiver = asyncio.ensure_future(self._receive(socket_))
+                    stopper = asyncio.ensure_future(stop.wait())
+                    await asyncio.wait({receiver, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                    for task in (receiver, stopper):
+                        task.cancel()
+                    await asyncio.gather(receiver, stopper, return_exceptions=True)
+            except Exception as exc:
+                self.closed = f"{type(exc).__name__}: {exc}"
+                if not self.connections:
+                    ready.set()
+                    return
+            if not stop.is_set():
+                await asyncio.sleep(0.5)
 
     async def _receive(self, socket_: Any) -> None:
         async for text in socket_:
@@ -486,7 +494,7 @@ async def _drive(
     ]
     try:
         await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 30)
-        failed = [b.closed for b in browsers if b.closed]
+        failed = [b.closed for b in browsers if not b.connections]
         if failed:
             raise RuntimeError(f"browser socket refused: {failed[0]}")
         configs = _swarm_configs(options, urls, hosts, workdir)
@@ -562,6 +570,7 @@ async def _drive(
         },
         "warmup_s": round(warmup_s, 1),
         "warmup_complete": warm,
+        "browser_reconnects": sum(max(0, b.connections - 1) for b in browsers),
         "browser_frames_per_s": round(
             sum(b.frames for b in browsers) / count(browsers) / seconds, 2
         ),

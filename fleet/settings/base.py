@@ -151,7 +151,7 @@ REST_FRAMEWORK: dict[str, Any] = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "fleet.api.pagination.BoundedPagination",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "fleet.core.errors.api_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -199,7 +199,17 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": env_int("FLEET_CHANNEL_CAPACITY", 1000)},
+            "CONFIG": {
+                # redis-py's asyncio pool raises (does not wait) past max_connections (default
+                # 100): hundreds of agent sockets re-joining their groups at once exceed it.
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "max_connections": env_int("FLEET_REDIS_MAX_CONNECTIONS", 2000),
+                    }
+                ],
+                "capacity": env_int("FLEET_CHANNEL_CAPACITY", 1000),
+            },
         }
     }
 else:

@@ -111,3 +111,11 @@ def test_wrong_methods_are_405_envelopes(viewer_client, operator_client):
 def test_unknown_api_urls_are_404_envelopes(viewer_client):
     assert_error(viewer_client.get("/api/v1/gpus/0.5/"), 404, "not_found")
     assert_error(viewer_client.post("/api/v1/gpus/abc/cordon", {}, format="json"), 404, "not_found")
+
+
+def test_huge_pagination_values_are_clamped_not_errors(viewer_client):
+    huge = "198142217265306029430852176760977489920"
+    for params in ({"limit": huge}, {"offset": huge}, {"limit": "0"}):
+        response = viewer_client.get("/api/v1/deployments/", params)
+        assert response.status_code == 200, params
+        assert response.json()["results"] == []
