@@ -73,3 +73,11 @@ def telemetry_retention() -> int:
     from fleet.inventory.telemetry import retention
 
     return retention()
+
+
+@app.task(name="fleet.retry_replicas", ignore_result=True)
+def retry_replicas() -> int:
+    """Beat: place again the replicas a fault left without healthy capacity."""
+    from fleet.allocations.health import replicas_retry
+
+    return len(replicas_retry())

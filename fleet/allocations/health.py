@@ -226,3 +226,49 @@ def gpus_recover_quiet(now: Any = None) -> list[int]:
             recovered.append(gpu.pk)
     publish_changed("gpu", recovered)
     return recovered
+
+
+def replicas_retry() -> list[int]:
+    """Try again to place the replicas a fault left without capacity (beat).
+
+    A failed ``replace`` operation whose replica is still unplaced is retried; success records
+    a new ``replace`` operation and links it from the failed one, so nothing waits forever.
+    """
+    retried = []
+    waiting = Operation.objects.filter(
+        kind=OperationKind.REPLACE, status=OperationStatus.FAILED
+    ).exclude(result__has_key="replaced_by")
+    for failed in waiting.select_related("deployment").order_by("id")[:50]:
+        deployment, replica = failed.deployment, failed.payload.get("replica")
+        if deployment is None or replica is None or replica >= deployment.replicas:
+            Operation.objects.filter(pk=failed.pk).update(
+                result={**failed.result, "replaced_by": None}
+            )
+            continue
+        if deployment.allocations.filter(replica=replica).exists():
+            Operation.objects.filter(pk=failed.pk).update(
+                result={**failed.result, "replaced_by": None}
+            )
+            continue
+        try:
+            with transaction.atomic():
+                placed = deployment_autoplace(deployment_id=deployment.pk, limit=1)
+                done = operation_record(
+                    kind=OperationKind.REPLACE,
+                    summary=f"Re-placed {deployment.name}[{replica}]: {placed[0].summary}"[:255],
+                    deployment=deployment,
+                    status=OperationStatus.SUCCEEDED,
+                    reason=f"capacity came back (after operation {failed.pk})",
+                    payload={
+                        "replica": replica,
+                        "placed": [op.pk for op in placed],
+                        "retry_of": failed.pk,
+                    },
+                )
+                Operation.objects.filter(pk=failed.pk).update(
+                    result={**failed.result, "replaced_by": done.pk}
+                )
+            retried.append(done.pk)
+        except ServiceError:
+            continue
+    return retried

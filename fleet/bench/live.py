@@ -269,6 +269,7 @@ class Browser:
     bytes: int = 0
     closed: str = ""
     connections: int = 0
+    untimed: int = 0  # telemetry values without ``ts_ms`` (a server without it)
 
     async def run(self, ready: asyncio.Event, stop: asyncio.Event) -> None:
         """Keep the socket up until ``stop`` (reconnecting, as the dashboard does)."""
@@ -311,6 +312,8 @@ class Browser:
                 ts_ms = values.get("ts_ms") if isinstance(values, dict) else None
                 if isinstance(ts_ms, int):
                     self.received.setdefault(int(gpu_id), {}).setdefault(ts_ms, now)
+                else:
+                    self.untimed += 1
 
 
 # -- measurement ---------------------------------------------------------------------------------
@@ -570,6 +573,8 @@ async def _drive(
         },
         "warmup_s": round(warmup_s, 1),
         "warmup_complete": warm,
+        "browser_untimed_values": sum(b.untimed for b in browsers),
+        "browser_gpus_seen": [len(b.received) for b in browsers],
         "browser_reconnects": sum(max(0, b.connections - 1) for b in browsers),
         "browser_frames_per_s": round(
             sum(b.frames for b in browsers) / count(browsers) / seconds, 2

@@ -213,7 +213,12 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": env_int("FLEET_CHANNEL_CAPACITY", 1000)},
+        }
+    }
 
 # Celery: the Redis broker in production; tasks run in-process in the embedded mode.
 CELERY_BROKER_URL = REDIS_URL or "memory://"
@@ -233,6 +238,7 @@ CELERY_BEAT_SCHEDULE = {
     "mark-offline-hosts": {"task": "fleet.mark_offline_hosts", "schedule": 5.0},
     "recover-quiet-gpus": {"task": "fleet.recover_quiet_gpus", "schedule": 10.0},
     "advance-drains": {"task": "fleet.advance_drains", "schedule": 3.0},
+    "retry-replicas": {"task": "fleet.retry_replicas", "schedule": 10.0},
     "telemetry-rollup": {"task": "fleet.telemetry_rollup", "schedule": 60.0},
     "telemetry-retention": {"task": "fleet.telemetry_retention", "schedule": 3600.0},
 }

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from fleet.allocations.health import gpus_recover_quiet, hosts_went_offline
+from fleet.allocations.health import gpus_recover_quiet, hosts_went_offline, replicas_retry
 from fleet.allocations.models import Allocation
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.inventory.agents import agent_event
@@ -145,6 +145,22 @@ def test_without_healthy_capacity_the_replica_waits_with_a_reason(
     assert not Allocation.objects.exists()
     failed = Operation.objects.get(kind="replace")
     assert failed.status == "failed" and "No healthy capacity" in failed.reason
+
+
+def test_a_replica_left_without_capacity_is_placed_when_capacity_returns(
+    two_mps_gpus, django_capture_on_commit_callbacks
+):
+    sick, other = two_mps_gpus
+    gpu_set_cordon(gpu_id=other.pk, cordoned=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        event(sick, "xid", xid=48)
+    assert replicas_retry() == []  # still nowhere to go
+    gpu_set_cordon(gpu_id=other.pk, cordoned=False)
+    (done,) = replicas_retry()
+    assert gpu_of_replica() == other.pk
+    failed = Operation.objects.get(kind="replace", status="failed")
+    assert failed.result["replaced_by"] == done
+    assert replicas_retry() == []  # nothing left to retry
 
 
 def test_a_fatal_xid_clears_after_a_quiet_period(

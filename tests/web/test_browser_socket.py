@@ -113,8 +113,9 @@ def test_a_burst_of_events_arrives_as_one_or_two_coalesced_frames(viewer):
         await layer.group_send(
             FLEET_GROUP, {"type": "live.changed", "kind": "operation", "ids": [3, 4]}
         )
-        frames = await frames_within(communicator, 1.2)
-        assert 1 <= len(frames) <= 3
+        # Coalesced: at most one frame per flush interval (0.5 s), however many events came.
+        frames = await frames_within(communicator, 2.2)
+        assert 1 <= len(frames) <= 5
         assert all(f["type"] == "frame" for f in frames)
         assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
         merged_gpu_ids = {gid for f in frames for gid in f["telemetry"]}

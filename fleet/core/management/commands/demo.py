@@ -109,6 +109,7 @@ def embedded_scheduler(period_s: float = 2.0) -> None:
         mark_offline_hosts,
         recover_quiet_gpus,
         redeliver,
+        retry_replicas,
     )
 
     stop = threading.Event()
@@ -123,6 +124,7 @@ def embedded_scheduler(period_s: float = 2.0) -> None:
             if tick % 5 == 0:
                 expire_operations()
                 recover_quiet_gpus()
+                retry_replicas()
         except Exception:  # keep the scheduler alive; log and go on
             logger.exception("embedded scheduler tick failed")
         finally:
