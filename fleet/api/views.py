@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db.models import Count, Prefetch, QuerySet
+from django.db.models import Count, Model, Prefetch, QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action, api_view
@@ -34,6 +34,8 @@ from fleet.partitioning import services as partitioning_services
 from fleet.partitioning.models import Operation, Partition
 from fleet.placement import DEFAULT_STRATEGY
 
+_M = TypeVar("_M", bound=Model)
+
 ERRORS = {
     400: OpenApiResponse(s.ErrorSerializer, description="Malformed or invalid input"),
     401: OpenApiResponse(s.ErrorSerializer, description="Not authenticated"),
@@ -49,14 +51,23 @@ def _errors(*codes: int) -> dict[int, OpenApiResponse]:
     return {code: ERRORS[code] for code in codes}
 
 
-@extend_schema_view(
-    list=extend_schema(responses={200: s.HostSerializer(many=True), **READ_ERRORS}),
-    retrieve=extend_schema(responses={200: s.HostSerializer, **READ_ERRORS}),
-)
-class HostViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[Host]):
-    """Hosts running the agent. Admins create them and receive the one-time enrollment token."""
+def documented_reads(serializer: type[Any]) -> Any:
+    """The OpenAPI responses of a read viewset's list and retrieve."""
+    return extend_schema_view(
+        list=extend_schema(responses={200: serializer(many=True), **READ_ERRORS}),
+        retrieve=extend_schema(responses={200: serializer, **READ_ERRORS}),
+    )
+
+
+class ReadViewSet(viewsets.ReadOnlyModelViewSet[_M]):
+    """List and retrieve by numeric id (any other id is a 404 envelope, not a route miss)."""
 
     lookup_value_regex = r"[0-9]+"
+
+
+@documented_reads(s.HostSerializer)
+class HostViewSet(mixins.CreateModelMixin, ReadViewSet[Host]):
+    """Hosts running the agent. Admins create them and receive the one-time enrollment token."""
 
     serializer_class = s.HostSerializer
     filterset_class = HostFilter
@@ -79,14 +90,9 @@ class HostViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[Host]):
         return Response({**body, "enrollment_token": token}, status=status.HTTP_201_CREATED)
 
 
-@extend_schema_view(
-    list=extend_schema(responses={200: s.GpuSerializer(many=True), **READ_ERRORS}),
-    retrieve=extend_schema(responses={200: s.GpuSerializer, **READ_ERRORS}),
-)
-class GpuViewSet(viewsets.ReadOnlyModelViewSet[Gpu]):
+@documented_reads(s.GpuSerializer)
+class GpuViewSet(ReadViewSet[Gpu]):
     """GPUs with their sharing mode, health and cordon state. Commands: layout, cordon, uncordon."""
-
-    lookup_value_regex = r"[0-9]+"
 
     serializer_class = s.GpuSerializer
     filterset_class = GpuFilter
@@ -173,14 +179,9 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet[Gpu]):
         return Response(s.OperationSerializer(operation).data)
 
 
-@extend_schema_view(
-    list=extend_schema(responses={200: s.PartitionSerializer(many=True), **READ_ERRORS}),
-    retrieve=extend_schema(responses={200: s.PartitionSerializer, **READ_ERRORS}),
-)
-class PartitionViewSet(viewsets.ReadOnlyModelViewSet[Partition]):
+@documented_reads(s.PartitionSerializer)
+class PartitionViewSet(ReadViewSet[Partition]):
     """MIG instances and whole-GPU partitions (MPS-shared or dedicated)."""
-
-    lookup_value_regex = r"[0-9]+"
 
     serializer_class = s.PartitionSerializer
     filterset_class = PartitionFilter
@@ -188,16 +189,9 @@ class PartitionViewSet(viewsets.ReadOnlyModelViewSet[Partition]):
     queryset = Partition.objects.prefetch_related("allocations").order_by("gpu_id", "kind", "start")
 
 
-@extend_schema_view(
-    list=extend_schema(responses={200: s.DeploymentSerializer(many=True), **READ_ERRORS}),
-    retrieve=extend_schema(responses={200: s.DeploymentSerializer, **READ_ERRORS}),
-)
-class DeploymentViewSet(
-    mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet[Deployment]
-):
+@documented_reads(s.DeploymentSerializer)
+class DeploymentViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadViewSet[Deployment]):
     """Workloads. Commands: place (a drop in the UI) and evict; `auto` lets the engine place."""
-
-    lookup_value_regex = r"[0-9]+"
 
     serializer_class = s.DeploymentSerializer
     filterset_class = DeploymentFilter
@@ -312,14 +306,9 @@ class DeploymentViewSet(
         )
 
 
-@extend_schema_view(
-    list=extend_schema(responses={200: s.AllocationSerializer(many=True), **READ_ERRORS}),
-    retrieve=extend_schema(responses={200: s.AllocationSerializer, **READ_ERRORS}),
-)
-class AllocationViewSet(viewsets.ReadOnlyModelViewSet[Allocation]):
+@documented_reads(s.AllocationSerializer)
+class AllocationViewSet(ReadViewSet[Allocation]):
     """Replicas bound to partitions. Capacity is counted from these reservations."""
-
-    lookup_value_regex = r"[0-9]+"
 
     serializer_class = s.AllocationSerializer
     filterset_class = AllocationFilter
@@ -329,14 +318,9 @@ class AllocationViewSet(viewsets.ReadOnlyModelViewSet[Allocation]):
     )
 
 
-@extend_schema_view(
-    list=extend_schema(responses={200: s.OperationSerializer(many=True), **READ_ERRORS}),
-    retrieve=extend_schema(responses={200: s.OperationSerializer, **READ_ERRORS}),
-)
-class OperationViewSet(viewsets.ReadOnlyModelViewSet[Operation]):
+@documented_reads(s.OperationSerializer)
+class OperationViewSet(ReadViewSet[Operation]):
     """The audit trail: who asked for what, when, and how it ended."""
-
-    lookup_value_regex = r"[0-9]+"
 
     serializer_class = s.OperationSerializer
     filterset_class = OperationFilter
