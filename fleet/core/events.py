@@ -28,7 +28,13 @@ FLEET_GROUP = "fleet.live"
 ChangedKind = Literal["host", "gpu", "partition", "deployment", "allocation", "operation", "event"]
 
 
-class GpuLive(TypedDict):
+class _GpuLiveOptional(TypedDict, total=False):
+    ts_ms: (
+        int  # the sample's time on the agent, in ms (browsers show the age; benchmarks the latency)
+    )
+
+
+class GpuLive(_GpuLiveOptional):
     """Latest values of one GPU; ``None`` where NVML has no value (never a made-up 0)."""
 
     utilization_percent: float | None
@@ -41,7 +47,11 @@ class GpuLive(TypedDict):
     partitions: dict[str, dict[str, float | None]]
 
 
-class TelemetryEvent(TypedDict):
+class _TelemetryEventOptional(TypedDict, total=False):
+    host_ids: list[int]  # a batch of several hosts' ticks (then ``host_id`` is 0)
+
+
+class TelemetryEvent(_TelemetryEventOptional):
     type: Literal["live.telemetry"]
     host_id: int
     ts: float

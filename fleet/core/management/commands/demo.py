@@ -110,6 +110,8 @@ def embedded_scheduler(period_s: float = 2.0) -> None:
         recover_quiet_gpus,
         redeliver,
         retry_replicas,
+        telemetry_retention,
+        telemetry_rollup,
     )
 
     stop = threading.Event()
@@ -125,6 +127,10 @@ def embedded_scheduler(period_s: float = 2.0) -> None:
                 expire_operations()
                 recover_quiet_gpus()
                 retry_replicas()
+            if tick % 30 == 0:
+                telemetry_rollup()
+            if tick % 1800 == 0:
+                telemetry_retention()
         except Exception:  # keep the scheduler alive; log and go on
             logger.exception("embedded scheduler tick failed")
         finally:
