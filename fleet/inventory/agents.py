@@ -309,7 +309,8 @@ def agent_telemetry(*, host: Host, telemetry: protocol.Telemetry) -> int:
     get_store().record(host_id=host.pk, ts=ts, received_at=received, ticks=ticks)
     seen = host.last_seen_at
     if seen is None or received - seen.timestamp() >= _seen_every():
-        Host.objects.filter(pk=host.pk).update(last_seen_at=timezone.now())
+        host.last_seen_at = timezone.now()  # the caller may keep this row between ticks
+        Host.objects.filter(pk=host.pk).update(last_seen_at=host.last_seen_at)
     publish_live(host.pk, float(telemetry["ts"]), live)
     return len(ticks)
 

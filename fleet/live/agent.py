@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -21,6 +22,9 @@ from fleet.partitioning.selectors import host_desired_state
 from hostagent import protocol
 
 logger = logging.getLogger(__name__)
+
+# A socket keeps its host row this long between telemetry ticks (generations, last seen).
+HOST_REFRESH_SECONDS = 5.0
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_WRONG_HOST = 4403
@@ -44,11 +48,7 @@ def handle_message(host_id: int, message: protocol.UpMessage) -> bool:
     if kind == "hello":
         return agents.agent_hello(host=host, hello=message)  # type: ignore[arg-type]
     if kind == "telemetry":
-        agents.agent_telemetry(host=host, telemetry=message)  # type: ignore[arg-type]
-        # A push can be lost (full channel, worker died): heartbeats double as a re-sync.
-        if host.applied_generation >= host.desired_generation:
-            return False  # not behind: skip the query (it is per host, per tick)
-        return host.pk in delivery.hosts_to_redeliver(hosts=[host.pk])
+        return handle_telemetry(host, message)  # type: ignore[arg-type]
     if kind == "event":
         agents.agent_event(host=host, event=message)  # type: ignore[arg-type]
     elif kind == "ack":
@@ -64,6 +64,15 @@ def handle_message(host_id: int, message: protocol.UpMessage) -> bool:
     return False
 
 
+def handle_telemetry(host: Host, message: protocol.Telemetry) -> bool:
+    """One telemetry tick for a host row the socket keeps; returns whether to re-sync."""
+    agents.agent_telemetry(host=host, telemetry=message)
+    # A push can be lost (full channel, worker died): heartbeats double as a re-sync.
+    if host.applied_generation >= host.desired_generation:
+        return False  # not behind (as of the kept row): skip the query
+    return host.pk in delivery.hosts_to_redeliver(hosts=[host.pk])
+
+
 def desired_document(host_id: int) -> dict[str, Any]:
     """The current desired state, recorded as dispatched, to send on this very socket."""
     document = host_desired_state(Host.objects.get(pk=host_id))
@@ -74,6 +83,16 @@ def desired_document(host_id: int) -> dict[str, Any]:
 class AgentConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     host_id: int | None = None
     received = 0
+    _host: Host | None = None
+    _host_at = 0.0
+
+    def _kept_host(self) -> Host:
+        """The host row, re-read every :data:`HOST_REFRESH_SECONDS` (runs in a worker thread)."""
+        now = time.monotonic()
+        if self._host is None or now - self._host_at >= HOST_REFRESH_SECONDS:
+            assert self.host_id is not None
+            self._host, self._host_at = Host.objects.get(pk=self.host_id), now
+        return self._host
 
     async def connect(self) -> None:
         host = await database_sync_to_async(agents.host_authenticate)(_token(self.scope))
@@ -103,7 +122,14 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if self.received % REJOIN_EVERY_MESSAGES == 0:
             await self.channel_layer.group_add(agent_group(self.host_id), self.channel_name)
         try:
-            behind = await database_sync_to_async(handle_message)(self.host_id, message)
+            if message["type"] == "telemetry":
+                # The hot path, once a second per host: no ORM write, no shared DB thread.
+                behind = await database_sync_to_async(self._telemetry, thread_sensitive=False)(
+                    message
+                )
+            else:
+                self._host = None  # anything else may change the host row
+                behind = await database_sync_to_async(handle_message)(self.host_id, message)
         except agents.WrongHost as error:
             logger.warning("refused agent for host %s: %s", self.host_id, error.message)
             await self.close(code=CLOSE_WRONG_HOST)
@@ -111,6 +137,9 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if behind:
             # Straight down this socket: a group push may be lost (full channel, Redis restart).
             await self.send_json(await database_sync_to_async(desired_document)(self.host_id))
+
+    def _telemetry(self, message: Any) -> bool:
+        return handle_telemetry(self._kept_host(), message)
 
     async def agent_desired_state(self, event: dict[str, Any]) -> None:
         """A push from a worker (through the group): forward it to the agent."""

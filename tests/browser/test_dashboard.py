@@ -62,12 +62,12 @@ def test_1_an_operator_drags_a_deployment_onto_a_mig_slice_and_sees_it_placed(
 
     page.locator(f'.dep[data-deployment="{deployment["id"]}"]').drag_to(target)
 
-    page.locator(".toast", has_text="Placing qwen-14b-batch").wait_for(timeout=5_000)
+    page.locator(".toast", has_text="Placing qwen-14b-batch").wait_for(timeout=15_000)
     page.wait_for_function(SETTLED, arg=partition, timeout=20_000)
     mine = [a for a in allocations_of(session, deployment["id"]) if a["partition"] == partition]
     assert len(mine) == 1 and mine[0]["state"] == "active"  # the agent applied it
     tray = page.locator(f'.dep[data-deployment="{deployment["id"]}"]')
-    tray.locator(".dep-meta", has_text=f"{placed_before + 1}/").wait_for(timeout=5_000)
+    tray.locator(".dep-meta", has_text=f"{placed_before + 1}/").wait_for(timeout=15_000)
     slice_title = page.locator(f'.slice[data-partition="{partition}"]').get_attribute("title")
     assert "qwen-14b-batch" in slice_title and "applying" not in slice_title
     assert session.errors == []
@@ -101,7 +101,7 @@ def test_2_a_drop_where_it_does_not_fit_shows_why_and_changes_nothing(
     page.mouse.up()
 
     refusal = page.locator(".toast.error", has_text="does not fit")
-    refusal.wait_for(timeout=5_000)
+    refusal.wait_for(timeout=15_000)
     assert re.search(r"mps mode|MIG", refusal.inner_text()), refusal.inner_text()
     time.sleep(1.0)  # any change would have reached the page by now
     assert allocations_of(session, deployment["id"]) == before
@@ -133,12 +133,12 @@ def test_3_an_operator_edits_a_mig_layout_and_sees_the_gpu_redrawn(
     page.click('.pl[data-profile="1g.10gb+me"][data-start="0"]')
     page.click('.pl[data-profile="1g.10gb+me"][data-start="1"]')
     bad = page.locator("#verdict.bad")
-    bad.wait_for(timeout=5_000)
+    bad.wait_for(timeout=15_000)
     assert "mig." in bad.inner_text()
     assert page.locator("#apply").is_disabled()
 
     page.click('[data-preset="halves"]')  # 3g.40gb at slices 0-3 and 4-7
-    page.locator("#verdict.ok").wait_for(timeout=5_000)
+    page.locator("#verdict.ok").wait_for(timeout=15_000)
     assert page.locator("#canvas .inst").count() == 2
     page.screenshot(path=str(screenshots / "layout-editor.png"), full_page=True)
 
@@ -267,17 +267,17 @@ def test_4b_a_dropped_socket_reconnects_and_resyncs_without_a_reload(
     page.evaluate("() => { window.__sameDocument = true; }")
     # Drop the socket and hold the retry back so a change happens while the page is offline.
     page.evaluate("() => { window.fleetLive.attempt = 3; window.fleetLive.socket.close(); }")
-    page.wait_for_selector('#live-status[data-state="reconnecting"]', timeout=5_000)
+    page.wait_for_selector('#live-status[data-state="reconnecting"]', timeout=15_000)
     status, _ = session.stack.api(
         "POST", f"/api/v1/gpus/{gpu_id}/cordon", admin_token, {"reason": "resync test"}
     )
     assert status == 200
     assert card(page, "h100-a04/gpu5").get_attribute("data-cordoned") == "0"  # still offline
     page.wait_for_selector('#live-status[data-state="live"]', timeout=15_000)
-    page.wait_for_selector(f'#gpu-{gpu_id}[data-cordoned="1"]', timeout=5_000)
+    page.wait_for_selector(f'#gpu-{gpu_id}[data-cordoned="1"]', timeout=15_000)
     assert page.evaluate("() => window.__sameDocument === true")  # no reload happened
     session.stack.api("POST", f"/api/v1/gpus/{gpu_id}/uncordon", admin_token)
-    page.wait_for_selector(f'#gpu-{gpu_id}[data-cordoned="0"]', timeout=5_000)
+    page.wait_for_selector(f'#gpu-{gpu_id}[data-cordoned="0"]', timeout=15_000)
     assert session.errors == []
 
 
@@ -296,7 +296,7 @@ def test_5_a_viewer_is_refused_an_operator_action(new_session: Any) -> None:
     page.once("dialog", lambda dialog: dialog.accept("forced by a viewer"))
     cordon.click()
     refusal = page.locator(".toast.error")
-    refusal.wait_for(timeout=5_000)
+    refusal.wait_for(timeout=15_000)
     assert "role does not allow" in refusal.inner_text()
     status, gpu = session.api("GET", f"/api/v1/gpus/{gpu_id}/")
     assert status == 200 and gpu["cordoned"] is False
