@@ -9,7 +9,7 @@ from collections import defaultdict
 
 from fleet.allocations.models import Allocation, Deployment, RequestKind
 from fleet.inventory.models import Gpu, GpuHealth, Host, HostStatus, SharingMode
-from fleet.mps import MpsRequest
+from fleet.mps import MpsRequest, client_environment
 from fleet.partitioning.models import Partition, PartitionKind
 from fleet.placement import (
     FleetSnapshot,
@@ -96,3 +96,39 @@ def deployment_ranking(deployment: Deployment, snapshot: FleetSnapshot | None = 
     the reason for every target that does not fit: the API, the drag preview and auto-placement
     all read this."""
     return rank(snapshot or fleet_snapshot(), placement_request(deployment))
+
+
+def allocation_environment(allocation: Allocation) -> dict[str, str]:
+    """What a replica's process needs to run where it was placed.
+
+    ``CUDA_VISIBLE_DEVICES`` names the MIG instance (its ``MIG-`` UUID once the agent created
+    it) or the GPU; an MPS share adds ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``,
+    ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (when capped) and the daemon's
+    ``CUDA_MPS_PIPE_DIRECTORY`` as the agent reported it. Empty until the device exists.
+    """
+    partition, gpu = allocation.partition, allocation.gpu
+    device = partition.uuid if partition.kind == PartitionKind.MIG else gpu.uuid
+    if not device:
+        return {}
+    env = {"CUDA_VISIBLE_DEVICES": device}
+    if allocation.kind == RequestKind.MPS:
+        env.update(
+            client_environment(
+                MpsRequest(allocation.memory_mib, allocation.compute_percent),
+                device=device,
+                pipe_directory=_pipe_directory(gpu, device),
+            )
+        )
+    return env
+
+
+def _pipe_directory(gpu: Gpu, target_uuid: str) -> str | None:
+    """The MPS pipe directory the agent reported for the daemon serving ``target_uuid``."""
+    mps = gpu.observed.get("mps") if isinstance(gpu.observed, dict) else None
+    if not isinstance(mps, dict):
+        return None
+    daemons = [mps, *mps.get("instances", [])]
+    for daemon in daemons:
+        if daemon.get("target_uuid", gpu.uuid) == target_uuid and daemon.get("pipe_directory"):
+            return str(daemon["pipe_directory"])
+    return None

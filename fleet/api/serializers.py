@@ -8,6 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from fleet.allocations.models import Allocation, Deployment, RequestKind
+from fleet.allocations.selectors import allocation_environment
 from fleet.inventory.models import Gpu, Host, SharingMode
 from fleet.inventory.selectors import latest_telemetry_of
 from fleet.partitioning.models import Operation, Partition
@@ -251,6 +252,16 @@ class EvictSerializer(serializers.Serializer[Any]):
 
 class AllocationSerializer(serializers.ModelSerializer[Allocation]):
     deployment_name = serializers.CharField(source="deployment.name", read_only=True)
+    environment = serializers.SerializerMethodField()
+
+    @extend_schema_field(
+        serializers.DictField(
+            child=serializers.CharField(),
+            help_text="CUDA_VISIBLE_DEVICES and, for MPS shares, the CUDA_MPS_* limits and pipe.",
+        )
+    )
+    def get_environment(self, obj: Allocation) -> dict[str, str]:
+        return allocation_environment(obj)
 
     class Meta:
         model = Allocation
@@ -267,6 +278,7 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
             "compute_percent",
             "state",
             "generation",
+            "environment",
             "created_at",
         ]
         read_only_fields = fields

@@ -313,7 +313,7 @@ class AllocationViewSet(ReadViewSet[Allocation]):
     serializer_class = s.AllocationSerializer
     filterset_class = AllocationFilter
     ordering_fields = ["created_at", "deployment", "gpu"]
-    queryset = Allocation.objects.select_related("deployment").order_by(
+    queryset = Allocation.objects.select_related("deployment", "gpu", "partition").order_by(
         "deployment_id", "replica", "gpu_slot"
     )
 

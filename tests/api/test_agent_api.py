@@ -8,6 +8,7 @@ from rest_framework.test import APIClient
 
 from fleet.inventory.models import Gpu, Host
 from fleet.inventory.services import host_create
+from fleet.mps import MpsPolicy
 from fleet.partitioning.models import Operation
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from tests.agent_sim import SimAgent
@@ -142,3 +143,38 @@ def test_a_report_from_another_machine_is_refused():
         "agent.wrong_host",
     )
     assert not Gpu.objects.exists()
+
+
+def test_an_allocation_tells_its_process_where_and_how_to_run(operator_client):
+    host, enrollment = host_create(name="gpu-01")
+    client = agent_client(enroll(enrollment).json()["token"])
+    agent = SimAgent(["a30-24gb", "h100-sxm5-80gb"])
+    client.post("/api/v1/agent/report", {"messages": [agent.hello()]}, format="json")
+    a30, h100 = Gpu.objects.filter(host=host).order_by("index")
+    Host.objects.filter(pk=host.pk).update(status="ready")
+    gpu_set_layout(gpu_id=a30.pk, spec=LayoutSpec(mode="mps", mps=MpsPolicy()))
+    gpu_set_layout(
+        gpu_id=h100.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("3g.40gb", 4),))
+    )
+    mps = operator_client.post(
+        "/api/v1/deployments/",
+        {"name": "asr", "kind": "mps", "memory_mib": 2048, "max_compute_percent": 25},
+        format="json",
+    ).json()
+    mig = operator_client.post(
+        "/api/v1/deployments/", {"name": "chat", "kind": "mig", "profile": "3g.40gb"}, format="json"
+    ).json()
+    operator_client.post(f"/api/v1/deployments/{mps['id']}/place", {"gpu": a30.pk}, format="json")
+    operator_client.post(f"/api/v1/deployments/{mig['id']}/place", {"gpu": h100.pk}, format="json")
+    desired = client.get("/api/v1/agent/desired-state").json()
+    client.post("/api/v1/agent/report", {"messages": [agent.apply(desired)]}, format="json")
+    envs = {
+        a["deployment_name"]: a["environment"]
+        for a in operator_client.get("/api/v1/allocations/").json()["results"]
+    }
+    assert envs["asr"]["CUDA_VISIBLE_DEVICES"] == a30.uuid
+    assert envs["asr"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{a30.uuid}=2048M"
+    assert envs["asr"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert envs["asr"]["CUDA_MPS_PIPE_DIRECTORY"]  # the agent's daemon for that GPU
+    assert envs["chat"]["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert set(envs["chat"]) == {"CUDA_VISIBLE_DEVICES"}
