@@ -265,7 +265,12 @@ class Pong(TypedDict):
 # --------------------------------------------------------------------------------------------
 
 
-class DesiredInstance(TypedDict):
+class _DesiredInstanceOptional(TypedDict, total=False):
+    # MPS inside this instance; when absent, the GPU's ``mps`` (with ``per_instance``) applies.
+    mps: DesiredMps
+
+
+class DesiredInstance(_DesiredInstanceOptional):
     """A MIG GPU instance to exist: identified on the GPU by ``(profile_id, start)``."""
 
     key: str

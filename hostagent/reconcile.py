@@ -29,7 +29,7 @@ from hostagent.gpu.backend import (
 )
 from hostagent.gpu.simulated import RunningAllocation
 from hostagent.mps import MpsError, MpsLimits, MpsManager
-from hostagent.protocol import DesiredGpu, DesiredState, ItemResult, ItemStatus
+from hostagent.protocol import DesiredGpu, DesiredMps, DesiredState, ItemResult, ItemStatus
 
 logger = logging.getLogger(__name__)
 
@@ -242,28 +242,36 @@ def _plan_mig(p: _Plan) -> None:
     p.create_ci.sort(key=lambda a: a.start)
 
 
+def _limits(mps: DesiredMps) -> MpsLimits:
+    return MpsLimits(mps["default_active_thread_percentage"], mps["default_pinned_mem_limit_mib"])
+
+
 def _plan_mps(p: _Plan) -> None:
     obs, uuid, mps = p.observed, p.observed.uuid, p.desired["mps"]
-    limits = MpsLimits(mps["default_active_thread_percentage"], mps["default_pinned_mem_limit_mib"])
     uuid_of_slot = {(i.profile_id, i.start): i.uuid for i in obs.instances if i.uuid is not None}
-    targets: dict[str, Slot | None] = {}
-    pending: list[Slot] = []
-    if mps["enabled"] and p.desired["mig_enabled"]:
+    targets: dict[str, tuple[Slot | None, MpsLimits]] = {}
+    pending: list[tuple[Slot, MpsLimits]] = []
+    if p.desired["mig_enabled"]:
         for inst in p.desired["instances"]:
+            # An instance's own MPS setting wins; otherwise the GPU's applies to every instance.
+            own = inst.get("mps")
+            wanted = own if own is not None else mps
+            if not wanted["enabled"]:
+                continue
             slot = (inst["profile_id"], inst["start"])
             target = uuid_of_slot.get(slot)
             if target is None:
-                pending.append(slot)
+                pending.append((slot, _limits(wanted)))
             else:
-                targets[target] = slot
+                targets[target] = (slot, _limits(wanted))
     elif mps["enabled"]:
-        targets[uuid] = None
+        targets[uuid] = (None, _limits(mps))
     for target in sorted(set(obs.mps) - set(targets)):
         p.stops.append(StopMps(uuid, f"{target}:mps", target))
-    for target, target_slot in sorted(targets.items()):
+    for target, (target_slot, limits) in sorted(targets.items()):
         if obs.mps.get(target) != limits:
             p.ensure.append(EnsureMps(uuid, f"{target}:mps", target_slot, limits))
-    for new_slot in pending:
+    for new_slot, limits in pending:
         if any(a.profile_id == new_slot[0] and a.start == new_slot[1] for a in p.create_gi):
             p.ensure.append(EnsureMps(uuid, _gi_key(uuid, new_slot) + ":mps", new_slot, limits))
 

@@ -15,6 +15,20 @@ def partition_key(partition: Partition) -> str:
     return f"p{partition.pk}:gpu"
 
 
+def _mps(partition: Partition | None, *, per_instance: bool) -> protocol.DesiredMps:
+    enabled = partition is not None and partition.mps_enabled
+    return {
+        "enabled": enabled,
+        "per_instance": per_instance,
+        "default_active_thread_percentage": partition.mps_default_active_thread_percentage
+        if enabled and partition is not None
+        else None,
+        "default_pinned_mem_limit_mib": partition.mps_default_pinned_mem_limit_mib
+        if enabled and partition is not None
+        else None,
+    }
+
+
 def host_desired_state(host: Host) -> protocol.DesiredState:
     """Generation ``host.desired_generation`` of the host's desired state, built from the rows."""
     gpus: dict[str, protocol.DesiredGpu] = {}
@@ -33,28 +47,20 @@ def host_desired_state(host: Host) -> protocol.DesiredState:
         parts = by_gpu.get(gpu.pk, [])
         whole = next((p for p in parts if p.kind == PartitionKind.GPU), None)
         mig_parts = [p for p in parts if p.kind == PartitionKind.MIG]
-        mps_source = (
-            whole
-            if whole is not None and whole.mps_enabled
-            else next((p for p in mig_parts if p.mps_enabled), None)
-        )
         gpus[gpu.uuid] = {
             "mode": gpu.mode,  # type: ignore[typeddict-item]
             "mig_enabled": gpu.mode == SharingMode.MIG,
+            # Each MIG instance says whether an MPS daemon runs inside it, with its own limits.
             "instances": [
-                {"key": partition_key(p), "profile_id": int(p.profile_id or 0), "start": p.start}
+                {
+                    "key": partition_key(p),
+                    "profile_id": int(p.profile_id or 0),
+                    "start": p.start,
+                    "mps": _mps(p, per_instance=True),
+                }
                 for p in mig_parts
             ],
-            "mps": {
-                "enabled": mps_source is not None,
-                "per_instance": gpu.mode == SharingMode.MIG and mps_source is not None,
-                "default_active_thread_percentage": mps_source.mps_default_active_thread_percentage
-                if mps_source
-                else None,
-                "default_pinned_mem_limit_mib": mps_source.mps_default_pinned_mem_limit_mib
-                if mps_source
-                else None,
-            },
+            "mps": _mps(whole, per_instance=False),
             "allocations": [],
         }
     for allocation in allocations:

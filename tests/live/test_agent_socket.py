@@ -284,3 +284,37 @@ def test_an_agent_that_lost_its_instances_is_sent_the_layout_again():
     rebooted = run(scenario)
     uuid = rebooted.backend.list_gpus()[0].uuid
     assert [(i.profile_id, i.start) for i in rebooted.backend.mig_instances(uuid)] == [(0, 0)]
+
+
+def test_mps_runs_only_in_the_mig_instances_that_ask_for_it():
+    host, token = enrolled_host()
+    agent = SimAgent(["h100-sxm5-80gb"])
+    from fleet.mps import MpsPolicy
+
+    async def scenario():
+        communicator = await connect(token)
+        await communicator.connect()
+        await communicator.send_json_to(agent.hello())
+        await communicator.receive_nothing(0.2)
+        gpu = await sync_to_async(Gpu.objects.get)(host=host)
+        layout = LayoutSpec(
+            mode="mig",
+            instances=(
+                MigInstanceSpec("3g.40gb", 0, mps=MpsPolicy(default_active_thread_percentage=40)),
+                MigInstanceSpec("3g.40gb", 4),
+            ),
+        )
+        await sync_to_async(gpu_set_layout)(gpu_id=gpu.pk, spec=layout)
+        ack = agent.apply(await communicator.receive_json_from(timeout=5))
+        assert ack["status"] == "applied", ack["items"]
+        await communicator.send_json_to(ack)
+        await communicator.receive_nothing(0.3)
+        await communicator.disconnect()
+        return ack
+
+    ack = run(scenario)
+    (info,) = ack["observed"]
+    daemons = {d["target_uuid"]: d for d in info["mps"]["instances"] if d["running"]}
+    by_start = {i["start"]: i["uuid"] for i in info["mig_instances"]}
+    assert set(daemons) == {by_start[0]}  # the 3g at slice 0 only
+    assert daemons[by_start[0]]["default_active_thread_percentage"] == 40
