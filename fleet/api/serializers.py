@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from fleet.allocations.models import Allocation, Deployment, RequestKind
 from fleet.allocations.selectors import allocation_environment
+from fleet.core.models import ApiToken
 from fleet.inventory.models import Gpu, Host, SharingMode
 from fleet.inventory.selectors import latest_telemetry_of
 from fleet.partitioning.models import Operation, Partition
@@ -442,3 +443,22 @@ class DrainSerializer(serializers.Serializer[Any]):
         required=False, allow_null=True, help_text="Reshape to this layout once drained."
     )
     timeout_s = serializers.IntegerField(default=300, min_value=5, max_value=86_400)
+
+
+class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "last_used_at"]
+        read_only_fields = fields
+
+
+class ApiTokenCreateSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField(max_length=100)
+
+
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="Shown once; only its hash is kept.")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields

@@ -25,6 +25,7 @@ router.register("partitions", views.PartitionViewSet, basename="partition")
 router.register("deployments", views.DeploymentViewSet, basename="deployment")
 router.register("allocations", views.AllocationViewSet, basename="allocation")
 router.register("operations", views.OperationViewSet, basename="operation")
+router.register("tokens", views.ApiTokenViewSet, basename="token")
 
 urlpatterns = [
     path("me", views.me, name="me"),

@@ -25,7 +25,9 @@ from fleet.api.filters import (
     OperationFilter,
     PartitionFilter,
 )
+from fleet.core.models import ApiToken
 from fleet.core.roles import Role, role_of
+from fleet.core.services import api_token_create
 from fleet.inventory import services as inventory_services
 from fleet.inventory.models import Gpu, Host
 from fleet.inventory.selectors import latest_telemetry_of
@@ -326,6 +328,36 @@ class OperationViewSet(ReadViewSet[Operation]):
     filterset_class = OperationFilter
     ordering_fields = ["created_at", "status", "kind"]
     queryset = Operation.objects.select_related("requested_by").order_by("-created_at", "-id")
+
+
+@documented_reads(s.ApiTokenSerializer)
+class ApiTokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadViewSet[ApiToken]):
+    """Your own API tokens (any role): create one for a script, list them, revoke one."""
+
+    serializer_class = s.ApiTokenSerializer
+    required_roles = {"create": Role.VIEWER, "destroy": Role.VIEWER}
+    filterset_class = None
+    ordering_fields = ["created_at", "name"]
+
+    def get_queryset(self) -> QuerySet[ApiToken]:
+        if getattr(self, "swagger_fake_view", False) or not self.request.user.is_authenticated:
+            return ApiToken.objects.none()  # the schema generator has no user
+        return ApiToken.objects.filter(user_id=self.request.user.pk).order_by("-created_at")
+
+    @extend_schema(
+        request=s.ApiTokenCreateSerializer,
+        responses={201: s.ApiTokenCreatedSerializer, **_errors(400, 401, 403)},
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        data = _valid(s.ApiTokenCreateSerializer, request)
+        token, secret = api_token_create(user=request.user, name=data["name"])
+        body = s.ApiTokenSerializer(token).data
+        return Response({**body, "token": secret}, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={204: None, **_errors(401, 403, 404)})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        self.get_object().delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 @extend_schema(responses={200: s.MeSerializer, **_errors(401, 403)})

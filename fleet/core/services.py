@@ -27,7 +27,8 @@ def user_create(*, username: str, password: str | None, role: Role, email: str =
     user, _ = user_model.objects.get_or_create(username=username, defaults={"email": email})
     if password is not None:
         user.set_password(password)
-    user.is_staff = role >= Role.ADMIN
+    # Admins run the Django admin too (hosts, enrollment tokens, users): full rights there.
+    user.is_staff = user.is_superuser = role >= Role.ADMIN
     user.save()
     user.groups.set(Group.objects.filter(name=GROUP_NAMES[role]))
     return user

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
-from django.contrib import admin
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from fleet.inventory.models import Gpu, Host
+from fleet.inventory.services import host_issue_enrollment
 
 
 class GpuInline(admin.TabularInline[Gpu, Host]):
@@ -14,6 +19,36 @@ class GpuInline(admin.TabularInline[Gpu, Host]):
 
 @admin.register(Host)
 class HostAdmin(admin.ModelAdmin[Host]):
+    actions = ["issue_enrollment_token"]
+    fields = (
+        "name",
+        "labels",
+        "status",
+        "hostname",
+        "agent_version",
+        "driver_version",
+        "last_seen_at",
+        "desired_generation",
+        "applied_generation",
+    )
+
+    def save_model(self, request: HttpRequest, obj: Host, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if not change:
+            self._show_token(request, obj, host_issue_enrollment(obj))
+
+    @admin.action(description="Issue a new enrollment token (shown once)")
+    def issue_enrollment_token(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
+        for host in queryset:
+            self._show_token(request, host, host_issue_enrollment(host))
+
+    def _show_token(self, request: HttpRequest, host: Host, token: str) -> None:
+        messages.warning(
+            request,
+            f"Enrollment token for {host.name} (shown once, valid 7 days): {token} — run "
+            f"fleet-agent --server <URL> --enroll {token} on the host.",
+        )
+
     list_display = (
         "name",
         "status",
@@ -25,9 +60,9 @@ class HostAdmin(admin.ModelAdmin[Host]):
     list_filter = ("status",)
     search_fields = ("name", "hostname")
     readonly_fields = (
-        "enrollment_token_hash",
-        "token_prefix",
-        "token_hash",
+        "hostname",
+        "agent_version",
+        "driver_version",
         "desired_generation",
         "applied_generation",
         "dispatched_generation",

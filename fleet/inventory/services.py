@@ -26,14 +26,8 @@ def host_create(
     """A new host waiting for its agent; returns the one-time enrollment token (never stored)."""
     if Host.objects.filter(name=name).exists():
         raise Conflict("host.name_taken", f"A host named {name!r} already exists.", {"name": name})
-    token = new_token(ENROLLMENT_TOKEN_KIND)
-    host = Host.objects.create(
-        name=name,
-        labels=labels or {},
-        status=HostStatus.OFFLINE,
-        enrollment_token_hash=hash_token(token),
-        enrollment_expires_at=timezone.now() + ENROLLMENT_TTL,
-    )
+    host = Host.objects.create(name=name, labels=labels or {}, status=HostStatus.OFFLINE)
+    token = host_issue_enrollment(host)
     operation_record(
         kind=OperationKind.CREATE_HOST,
         summary=f"Created host {name}",
@@ -42,6 +36,17 @@ def host_create(
         status=OperationStatus.SUCCEEDED,
     )
     return host, token
+
+
+def host_issue_enrollment(host: Host) -> str:
+    """A new one-time enrollment token for the host (a reinstalled machine enrols again); the
+    previous one stops working. Only its hash is kept."""
+    token = new_token(ENROLLMENT_TOKEN_KIND)
+    Host.objects.filter(pk=host.pk).update(
+        enrollment_token_hash=hash_token(token),
+        enrollment_expires_at=timezone.now() + ENROLLMENT_TTL,
+    )
+    return token
 
 
 def gpu_upsert(

@@ -1,0 +1,72 @@
+"""The Django admin covers the inventory; adding a host there shows its enrollment token once."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from fleet.inventory.models import Host
+from fleet.inventory.services import host_create
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_browser(admin_user) -> Client:
+    client = Client()
+    client.force_login(admin_user)
+    return client
+
+
+def test_adding_a_host_in_the_admin_shows_its_enrollment_token_once(admin_browser):
+    response = admin_browser.post(
+        "/admin/inventory/host/add/",
+        {
+            "name": "gpu-07",
+            "labels": "{}",
+            "status": "offline",
+            "gpus-TOTAL_FORMS": "0",  # the GPU inline's management form
+            "gpus-INITIAL_FORMS": "0",
+        },
+        follow=True,
+    )
+    assert response.status_code == 200
+    shown = [str(m) for m in response.context["messages"]]
+    assert any("Enrollment token for gpu-07" in m and "fle_" in m for m in shown)
+    host = Host.objects.get(name="gpu-07")
+    assert host.enrollment_token_hash and all(host.enrollment_token_hash not in m for m in shown)
+
+
+def test_an_admin_action_issues_a_new_enrollment_token(admin_browser):
+    host, old = host_create(name="gpu-08")
+    response = admin_browser.post(
+        "/admin/inventory/host/",
+        {"action": "issue_enrollment_token", "_selected_action": [host.pk]},
+        follow=True,
+    )
+    shown = " ".join(str(m) for m in response.context["messages"])
+    assert "fle_" in shown and old not in shown
+    host.refresh_from_db()
+    from fleet.core.tokens import hash_token
+
+    assert host.enrollment_token_hash != hash_token(old)
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        "/admin/inventory/gpu/",
+        "/admin/partitioning/operation/",
+        "/admin/allocations/deployment/",
+        "/admin/core/apitoken/",
+    ],
+)
+def test_the_admin_lists_the_inventory(admin_browser, page):
+    assert admin_browser.get(page).status_code == 200
+
+
+def test_viewers_and_operators_cannot_use_the_admin(viewer, operator):
+    for user in (viewer, operator):
+        client = Client()
+        client.force_login(user)
+        assert client.get("/admin/inventory/host/").status_code == 302
