@@ -32,9 +32,7 @@ import contextlib
 import json
 import math
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +44,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from fleet.bench.processes import (
+    create_database,
+    drop_database,
+    free_port,
+    redis_command,
+    redis_ping,
+    terminate,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -78,12 +86,6 @@ class Options:
 # -- processes -----------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of a process, from ``/proc/<pid>/stat``."""
     try:
@@ -92,21 +94,6 @@ def cpu_seconds(pid: int) -> float | None:
         return None
     fields = raw[raw.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except OSError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.2)
-    raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}: {last!r}")
 
 
 class Stack:
@@ -140,27 +127,10 @@ class Stack:
         self.db_created = False
 
     def start(self) -> None:
-        import psycopg
-
-        with psycopg.connect(f"{self.server_url}/postgres", autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{self.db_name}"')
+        create_database(self.server_url, self.db_name)
         self.db_created = True
-        redis = shutil.which("redis-server") or "redis-server"
-        self.spawn(
-            "redis",
-            [
-                redis,
-                "--port",
-                str(self.redis_port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-        )
-        wait_until(lambda: _redis_ping(self.redis_port), 10, "redis")
+        self.spawn("redis", redis_command(self.redis_port))
+        wait_until(lambda: redis_ping(self.redis_port), 10, "redis")
         self.run_python("manage.py", "migrate", "-v0")
 
     def start_servers(self) -> None:
@@ -223,28 +193,8 @@ class Stack:
         for name in list(self.processes):
             terminate(self.processes.pop(name))
         if self.db_created:
-            import psycopg
-
-            with psycopg.connect(f"{self.server_url}/postgres", autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+            drop_database(self.server_url, self.db_name)
             self.db_created = False
-
-
-def terminate(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
-
-
-def _redis_ping(port: int) -> bool:
-    with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-        s.sendall(b"PING\r\n")
-        return s.recv(16).startswith(b"+PONG")
 
 
 def _healthy(url: str) -> bool:

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -20,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
+from fleet.bench import processes
+from fleet.bench.processes import free_port
 from fleet.inventory.simulation import simulated_spec
 from fleet.mig import product_by_key
 
@@ -29,28 +26,16 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def wait_until(
     predicate: Callable[[], Any], timeout: float = 30.0, every: float = 0.25, what: str = ""
 ) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except (urllib.error.URLError, ConnectionError, OSError, KeyError, IndexError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(every)
-    raise AssertionError(
-        f"timed out after {timeout}s waiting for {what or predicate}: last={last!r}"
+    """Poll until truthy; an unreachable server or a missing key is just "not yet"."""
+    return processes.wait_until(
+        predicate,
+        timeout,
+        what or str(predicate),
+        every=every,
+        transient=(urllib.error.URLError, ConnectionError, OSError, KeyError, IndexError),
     )
 
 
@@ -141,8 +126,7 @@ class Stack:
     # -- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> Stack:
-        with psycopg.connect(f"{self.server_url}/postgres", autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{self.db_name}"')
+        processes.create_database(self.server_url, self.db_name)
         self.start_redis()
         self.manage("migrate", "-v0")
         self.manage("collectstatic", "--noinput", "-v0")
@@ -185,8 +169,7 @@ class Stack:
             agent.kill()
         for name in list(self.processes):
             self.terminate(name)
-        with psycopg.connect(f"{self.server_url}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+        processes.drop_database(self.server_url, self.db_name)
 
     def spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = (self.tmp / f"{name}.log").open("ab")
@@ -198,32 +181,12 @@ class Stack:
 
     def terminate(self, name: str, sig: int = signal.SIGTERM) -> None:
         process = self.processes.pop(name, None)
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(sig)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        if process is not None:
+            processes.terminate(process, 15, sig)
 
     def start_redis(self) -> None:
-        redis = shutil.which("redis-server") or "redis-server"
-        self.spawn(
-            "redis",
-            [
-                redis,
-                "--port",
-                str(self.redis_port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-        )
-        wait_until(lambda: _redis_ping(self.redis_port), 10, what="redis")
+        self.spawn("redis", processes.redis_command(self.redis_port))
+        wait_until(lambda: processes.redis_ping(self.redis_port), 10, what="redis")
 
     def restart_redis(self) -> None:
         self.terminate("redis", signal.SIGKILL)
@@ -378,9 +341,3 @@ class Stack:
         cookies = {c.name: c.value for c in jar}
         assert "sessionid" in cookies, "login failed"
         return "; ".join(f"{k}={v}" for k, v in cookies.items())
-
-
-def _redis_ping(port: int) -> bool:
-    with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-        s.sendall(b"PING\r\n")
-        return s.recv(16).startswith(b"+PONG")
