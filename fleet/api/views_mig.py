@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
-from rest_framework.decorators import api_view, permission_classes
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.decorators import api_view, permission_classes, renderer_classes
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -15,8 +19,31 @@ from fleet.core.errors import NotFound, ServiceError
 from fleet.core.permissions import AnyRole
 from fleet.domain import Violation
 from fleet.inventory.models import Gpu
-from fleet.mig import PRODUCTS, Instance, Product, find_product, product_by_key, validate_layout
+from fleet.mig import (
+    PRODUCTS,
+    Instance,
+    MigPartedError,
+    Product,
+    find_product,
+    layout_to_migparted,
+    migparted_to_layout,
+    parse_migparted,
+    product_by_key,
+    render_migparted,
+    validate_layout,
+)
 from fleet.partitioning import converters
+
+
+class YamlTextRenderer(BaseRenderer):
+    media_type = "application/yaml"
+    format = "yaml"
+    charset = "utf-8"
+
+    def render(
+        self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None
+    ) -> bytes:
+        return data.encode() if isinstance(data, str) else str(data).encode()
 
 
 def product_as_dict(product: Product) -> dict[str, Any]:
@@ -134,3 +161,125 @@ def validate(request: Request) -> Response:
             "violations": [v.as_dict() for v in violations],
         }
     )
+
+
+MigPartedIn = inline_serializer(
+    "MigPartedImport",
+    {
+        "yaml": serializers.CharField(
+            max_length=200_000, help_text="An nvidia-mig-parted config file (version v1)."
+        ),
+        "config": serializers.CharField(
+            max_length=200, help_text="The config name (`apply -c NAME`)."
+        ),
+        "gpu": serializers.IntegerField(min_value=1, help_text="The GPU the layout is for."),
+    },
+)
+MigPartedOut = inline_serializer(
+    "MigPartedLayout",
+    {
+        "valid": serializers.BooleanField(),
+        "layout": s.LayoutSerializer(
+            allow_null=True, help_text="Ready for `PUT /gpus/{id}/layout`."
+        ),
+        "violations": s.ViolationSerializer(many=True),
+    },
+)
+
+
+@extend_schema(
+    request=MigPartedIn,
+    responses={200: MigPartedOut, **READ_ERRORS},
+    description=(
+        "Turn an nvidia-mig-parted config into a layout with explicit placements for one GPU "
+        "(a dry run: nothing changes). mig-parted stores counts; Fleet chooses the placements "
+        "that keep large profiles placeable."
+    ),
+)
+@api_view(["POST"])
+@permission_classes([AnyRole])
+def migparted_import(request: Request) -> Response:
+    data = _valid(MigPartedIn.__class__, request)
+    gpu = Gpu.objects.filter(pk=data["gpu"]).first()
+    if gpu is None:
+        raise NotFound("gpu.not_found", f"GPU {data['gpu']} does not exist.", {"gpu": data["gpu"]})
+    product = converters.product_of(gpu)
+    if product is None:
+        raise ServiceError("mig.unknown_product", f"Unknown GPU product {gpu.product_name!r}.")
+    try:
+        config = parse_migparted(data["yaml"])
+    except MigPartedError as error:
+        raise ServiceError("migparted.invalid", error.message, error.details) from None
+    entries = config.config(data["config"])
+    if entries is None:
+        names = [name for name, _ in config.mig_configs]
+        raise ServiceError(
+            "migparted.unknown_config", f"No config named {data['config']!r}.", {"configs": names}
+        )
+    entry = next((e for e in entries if e.applies_to(product) and _covers(e, gpu.index)), None)
+    if entry is None:
+        return Response(
+            {
+                "valid": False,
+                "layout": None,
+                "violations": [
+                    {
+                        "code": "mig.device_filter_mismatch",
+                        "message": f"No entry of {data['config']!r} applies to {gpu}.",
+                        "details": {},
+                    }
+                ],
+            }
+        )
+    result = migparted_to_layout(product, entry)
+    violations = [v.as_dict() for v in result if isinstance(v, Violation)]
+    if violations:
+        return Response({"valid": False, "layout": None, "violations": violations})
+    instances = [
+        {"profile": _profile_name(product, i.profile_id), "start": i.start}
+        for i in result
+        if isinstance(i, Instance)
+    ]
+    layout = {"mode": "mig", "instances": instances} if entry.mig_enabled else {"mode": "dedicated"}
+    return Response({"valid": True, "layout": layout, "violations": []})
+
+
+def _profile_name(product: Product, profile_id: int) -> str:
+    profile = product.profile(profile_id)
+    return profile.name if profile is not None else str(profile_id)
+
+
+def _covers(entry: Any, index: int) -> bool:
+    return entry.devices == "all" or index in entry.devices
+
+
+@extend_schema(
+    responses={
+        (200, "application/yaml"): OpenApiTypes.STR,
+        **READ_ERRORS,
+        409: OpenApiResponse(s.ErrorSerializer),
+    },
+    description="The GPU's MIG layout as an nvidia-mig-parted config (profile counts; version v1).",
+)
+@api_view(["GET"])
+@renderer_classes([JSONRenderer, YamlTextRenderer])
+def migparted_export(request: Request, pk: int) -> HttpResponse:
+    gpu = Gpu.objects.filter(pk=pk).first()
+    if gpu is None:
+        raise NotFound("gpu.not_found", f"GPU {pk} does not exist.", {"gpu": pk})
+    product = converters.product_of(gpu)
+    if product is None or gpu.mode != "mig":
+        raise ServiceError("migparted.not_mig", f"{gpu} is not in MIG mode.", status_code=409)
+    instances = converters.mig_instances(gpu.partitions.all())
+    try:
+        config = layout_to_migparted(
+            product,
+            instances,
+            config_name=f"fleet-{gpu.host.name}-gpu{gpu.index}",
+            devices=[gpu.index],
+        )
+    except MigPartedError as error:
+        raise ServiceError(
+            "migparted.invalid", error.message, error.details, status_code=409
+        ) from None
+    return HttpResponse(render_migparted(config), content_type="application/yaml; charset=utf-8")

@@ -119,3 +119,64 @@ def test_huge_pagination_values_are_clamped_not_errors(viewer_client):
         response = viewer_client.get("/api/v1/deployments/", params)
         assert response.status_code == 200, params
         assert response.json()["results"] == []
+
+
+MIGPARTED = """version: v1
+mig-configs:
+  inference:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.10gb": 2
+        "3g.40gb": 1
+  too-much:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "7g.80gb": 2
+"""
+
+
+def test_a_migparted_config_becomes_a_layout_with_placements(viewer_client, operator_client):
+    gpu = GpuFactory(product_key="h100-sxm5-80gb")
+    body = viewer_client.post(
+        "/api/v1/mig/migparted",
+        {"yaml": MIGPARTED, "config": "inference", "gpu": gpu.pk},
+        format="json",
+    ).json()
+    assert body["valid"] and body["violations"] == []
+    assert (
+        sorted((i["profile"], i["start"]) for i in body["layout"]["instances"])[0][0] == "1g.10gb"
+    )
+    assert (
+        operator_client.put(
+            f"/api/v1/gpus/{gpu.pk}/layout", body["layout"], format="json"
+        ).status_code
+        == 202
+    )
+    exported = viewer_client.get(f"/api/v1/gpus/{gpu.pk}/migparted")
+    assert exported.status_code == 200 and exported["Content-Type"].startswith("application/yaml")
+    from fleet.mig import parse_migparted
+
+    ((_, (entry,)),) = parse_migparted(exported.content.decode()).mig_configs
+    assert dict(entry.mig_devices) == {"3g.40gb": 1, "1g.10gb": 2} and entry.devices == (gpu.index,)
+
+
+def test_migparted_errors_are_clear(viewer_client):
+    gpu = GpuFactory(product_key="h100-sxm5-80gb")
+
+    def post(**body):
+        return viewer_client.post("/api/v1/mig/migparted", {"gpu": gpu.pk, **body}, format="json")
+
+    assert not post(yaml=MIGPARTED, config="too-much").json()["valid"]
+    assert_error(post(yaml=MIGPARTED, config="nope"), 400, "migparted.unknown_config")
+    assert_error(post(yaml="version: v2\nmig-configs: {}", config="x"), 400, "migparted.invalid")
+    assert_error(
+        viewer_client.post(
+            "/api/v1/mig/migparted",
+            {"gpu": 999999, "yaml": MIGPARTED, "config": "x"},
+            format="json",
+        ),
+        404,
+    )
+    assert_error(viewer_client.get(f"/api/v1/gpus/{gpu.pk}/migparted"), 409, "migparted.not_mig")
