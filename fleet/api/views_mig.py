@@ -255,7 +255,7 @@ def _covers(entry: Any, index: int) -> bool:
 
 @extend_schema(
     responses={
-        (200, "application/yaml"): OpenApiTypes.STR,
+        (200, "application/yaml"): OpenApiTypes.OBJECT,
         **READ_ERRORS,
         409: OpenApiResponse(s.ErrorSerializer),
     },
