@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Fuzz the REST API from its own OpenAPI schema against a real ASGI server on a scratch
 # PostgreSQL database, authenticated as an operator. Fails on any 5xx or schema violation.
+# Revoking tokens is left out: the fuzzer would revoke its own and test the rest logged out
+# (tests/api/test_tokens.py covers it).
 set -euo pipefail
 PG_URL=$1
 REDIS_URL=$2
@@ -23,6 +25,7 @@ for _ in $(seq 60); do curl -fs "http://127.0.0.1:$PORT/healthz" >/dev/null && b
 status=0
 $BIN/schemathesis run "$WORK/schema.yaml" --url "http://127.0.0.1:$PORT" \
   -H "Authorization: Token $TOKEN" \
+  --exclude-operation-id tokens_destroy \
   --checks not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance \
   --phases examples,coverage,fuzzing --max-examples "${FLEET_CI_MAX_EXAMPLES:-25}" \
   --workers 1 --suppress-health-check all || status=$?
