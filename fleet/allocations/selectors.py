@@ -17,9 +17,11 @@ from fleet.placement import (
     HostState,
     MigPartition,
     MigRequest,
+    MovePlan,
     PlacementRequest,
     Ranking,
     WholeGpuRequest,
+    plan_moves,
     rank,
 )
 
@@ -41,8 +43,8 @@ def fleet_snapshot() -> FleetSnapshot:
         partitions[partition.gpu_id].append(partition)
     allocations: dict[int, list[Allocation]] = defaultdict(list)
     for allocation in Allocation.objects.only(
-        "partition_id", "kind", "memory_mib", "compute_percent"
-    ):
+        "pk", "partition_id", "kind", "memory_mib", "compute_percent"
+    ).order_by("pk"):
         allocations[allocation.partition_id].append(allocation)
     gpus = tuple(
         _gpu_state(gpu, partitions[gpu.pk], allocations)
@@ -56,6 +58,11 @@ def _gpu_state(
 ) -> GpuState:
     whole = next((p for p in parts if p.kind == PartitionKind.GPU), None)
     whole_allocations = allocations.get(whole.pk, []) if whole is not None else []
+    mps_clients = (
+        [a for a in whole_allocations if a.kind == RequestKind.MPS]
+        if gpu.mode == SharingMode.MPS
+        else []
+    )
     return GpuState(
         id=gpu.pk,
         host_id=gpu.host_id,
@@ -67,18 +74,17 @@ def _gpu_state(
         taken=gpu.mode == SharingMode.DEDICATED and (whole is None or bool(whole_allocations)),
         partitions=tuple(
             MigPartition(
-                p.pk, int(p.profile_id or 0), p.start, occupied=bool(allocations.get(p.pk))
+                p.pk,
+                int(p.profile_id or 0),
+                p.start,
+                occupied=bool(allocations.get(p.pk)),
+                allocation_id=allocations[p.pk][0].pk if allocations.get(p.pk) else None,
             )
             for p in parts
             if p.kind == PartitionKind.MIG
         ),
-        mps_reservations=tuple(
-            MpsRequest(a.memory_mib, a.compute_percent)
-            for a in whole_allocations
-            if a.kind == RequestKind.MPS
-        )
-        if gpu.mode == SharingMode.MPS
-        else (),
+        mps_reservations=tuple(MpsRequest(a.memory_mib, a.compute_percent) for a in mps_clients),
+        mps_reservation_ids=tuple(a.pk for a in mps_clients),
         mps_max_clients=whole.mps_max_clients if whole is not None else None,
     )
 
@@ -132,3 +138,8 @@ def _pipe_directory(gpu: Gpu, target_uuid: str) -> str | None:
         if daemon.get("target_uuid", gpu.uuid) == target_uuid and daemon.get("pipe_directory"):
             return str(daemon["pipe_directory"])
     return None
+
+
+def deployment_defrag_plan(deployment: Deployment) -> MovePlan:
+    """The fewest moves of other replicas that would let the next replica fit (a proposal)."""
+    return plan_moves(fleet_snapshot(), placement_request(deployment))

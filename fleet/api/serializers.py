@@ -462,3 +462,28 @@ class ApiTokenCreatedSerializer(ApiTokenSerializer):
     class Meta(ApiTokenSerializer.Meta):
         fields = [*ApiTokenSerializer.Meta.fields, "token"]
         read_only_fields = fields
+
+
+class MoveSerializer(serializers.Serializer[Any]):
+    kind = serializers.ChoiceField(choices=["mig", "mps"])
+    allocation = serializers.IntegerField(
+        allow_null=True, help_text="The replica that moves (null: an idle partition)."
+    )
+    partition = serializers.IntegerField(
+        allow_null=True, help_text="MIG: the partition it leaves (or that is destroyed)."
+    )
+    from_gpu = serializers.IntegerField()
+    to_gpu = serializers.IntegerField(
+        allow_null=True, help_text="null: the idle partition is destroyed."
+    )
+    to_partition = serializers.IntegerField(allow_null=True)
+    new_instance = NewInstanceSerializer(allow_null=True)
+
+
+class DefragPlanSerializer(serializers.Serializer[Any]):
+    deployment = serializers.IntegerField()
+    fits_now = serializers.BooleanField()
+    moves = MoveSerializer(many=True)
+    target = FeasibleTargetSerializer(
+        allow_null=True, help_text="Where the replica fits after the moves."
+    )

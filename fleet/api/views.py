@@ -15,7 +15,7 @@ from fleet.allocations import services as allocation_services
 from fleet.allocations.drain import gpu_drain
 from fleet.allocations.health import gpu_heal
 from fleet.allocations.models import Allocation, Deployment
-from fleet.allocations.selectors import deployment_ranking
+from fleet.allocations.selectors import deployment_defrag_plan, deployment_ranking
 from fleet.api import serializers as s
 from fleet.api.filters import (
     AllocationFilter,
@@ -252,21 +252,7 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadV
             {
                 "deployment": deployment.pk,
                 "strategy": DEFAULT_STRATEGY,
-                "feasible": [
-                    {
-                        "gpu": t.gpu_id,
-                        "partition": t.partition_id,
-                        "gpus": list(t.gpu_ids or (t.gpu_id,)),
-                        "score": t.score,
-                        "new_instance": {
-                            "profile_id": t.new_instance.profile_id,
-                            "start": t.new_instance.start,
-                        }
-                        if t.new_instance
-                        else None,
-                    }
-                    for t in ranking.feasible
-                ],
+                "feasible": [_target(t) for t in ranking.feasible],
                 "infeasible": [
                     {
                         "gpu": r.gpu_id,
@@ -275,6 +261,29 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadV
                     }
                     for r in ranking.infeasible
                 ],
+            }
+        )
+
+    @extend_schema(
+        responses={200: s.DefragPlanSerializer, **_errors(401, 403, 404)},
+        description=(
+            "A proposal, changing nothing: the fewest moves of other replicas (to GPUs where they "
+            "fit, never to unhealthy or cordoned ones) after which the next replica fits. Apply it "
+            "with evict/place, or drain the GPU. `target` is null when no plan of up to 3 moves "
+            "exists."
+        ),
+    )
+    @action(detail=True, methods=["get"])
+    def defrag(self, request: Request, pk: str | None = None) -> Response:
+        deployment = self.get_object()
+        plan = deployment_defrag_plan(deployment)
+        target = plan.target
+        return Response(
+            {
+                "deployment": deployment.pk,
+                "fits_now": target is not None and not plan.moves,
+                "moves": [_move(m) for m in plan.moves],
+                "target": _target(target) if target is not None else None,
             }
         )
 
@@ -381,6 +390,42 @@ def _pk(raw: Any) -> int:
 
         raise NotFound("not_found", f"No object with id {raw!r}.") from None
     return value
+
+
+def _instance(instance: Any) -> dict[str, int] | None:
+    return {"profile_id": instance.profile_id, "start": instance.start} if instance else None
+
+
+def _target(target: Any) -> dict[str, Any]:
+    return {
+        "gpu": target.gpu_id,
+        "partition": target.partition_id,
+        "gpus": list(target.gpu_ids or (target.gpu_id,)),
+        "score": target.score,
+        "new_instance": _instance(target.new_instance),
+    }
+
+
+def _move(move: Any) -> dict[str, Any]:
+    mig = move.kind == "mig"
+    allocation = None
+    if move.occupied:
+        allocation = (
+            Allocation.objects.filter(partition_id=move.allocation_id)
+            .values_list("pk", flat=True)
+            .first()
+            if mig
+            else move.allocation_id
+        )
+    return {
+        "kind": move.kind,
+        "allocation": allocation,
+        "partition": move.allocation_id if mig else None,
+        "from_gpu": move.from_gpu,
+        "to_gpu": move.to_gpu,
+        "to_partition": move.to_partition_id,
+        "new_instance": _instance(move.new_instance),
+    }
 
 
 def _layout_spec(data: dict[str, Any]) -> partitioning_services.LayoutSpec:

@@ -348,3 +348,31 @@ def test_auto_placement_takes_the_engines_choice_of_placement(operator_client):
     assert response.status_code == 201
     # The engine keeps the large placements free: a lone 1g goes to the end of the grid.
     assert Partition.objects.get(gpu=gpu).start == 6
+
+
+def test_defrag_proposes_the_moves_that_make_room_and_changes_nothing(
+    operator_client, viewer_client
+):
+    host = HostFactory()
+    a, b = (GpuFactory(host=host, product_key="h100-sxm5-80gb") for _ in range(2))
+    # Each GPU keeps a 1g busy in the middle of the grid: no 7g fits anywhere.
+    for gpu in (a, b):
+        set_layout(
+            operator_client, gpu, {"mode": "mig", "instances": [{"profile": "1g.10gb", "start": 3}]}
+        )
+    small = create(operator_client, name="small", kind="mig", profile="1g.10gb", replicas=2).json()
+    for gpu in (a, b):
+        place(operator_client, small["id"], partition=Partition.objects.get(gpu=gpu).pk)
+    big = create(operator_client, name="big", kind="mig", profile="7g.80gb").json()
+    before = snapshot_rows()
+    plan = viewer_client.get(f"/api/v1/deployments/{big['id']}/defrag").json()
+    assert snapshot_rows() == before
+    assert not plan["fits_now"] and plan["target"] is not None
+    moved = [m for m in plan["moves"] if m["allocation"] is not None]
+    assert len(moved) == 1 and moved[0]["kind"] == "mig"
+    assert (
+        moved[0]["from_gpu"] == plan["target"]["gpu"] and moved[0]["to_gpu"] != moved[0]["from_gpu"]
+    )
+    assert Allocation.objects.filter(pk=moved[0]["allocation"]).exists()
+    fits = viewer_client.get(f"/api/v1/deployments/{small['id']}/defrag")
+    assert fits.status_code == 200  # fully placed deployments get a plan for a next replica too
