@@ -57,19 +57,7 @@ def product_as_dict(product: Product) -> dict[str, Any]:
         "memory_slice_count": product.memory_slice_count,
         "compute_slice_count": product.compute_slice_count,
         "max_instances": product.max_instances,
-        "profiles": [
-            {
-                "id": p.id,
-                "name": p.name,
-                "compute_slices": p.compute_slices,
-                "memory_slices": p.memory_slices,
-                "memory_mib": p.memory_mib,
-                "max_instances": p.max_instances,
-                "media": p.media,
-                "placements": [[pl.start, pl.size] for pl in p.placements],
-            }
-            for p in product.profiles
-        ],
+        "profiles": [{**p.as_dict(), "media": p.media} for p in product.profiles],
     }
 
 

@@ -18,18 +18,7 @@ def simulated_spec(product: Product, *, uuid: str | None = None) -> protocol.Sim
         "mig_capable": product.mig_capable,
         "compute_slice_count": product.compute_slice_count,
         "memory_slice_count": product.memory_slice_count,
-        "profiles": [
-            {
-                "id": p.id,
-                "name": p.name,
-                "compute_slices": p.compute_slices,
-                "memory_slices": p.memory_slices,
-                "memory_mib": p.memory_mib,
-                "max_instances": p.max_instances,
-                "placements": [[pl.start, pl.size] for pl in p.placements],
-            }
-            for p in product.profiles
-        ],
+        "profiles": [p.as_dict() for p in product.profiles],  # type: ignore[misc]
     }
     if uuid is not None:
         spec["uuid"] = uuid

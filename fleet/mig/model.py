@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 MEDIA_KINDS = ("", "+me", "+me.all", "-me", "+gfx")
 """Attribute suffixes of a profile name (go-nvlib: REV1, ALL_ME, NO_ME, GFX)."""
@@ -74,6 +75,18 @@ class Profile:
     def allows_start(self, start: int) -> bool:
         """Whether NVML lists a placement of this profile starting at ``start``."""
         return any(p.start == start for p in self.placements)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The profile as JSON: what NVML reports for it (``-lgip`` / ``-lgipp``)."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "compute_slices": self.compute_slices,
+            "memory_slices": self.memory_slices,
+            "memory_mib": self.memory_mib,
+            "max_instances": self.max_instances,
+            "placements": [[p.start, p.size] for p in self.placements],
+        }
 
     def answers_to(self, name: str) -> bool:
         """Whether ``name`` names this profile (any case, optional SageMaker ``mig-`` prefix)."""

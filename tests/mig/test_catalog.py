@@ -217,3 +217,21 @@ def test_placements_know_their_slices_and_overlaps():
     assert Placement(0, 4).overlaps(Placement(3, 1))
     assert not Placement(0, 4).overlaps(Placement(4, 4))
     assert Placement(6, 2).overlaps(Placement(0, 8))
+
+
+def test_a_profile_as_json_is_what_nvml_reports():
+    from fleet.mig import product_by_key
+
+    product = product_by_key("a100-sxm4-40gb")
+    assert product is not None
+    three = product.profile("3g.20gb")
+    assert three is not None
+    assert three.as_dict() == {
+        "id": 9,
+        "name": "3g.20gb",
+        "compute_slices": 3,
+        "memory_slices": 4,
+        "memory_mib": three.memory_mib,
+        "max_instances": 2,
+        "placements": [[0, 4], [4, 4]],
+    }
