@@ -30,6 +30,22 @@ async def connect(token: str | None) -> WebsocketCommunicator:
     return communicator
 
 
+async def said_hello(token: str, agent: SimAgent) -> WebsocketCommunicator:
+    """A connected agent socket that has sent its hello and been answered with nothing."""
+    communicator = await connect(token)
+    connected, _ = await communicator.connect()
+    assert connected
+    await communicator.send_json_to(agent.hello())
+    await communicator.receive_nothing(0.2)
+    return communicator
+
+
+async def apply_next(communicator: WebsocketCommunicator, agent: SimAgent) -> None:
+    """The agent applies the desired state it is sent next and acks it."""
+    await communicator.send_json_to(agent.apply(await communicator.receive_json_from(timeout=5)))
+    await communicator.receive_nothing(0.3)
+
+
 def run(coro):
     from asgiref.sync import async_to_sync
 
@@ -96,10 +112,7 @@ def test_an_agent_that_reconnects_behind_gets_the_current_generation():
     agent = SimAgent(["a30-24gb"])
 
     async def scenario():
-        communicator = await connect(token)
-        await communicator.connect()
-        await communicator.send_json_to(agent.hello())
-        await communicator.receive_nothing(0.2)
+        communicator = await said_hello(token, agent)
         await communicator.disconnect()
         gpu = await sync_to_async(Gpu.objects.get)(host=host)
         # Changed while the agent was away: nothing can be delivered now.
@@ -124,18 +137,12 @@ def test_a_busy_partition_is_reported_in_use_and_the_operation_fails_with_the_pi
     agent = SimAgent(["h100-sxm5-80gb"])
 
     async def scenario():
-        communicator = await connect(token)
-        await communicator.connect()
-        await communicator.send_json_to(agent.hello())
-        await communicator.receive_nothing(0.2)
+        communicator = await said_hello(token, agent)
         gpu = await sync_to_async(Gpu.objects.get)(host=host)
         await sync_to_async(gpu_set_layout)(
             gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("7g.80gb", 0),))
         )
-        await communicator.send_json_to(
-            agent.apply(await communicator.receive_json_from(timeout=5))
-        )
-        await communicator.receive_nothing(0.3)
+        await apply_next(communicator, agent)
         # A process nobody told Fleet about runs in the 7g instance.
         instance = agent.backend.mig_instances(gpu.uuid)[0]
         pid = agent.backend.run_process(gpu.uuid, 1024, gpu_instance_id=instance.gpu_instance_id)
@@ -162,10 +169,7 @@ def test_events_are_recorded_and_a_lost_gpu_is_marked_lost():
     agent = SimAgent(["h100-sxm5-80gb"])
 
     async def scenario():
-        communicator = await connect(token)
-        await communicator.connect()
-        await communicator.send_json_to(agent.hello())
-        await communicator.receive_nothing(0.2)
+        communicator = await said_hello(token, agent)
         uuid = agent.backend.list_gpus()[0].uuid
         await communicator.send_json_to(
             {
@@ -255,18 +259,12 @@ def test_an_agent_that_lost_its_instances_is_sent_the_layout_again():
     agent = SimAgent(["a30-24gb"])
 
     async def scenario():
-        communicator = await connect(token)
-        await communicator.connect()
-        await communicator.send_json_to(agent.hello())
-        await communicator.receive_nothing(0.2)
+        communicator = await said_hello(token, agent)
         gpu = await sync_to_async(Gpu.objects.get)(host=host)
         await sync_to_async(gpu_set_layout)(
             gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("4g.24gb", 0),))
         )
-        await communicator.send_json_to(
-            agent.apply(await communicator.receive_json_from(timeout=5))
-        )
-        await communicator.receive_nothing(0.3)
+        await apply_next(communicator, agent)
         await communicator.disconnect()
         # The host rebooted: MIG instances are gone, but the agent's state file says "applied 1".
         rebooted = SimAgent(["a30-24gb"])
@@ -292,10 +290,7 @@ def test_mps_runs_only_in_the_mig_instances_that_ask_for_it():
     from fleet.mps import MpsPolicy
 
     async def scenario():
-        communicator = await connect(token)
-        await communicator.connect()
-        await communicator.send_json_to(agent.hello())
-        await communicator.receive_nothing(0.2)
+        communicator = await said_hello(token, agent)
         gpu = await sync_to_async(Gpu.objects.get)(host=host)
         layout = LayoutSpec(
             mode="mig",
