@@ -52,7 +52,12 @@ class Agent:
         )
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, enrollment_token: str | None = None, hostname: str | None = None) -> Agent:
+    def start(
+        self,
+        enrollment_token: str | None = None,
+        hostname: str | None = None,
+        transport: str = "ws",
+    ) -> Agent:
         args = [
             str(BIN / "fleet-agent"),
             "--server",
@@ -73,6 +78,7 @@ class Agent:
         ]
         if enrollment_token:
             args += ["--enroll", enrollment_token]
+        args += ["--transport", transport]
         log = (self.dir / "agent.log").open("ab")
         self.process = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, env=self.stack.env
@@ -259,10 +265,12 @@ class Stack:
         assert status == 200, (path, status, body)
         return body
 
-    def add_agent(self, name: str, products: list[str]) -> Agent:
+    def add_agent(self, name: str, products: list[str], transport: str = "ws") -> Agent:
         status, host = self.request("POST", "/api/v1/hosts/", {"name": name}, token="admin")
         assert status == 201, host
-        agent = Agent(self, name, products).start(enrollment_token=host["enrollment_token"])
+        agent = Agent(self, name, products).start(
+            enrollment_token=host["enrollment_token"], transport=transport
+        )
         self.agents.append(agent)
         agent.host_id = host["id"]  # type: ignore[attr-defined]
         wait_until(

@@ -173,3 +173,14 @@ def test_a_token_used_from_the_wrong_host_is_refused(fleet):
     assert stack.get("/api/v1/gpus/")["count"] == before
     assert "agent.wrong_host" in stack.log("daphne") or "refused agent" in stack.log("daphne")
     intruder.kill()
+
+
+def test_an_agent_on_the_rest_fallback_enrols_reports_and_applies(fleet):
+    stack, _, _ = fleet
+    poller = stack.add_agent("node-rest", ["a30-24gb"], transport="rest")
+    (gpu,) = stack.gpus(poller)
+    op = set_layout(
+        stack, gpu["id"], {"mode": "mig", "instances": [{"profile": "4g.24gb", "start": 0}]}
+    )
+    assert stack.wait_operation(op["id"])["status"] == "succeeded"
+    wait_until(lambda: stack.converged(gpu["id"]), 20, what="the polling agent applying the layout")
