@@ -204,3 +204,81 @@ def test_ack_status_summarises_item_results():
 
 def test_auth_header_uses_the_token_scheme():
     assert protocol.auth_header_value("abc") == "Token abc"
+
+
+# -- the compiled predicates agree with the interpreting checker ------------------------------
+
+_ODD_VALUES = [None, True, False, 0, -1, 2**40, 1.5, float("inf"), "", "x", [], [1], {}, {"k": 1}]
+
+
+def _paths(value, path=()):
+    """Every (path, value) inside a JSON value, the value itself included."""
+    yield path, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _paths(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _paths(item, (*path, index))
+
+
+def _with(value, path, new):
+    if not path:
+        return new
+    copy = json.loads(json.dumps(value))
+    target = copy
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = new
+    return copy
+
+
+def _without(value, path):
+    copy = json.loads(json.dumps(value))
+    target = copy
+    for step in path[:-1]:
+        target = target[step]
+    if isinstance(target, dict):
+        del target[path[-1]]
+    else:
+        target.pop(path[-1])
+    return copy
+
+
+def _interpreted_ok(obj, td) -> bool:
+    try:
+        protocol._check_typeddict(obj, td, "$")
+    except ProtocolError:
+        return False
+    return True
+
+
+def _variants(msg):
+    """The message with each value in turn replaced by each odd value, and each key removed."""
+    for path, _ in _paths(msg):
+        for odd in _ODD_VALUES:
+            yield _with(msg, path, odd)
+        if path:
+            yield _without(msg, path)
+
+
+@pytest.mark.parametrize("msg", MESSAGES, ids=lambda m: str(m["type"]))
+def test_the_compiled_validator_agrees_with_the_interpreting_one(msg):
+    td = protocol.MESSAGE_TYPES[msg["type"]]
+    checked = 0
+    for variant in _variants(msg):
+        fast = protocol.is_valid(variant, td)
+        assert fast == _interpreted_ok(variant, td), variant
+        if not fast:
+            with pytest.raises(ProtocolError):
+                protocol.validate(variant, td)
+        checked += 1
+    assert checked > 10
+
+
+@pytest.mark.parametrize("spec", [specs.h100(), specs.a30()])
+def test_the_compiled_validator_agrees_on_gpu_specs(spec):
+    for variant in _variants(spec):
+        assert protocol.is_valid(variant, protocol.SimulatedGpuSpec) == _interpreted_ok(
+            variant, protocol.SimulatedGpuSpec
+        )
