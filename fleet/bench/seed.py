@@ -19,15 +19,18 @@ def gpu_uuid(run: str, host: int, index: int) -> str:
     return f"GPU-{uuidlib.uuid5(uuidlib.NAMESPACE_URL, f'fleet-bench/{run}/{host}/{index}')}"
 
 
-def setup(*, hosts: int, gpus_per_host: int, product_key: str, run: str) -> dict[str, Any]:
+def setup(
+    *, hosts: int, gpus_per_host: int, product_key: str, run: str, enrolled: bool = True
+) -> dict[str, Any]:
     """``hosts`` new hosts named ``bench-<run>-<i>`` with host tokens and GPU specs; a viewer
-    user and a session key for the browser clients."""
+    user and a session key for the browser clients. ``enrolled``: the hosts' GPUs are already
+    known (adopted as the agents' first hello would), so the agents' hellos are reconnects."""
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.sessions.backends.db import SessionStore
 
     from fleet.core.roles import Role
     from fleet.core.services import user_create
-    from fleet.inventory.agents import host_issue_token
+    from fleet.inventory.agents import gpus_adopt, host_issue_token
     from fleet.inventory.services import host_create
     from fleet.inventory.simulation import simulated_spec
     from fleet.mig import product_by_key
@@ -40,6 +43,8 @@ def setup(*, hosts: int, gpus_per_host: int, product_key: str, run: str) -> dict
         host, _ = host_create(name=f"bench-{run}-{i:05d}")
         token = host_issue_token(host)
         specs = [simulated_spec(product, uuid=gpu_uuid(run, i, g)) for g in range(gpus_per_host)]
+        if enrolled:  # the GPUs are known, as in a fleet whose servers restart
+            gpus_adopt(host=host, gpus=_discovered(specs))
         out.append({"host_id": host.pk, "token": token, "gpus": specs})
     user = user_create(username=BENCH_USER, password=None, role=Role.VIEWER)
     session = SessionStore()
@@ -48,6 +53,16 @@ def setup(*, hosts: int, gpus_per_host: int, product_key: str, run: str) -> dict
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.create()
     return {"hosts": out, "session_key": session.session_key}
+
+
+def _discovered(specs: list[Any]) -> list[Any]:
+    """What an agent on these simulated GPUs reports in its hello."""
+    from hostagent.collector import Collector
+    from hostagent.gpu.simulated import SimulatedBackend
+
+    backend = SimulatedBackend(specs, seed=0)
+    backend.init()
+    return list(Collector(backend, hostname="seed", mps=None).hello(0)["gpus"])
 
 
 def gpu_map(host_ids: list[int]) -> dict[str, list[int]]:
@@ -75,7 +90,14 @@ def main(argv: list[str]) -> int:
     command = argv[0]
     if command == "setup":
         hosts, gpus, product, run, out = argv[1:6]
-        result = setup(hosts=int(hosts), gpus_per_host=int(gpus), product_key=product, run=run)
+        enrolled = "--new" not in argv[6:]
+        result = setup(
+            hosts=int(hosts),
+            gpus_per_host=int(gpus),
+            product_key=product,
+            run=run,
+            enrolled=enrolled,
+        )
         Path(out).write_text(json.dumps(result), encoding="utf-8")
     elif command == "gpus":
         source, out = argv[1:3]

@@ -11,13 +11,13 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from fleet.core.errors import ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.tokens import hash_token, new_token, token_prefix
+from fleet.inventory import ingest
 from fleet.inventory.models import (
     Gpu,
     GpuHealth,
@@ -27,7 +27,7 @@ from fleet.inventory.models import (
     SharingMode,
 )
 from fleet.inventory.services import HOST_TOKEN_KIND
-from fleet.inventory.telemetry import GpuTick, get_store, publish_live, trusted_ts
+from fleet.inventory.telemetry import publish_live
 from fleet.mig import find_product
 from fleet.partitioning.models import OperationKind, OperationStatus, Partition, PartitionKind
 from fleet.partitioning.services import operation_record
@@ -96,7 +96,7 @@ def _first_health(status: str) -> str:
     return {"lost": GpuHealth.LOST, "unavailable": GpuHealth.UNKNOWN}.get(status, GpuHealth.HEALTHY)
 
 
-def _follow_status(gpu: Gpu, status: str) -> None:
+def _follow_status(gpu: Gpu, status: str) -> bool:
     """A GPU's NVML status, as a hello or an ack shows it, drives the health workflow (an agent
     that restarted while a GPU was lost sends no ``gpu_lost`` event, only this status)."""
     from fleet.allocations.health import gpu_mark_unhealthy, gpu_recover
@@ -110,6 +110,9 @@ def _follow_status(gpu: Gpu, status: str) -> None:
             Gpu.objects.filter(pk=gpu.pk, health=GpuHealth.UNKNOWN).update(health=GpuHealth.HEALTHY)
         else:
             gpu_recover(gpu_id=gpu.pk, causes=("lost",), reason="NVML answers for the GPU again")
+    else:
+        return False
+    return True  # the health workflow ran: rows read before may be stale
 
 
 class WrongHost(ServiceError):
@@ -147,8 +150,7 @@ def agent_hello(*, host: Host, hello: protocol.Hello) -> bool:
     )
     host.save()
     drift = False
-    for info in hello["gpus"]:
-        gpu = _gpu_observed(host, info, adopt=True)
+    for gpu, info in zip(gpus_adopt(host=host, gpus=hello["gpus"]), hello["gpus"], strict=True):
         drift = drift or (gpu is not None and _drifted(gpu, info))
     publish_changed("host", [host.pk])
     return drift or int(hello["applied_generation"]) < host.desired_generation
@@ -168,8 +170,23 @@ def _drifted(gpu: Gpu, info: protocol.GpuInfo) -> bool:
     return wanted != {(i["profile_id"], i["start"]) for i in info["mig_instances"]}
 
 
-def _gpu_observed(host: Host, info: protocol.GpuInfo, *, adopt: bool) -> Gpu | None:
-    gpu = Gpu.objects.filter(uuid=info["uuid"]).first()
+def _known_gpus(infos: list[protocol.GpuInfo]) -> dict[str, Gpu]:
+    """The reported GPUs already known, with their partitions: two queries for a whole host (a
+    fleet of agents reconnecting at once must not cost dozens of queries per host)."""
+    return {
+        g.uuid: g
+        for g in Gpu.objects.filter(uuid__in=[i["uuid"] for i in infos]).prefetch_related(
+            "partitions"
+        )
+    }
+
+
+def _gpu_observed(
+    host: Host, info: protocol.GpuInfo, *, adopt: bool, known: dict[str, Gpu] | None = None
+) -> Gpu | None:
+    if known is None:
+        known = _known_gpus([info])
+    gpu = known.get(info["uuid"])
     if gpu is not None and gpu.host_id != host.pk:
         logger.warning(
             "host %s reported GPU %s of host %s: ignored", host.pk, info["uuid"], gpu.host_id
@@ -207,11 +224,15 @@ def _gpu_observed(host: Host, info: protocol.GpuInfo, *, adopt: bool) -> Gpu | N
         if adopt:
             _adopt(gpu, info)
         return gpu
-    for name, value in fields.items():
-        setattr(gpu, name, value)
-    # Only the observed fields: an operator's cordon or a layout set meanwhile must survive.
-    gpu.save(update_fields=[*fields, "updated_at"])
-    _follow_status(gpu, info["status"])
+    changed = [name for name, value in fields.items() if getattr(gpu, name) != value]
+    for name in changed:
+        setattr(gpu, name, fields[name])
+    if changed:  # a reconnect that changes nothing writes nothing
+        # Only the observed fields: an operator's cordon or a layout set meanwhile must survive.
+        gpu.save(update_fields=[*changed, "updated_at"])
+    if _follow_status(gpu, info["status"]):
+        gpu.refresh_from_db()
+        getattr(gpu, "_prefetched_objects_cache", {}).pop("partitions", None)
     _record_partition_uuids(gpu, info)
     return gpu
 
@@ -248,131 +269,48 @@ def _adopt(gpu: Gpu, info: protocol.GpuInfo) -> None:
 
 def _record_partition_uuids(gpu: Gpu, info: protocol.GpuInfo) -> None:
     by_place = {(i["profile_id"], i["start"]): i["uuid"] or "" for i in info["mig_instances"]}
-    for partition in gpu.partitions.filter(kind=PartitionKind.MIG):
+    for partition in gpu.partitions.all():  # prefetched: filtered here, not by a query
+        if partition.kind != PartitionKind.MIG:
+            continue
         uuid = by_place.get((int(partition.profile_id or 0), partition.start), "")
         if partition.uuid != uuid:
             Partition.objects.filter(pk=partition.pk).update(uuid=uuid)
+            partition.uuid = uuid
+
+
+def gpus_adopt(*, host: Host, gpus: list[protocol.GpuInfo]) -> list[Gpu | None]:
+    """Record GPUs as discovered on ``host`` (a hello without the rest): new ones are adopted as
+    they are, known ones updated; ``None`` for a GPU that belongs to another host (ignored)."""
+    known = _known_gpus(gpus)
+    found = [_gpu_observed(host, info, adopt=True, known=known) for info in gpus]
+    _forget_gpu_map(host.pk)
+    return found
 
 
 def gpus_observed(*, host: Host, gpus: list[protocol.GpuInfo]) -> None:
     """The GPUs as an ack describes them after applying (no adoption: they are known)."""
+    known = _known_gpus(gpus)
     for info in gpus:
-        _gpu_observed(host, info, adopt=False)
+        _gpu_observed(host, info, adopt=False, known=known)
+    _forget_gpu_map(host.pk)
+
+
+def _forget_gpu_map(host_id: int) -> None:
+    """Telemetry maps this host's GPUs and MIG instances afresh once the change is committed."""
+    transaction.on_commit(lambda: ingest.forget_host(host_id))
 
 
 def agent_telemetry(*, host: Host, telemetry: protocol.Telemetry) -> int:
-    """Store one tick: latest values and a 1 s point per GPU in the telemetry store (Redis, or
-    memory in the embedded mode; see :mod:`fleet.inventory.telemetry`), and a live frame for
-    browsers. No ORM write per tick: ``Host.last_seen_at`` is refreshed at most every
-    :func:`_seen_every` seconds, ``Gpu.last_telemetry`` is checkpointed by the rollup task.
+    """Store one tick (the REST fallback; sockets batch many, see :mod:`fleet.inventory.ingest`):
+    latest values and a 1 s point per GPU in the telemetry store (Redis, or memory in the
+    embedded mode), and a live frame for browsers. No ORM write per tick.
 
     Returns the number of GPU samples stored."""
-    received = time.time()
-    ts = trusted_ts(float(telemetry["ts"]), received)
-    known = _host_gpus(host, [s["uuid"] for s in telemetry["gpus"]])
-    ticks, live = [], {}
-    ts_ms = int(ts * 1000)
-    for sample in telemetry["gpus"]:
-        gpu = known.get(sample["uuid"])
-        if gpu is None:
-            continue
-        gpu_id, health, instances = gpu
-        power_w = sample["power_mw"] / 1000 if sample["power_mw"] is not None else None
-        ticks.append(
-            GpuTick(
-                gpu_id=gpu_id,
-                utilization_percent=sample["utilization_gpu_percent"],
-                memory_used_mib=sample["memory_used_mib"],
-                temperature_c=sample["temperature_c"],
-                power_w=power_w,
-                sample=dict(sample),
-            )
-        )
-        # GpuLive, plus the sample's agent time in ms (an int: browsers round floats).
-        live[str(gpu_id)] = {
-            "utilization_percent": sample["utilization_gpu_percent"],
-            "memory_used_mib": sample["memory_used_mib"],
-            "memory_total_mib": sample["memory_total_mib"],
-            "temperature_c": sample["temperature_c"],
-            "power_w": power_w,
-            "health": health,
-            "partitions": {
-                str(instances[m["gpu_instance_id"]]): {
-                    "utilization_percent": m["utilization_percent"],
-                    "memory_used_mib": m["memory_used_mib"],
-                }
-                for m in sample["mig"]
-                if m["gpu_instance_id"] in instances
-            },
-            "ts_ms": ts_ms,
-        }
-    get_store().record(host_id=host.pk, ts=ts, received_at=received, ticks=ticks)
-    seen = host.last_seen_at
-    if seen is None or received - seen.timestamp() >= _seen_every():
-        host.last_seen_at = timezone.now()  # the caller may keep this row between ticks
-        Host.objects.filter(pk=host.pk).update(last_seen_at=host.last_seen_at)
-    publish_live(host.pk, float(telemetry["ts"]), live)
-    return len(ticks)
-
-
-def _seen_every() -> float:
-    """How stale ``Host.last_seen_at`` may get: a quarter of the offline limit, at most 5 s."""
-    limit = float(settings.FLEET_HEARTBEAT_SECONDS) * int(settings.FLEET_OFFLINE_AFTER_MISSED)
-    return max(0.0, min(5.0, limit / 4))
-
-
-# (host id, host created_at) -> (fetched at, {uuid: (gpu id, health, {GPU instance id: partition}})
-_GpuMap = dict[str, tuple[int, str, dict[int, int]]]
-_gpu_maps: dict[tuple[int, float], tuple[float, _GpuMap]] = {}
-
-
-def _host_gpus(host: Host, uuids: list[str]) -> _GpuMap:
-    """The host's GPUs by UUID, cached for ``FLEET_TELEMETRY_GPU_CACHE_SECONDS`` (default 2 s):
-    a tick then costs no query. A UUID the cache does not know refetches at once; health and MIG
-    instances in live frames may lag by the cache time (``live.changed`` re-renders anyway)."""
-    key = (host.pk, host.created_at.timestamp() if host.created_at else 0.0)
-    ttl = float(getattr(settings, "FLEET_TELEMETRY_GPU_CACHE_SECONDS", 2.0))
-    now = time.monotonic()
-    cached = _gpu_maps.get(key)
-    if cached is not None and now - cached[0] < ttl and all(u in cached[1] for u in uuids):
-        return cached[1]
-    gpus = list(
-        Gpu.objects.filter(host=host).only("pk", "uuid", "health", "observed").order_by("pk")
-    )
-    partitions = _partitions_by_instance(gpus)
-    found: _GpuMap = {
-        g.uuid: (
-            g.pk,
-            str(g.health),
-            {gi: pid for (gid, gi), pid in partitions.items() if gid == g.pk},
-        )
-        for g in gpus
-    }
-    if len(_gpu_maps) > 100_000:
-        _gpu_maps.clear()
-    _gpu_maps[key] = (now, found)
-    return found
-
-
-def _partitions_by_instance(gpus: Any) -> dict[tuple[int, int], int]:
-    """(gpu id, NVML GPU-instance id) -> partition id, from the instances the agent observed.
-
-    One query for all the GPUs' MIG partitions (not one per GPU)."""
-    gpus = list(gpus)
-    by_place: dict[int, dict[tuple[int | None, int], int]] = {}
-    for gpu_id, profile_id, start, pk in Partition.objects.filter(
-        gpu_id__in=[g.pk for g in gpus], kind=PartitionKind.MIG
-    ).values_list("gpu_id", "profile_id", "start", "pk"):
-        by_place.setdefault(gpu_id, {})[(profile_id, start)] = pk
-    found: dict[tuple[int, int], int] = {}
-    for gpu in gpus:
-        places = by_place.get(gpu.pk, {})
-        observed = gpu.observed if isinstance(gpu.observed, dict) else {}
-        for instance in observed.get("mig_instances", []) or []:
-            partition = places.get((instance.get("profile_id"), instance.get("start")))
-            if partition is not None:
-                found[(gpu.pk, int(instance["gpu_instance_id"]))] = partition
-    return found
+    created = host.created_at.timestamp() if host.created_at else 0.0
+    done = ingest.ingest([ingest.Tick(host.pk, created, time.time(), telemetry)])
+    if done.live:
+        publish_live(host.pk, done.ts, done.live)
+    return done.samples
 
 
 def agent_event(*, host: Host, event: protocol.Event) -> HealthEvent | None:

@@ -44,7 +44,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, TypedDict
+from typing import Any, NamedTuple, Protocol, TypedDict
 
 from django.conf import settings
 
@@ -193,10 +193,21 @@ def mean_points(points: Iterable[Point], bucket_s: int) -> list[Point]:
 # -- stores --------------------------------------------------------------------------------------
 
 
+class HostRecord(NamedTuple):
+    """One host's tick for :meth:`TelemetryStore.record_many`."""
+
+    host_id: int
+    ts: float
+    received_at: float
+    ticks: Sequence[GpuTick]
+
+
 class TelemetryStore(Protocol):
     def record(
         self, *, host_id: int, ts: float, received_at: float, ticks: Sequence[GpuTick]
     ) -> None: ...
+
+    def record_many(self, records: Sequence[HostRecord]) -> None: ...
 
     def latest(self, gpu_ids: Iterable[int]) -> dict[int, Latest]: ...
 
@@ -231,12 +242,15 @@ class MemoryStore:
     def record(
         self, *, host_id: int, ts: float, received_at: float, ticks: Sequence[GpuTick]
     ) -> None:
-        minute = int(ts // ROLLUP_SECONDS)
-        data = pack(ts, ticks)
+        self.record_many([HostRecord(host_id, ts, received_at, ticks)])
+
+    def record_many(self, records: Sequence[HostRecord]) -> None:
         with self._lock:
-            self._raw.setdefault((host_id, minute), bytearray()).extend(data)
-            for t in ticks:
-                self._latest[t.gpu_id] = Latest(ts=ts, received_at=received_at, sample=t.sample)
+            for host_id, ts, received_at, ticks in records:
+                minute = int(ts // ROLLUP_SECONDS)
+                self._raw.setdefault((host_id, minute), bytearray()).extend(pack(ts, ticks))
+                for t in ticks:
+                    self._latest[t.gpu_id] = Latest(ts=ts, received_at=received_at, sample=t.sample)
             now_minute = int(time.time() // ROLLUP_SECONDS)
             if now_minute != self._pruned:
                 self._pruned = now_minute
@@ -299,17 +313,25 @@ class RedisStore:
     def record(
         self, *, host_id: int, ts: float, received_at: float, ticks: Sequence[GpuTick]
     ) -> None:
-        minute = int(ts // ROLLUP_SECONDS)
-        key = self._raw_key(host_id, minute)
+        self.record_many([HostRecord(host_id, ts, received_at, ticks)])
+
+    def record_many(self, records: Sequence[HostRecord]) -> None:
+        """One pipeline (one round trip) for every host of a batch."""
+        if not records:
+            return
         pipe = self.client.pipeline(transaction=False)
-        pipe.append(key, pack(ts, ticks))
-        # The bucket lives until the end of the raw window counted from its minute's end.
-        pipe.expireat(key, (minute + _bucket_minutes(self.raw_s)) * ROLLUP_SECONDS)
-        if ticks:
-            pipe.hset(
-                f"{self.prefix}latest",
-                mapping={t.gpu_id: _latest_json(ts, received_at, t.sample) for t in ticks},
-            )
+        latest: dict[int, str] = {}
+        expire_after = _bucket_minutes(self.raw_s)
+        for host_id, ts, received_at, ticks in records:
+            minute = int(ts // ROLLUP_SECONDS)
+            key = self._raw_key(host_id, minute)
+            pipe.append(key, pack(ts, ticks))
+            # The bucket lives until the end of the raw window counted from its minute's end.
+            pipe.expireat(key, (minute + expire_after) * ROLLUP_SECONDS)
+            for t in ticks:
+                latest[t.gpu_id] = _latest_json(ts, received_at, t.sample)
+        if latest:
+            pipe.hset(f"{self.prefix}latest", mapping=latest)  # type: ignore[arg-type]
         pipe.execute()
 
     def latest(self, gpu_ids: Iterable[int]) -> dict[int, Latest]:

@@ -8,23 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from fleet.core.events import agent_group, register_home_loop
 from fleet.inventory import agents
 from fleet.inventory.models import Host
+from fleet.live.base import LoopConsumer
+from fleet.live.ingest import batcher
 from fleet.partitioning import delivery
 from fleet.partitioning.selectors import host_desired_state
 from hostagent import protocol
 
 logger = logging.getLogger(__name__)
-
-# A socket keeps its host row this long between telemetry ticks (generations, last seen).
-HOST_REFRESH_SECONDS = 5.0
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_WRONG_HOST = 4403
@@ -47,8 +44,9 @@ def handle_message(host_id: int, message: protocol.UpMessage) -> bool:
     kind = message["type"]
     if kind == "hello":
         return agents.agent_hello(host=host, hello=message)  # type: ignore[arg-type]
-    if kind == "telemetry":
-        return handle_telemetry(host, message)  # type: ignore[arg-type]
+    if kind == "telemetry":  # sockets batch telemetry (see fleet.live.ingest); kept for callers
+        agents.agent_telemetry(host=host, telemetry=message)  # type: ignore[arg-type]
+        return False
     if kind == "event":
         agents.agent_event(host=host, event=message)  # type: ignore[arg-type]
     elif kind == "ack":
@@ -64,15 +62,6 @@ def handle_message(host_id: int, message: protocol.UpMessage) -> bool:
     return False
 
 
-def handle_telemetry(host: Host, message: protocol.Telemetry) -> bool:
-    """One telemetry tick for a host row the socket keeps; returns whether to re-sync."""
-    agents.agent_telemetry(host=host, telemetry=message)
-    # A push can be lost (full channel, worker died): heartbeats double as a re-sync.
-    if host.applied_generation >= host.desired_generation:
-        return False  # not behind (as of the kept row): skip the query
-    return host.pk in delivery.hosts_to_redeliver(hosts=[host.pk])
-
-
 def desired_document(host_id: int) -> dict[str, Any]:
     """The current desired state, recorded as dispatched, to send on this very socket."""
     document = host_desired_state(Host.objects.get(pk=host_id))
@@ -80,32 +69,31 @@ def desired_document(host_id: int) -> dict[str, Any]:
     return dict(document)
 
 
-class AgentConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+class AgentConsumer(LoopConsumer):
     host_id: int | None = None
+    host_created = 0.0
     received = 0
-    _host: Host | None = None
-    _host_at = 0.0
-
-    def _kept_host(self) -> Host:
-        """The host row, re-read every :data:`HOST_REFRESH_SECONDS` (runs in a worker thread)."""
-        now = time.monotonic()
-        if self._host is None or now - self._host_at >= HOST_REFRESH_SECONDS:
-            assert self.host_id is not None
-            self._host, self._host_at = Host.objects.get(pk=self.host_id), now
-        return self._host
+    _resyncing: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
-        host = await database_sync_to_async(agents.host_authenticate)(_token(self.scope))
+        # A read, off the shared thread: connecting never waits behind other agents' hellos.
+        host = await database_sync_to_async(agents.host_authenticate, thread_sensitive=False)(
+            _token(self.scope)
+        )
         if host is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         self.host_id = host.pk
+        self.host_created = host.created_at.timestamp() if host.created_at else 0.0
         register_home_loop(asyncio.get_running_loop())
         await self.channel_layer.group_add(agent_group(host.pk), self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         if self.host_id is not None:
+            ingest = batcher()
+            ingest.forget(self.host_id, self._resync)
+            await ingest.drain()  # what this socket sent is stored before it is gone
             await self.channel_layer.group_discard(agent_group(self.host_id), self.channel_name)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
@@ -121,25 +109,28 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.received += 1
         if self.received % REJOIN_EVERY_MESSAGES == 0:
             await self.channel_layer.group_add(agent_group(self.host_id), self.channel_name)
+        if message["type"] == "telemetry":
+            # The hot path, once a second per host: queued, stored with other hosts' ticks.
+            batcher().submit(self.host_id, self.host_created, message, self._resync)
+            return
         try:
-            if message["type"] == "telemetry":
-                # The hot path, once a second per host: no ORM write, no shared DB thread.
-                behind = await database_sync_to_async(self._telemetry, thread_sensitive=False)(
-                    message
-                )
-            else:
-                self._host = None  # anything else may change the host row
-                behind = await database_sync_to_async(handle_message)(self.host_id, message)
+            behind = await database_sync_to_async(handle_message)(self.host_id, message)
         except agents.WrongHost as error:
             logger.warning("refused agent for host %s: %s", self.host_id, error.message)
             await self.close(code=CLOSE_WRONG_HOST)
             return
         if behind:
-            # Straight down this socket: a group push may be lost (full channel, Redis restart).
-            await self.send_json(await database_sync_to_async(desired_document)(self.host_id))
+            await self._send_desired()
 
-    def _telemetry(self, message: Any) -> bool:
-        return handle_telemetry(self._kept_host(), message)
+    def _resync(self) -> None:
+        """The batcher found this agent behind: send it the desired state (once at a time)."""
+        if self._resyncing is None or self._resyncing.done():
+            self._resyncing = asyncio.ensure_future(self._send_desired())
+
+    async def _send_desired(self) -> None:
+        # Straight down this socket: a group push may be lost (full channel, Redis restart).
+        assert self.host_id is not None
+        await self.send_json(await database_sync_to_async(desired_document)(self.host_id))
 
     async def agent_desired_state(self, event: dict[str, Any]) -> None:
         """A push from a worker (through the group): forward it to the agent."""

@@ -29,10 +29,10 @@ import time
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from fleet.core.events import FLEET_GROUP, register_home_loop
 from fleet.core.roles import Role, role_of
+from fleet.live.base import LoopConsumer
 
 logger = logging.getLogger(__name__)
 
@@ -41,28 +41,12 @@ CLOSE_FORBIDDEN = 4403
 MAX_SUBSCRIBED = 5000
 
 
-def _compact(gpu: dict[str, Any]) -> dict[str, Any]:
-    """Round the numbers of one GPU's live values (a frame carries many of them)."""
-    out: dict[str, Any] = {}
-    for key, value in gpu.items():
-        if isinstance(value, float):
-            out[key] = round(value, 1)
-        elif key == "partitions" and isinstance(value, dict):
-            out[key] = {
-                pid: {k: round(v, 1) if isinstance(v, float) else v for k, v in values.items()}
-                for pid, values in value.items()
-                if isinstance(values, dict)
-            }
-        else:
-            out[key] = value
-    return out
-
-
-class BrowserConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+class BrowserConsumer(LoopConsumer):
     """One browser tab. Buffers ``live.telemetry`` and ``live.changed`` and flushes them as one
     ``frame`` at most every :attr:`FLUSH_SECONDS`."""
 
     FLUSH_SECONDS = 0.5
+    MAX_FRAME_GPUS = 2000  # about 300 KB of JSON
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -148,20 +132,34 @@ class BrowserConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if self.subscribed is not None:
             telemetry = {k: v for k, v in telemetry.items() if k in self.subscribed}
         if telemetry or changed:
+            await self._send_frames(telemetry, changed)
+        self.flush_task = None
+        if self.telemetry or self.changed:  # arrived while this frame was being sent
+            self._schedule()
+
+    async def _send_frames(
+        self, telemetry: dict[str, dict[str, Any]], changed: dict[str, set[int]]
+    ) -> None:
+        """One frame, or several when many GPUs changed: a frame stays well under the 1 MiB a
+        WebSocket message may carry (each has its own ``seq``; ``changed`` rides the first)."""
+        keys = list(telemetry)
+        fleet = self._fleet_summary()
+        for start in range(0, max(1, len(keys)), self.MAX_FRAME_GPUS):
             self.seq += 1
             await self.send_json(
                 {
                     "type": "frame",
                     "seq": self.seq,
                     "ts": time.time(),
-                    "telemetry": {k: _compact(v) for k, v in telemetry.items()},
-                    "changed": {kind: sorted(ids) for kind, ids in changed.items()},
-                    "fleet": self._fleet_summary(),
+                    "telemetry": {
+                        k: telemetry[k] for k in keys[start : start + self.MAX_FRAME_GPUS]
+                    },
+                    "changed": {kind: sorted(ids) for kind, ids in changed.items()}
+                    if start == 0
+                    else {},
+                    "fleet": fleet,
                 }
             )
-        self.flush_task = None
-        if self.telemetry or self.changed:  # arrived while this frame was being sent
-            self._schedule()
 
     def _fleet_summary(self) -> dict[str, Any]:
         values = [v for v in self.fleet_util.values() if v is not None]

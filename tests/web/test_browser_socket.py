@@ -124,7 +124,7 @@ def test_a_burst_of_events_arrives_as_one_or_two_coalesced_frames(viewer):
         for f in frames:
             last.update(f["telemetry"])
         assert last["11"]["utilization_percent"] == 199.0  # the latest value, not the first
-        assert last["11"]["power_w"] == 301.2  # rounded: frames stay small
+        assert last["11"]["power_w"] == 301.234  # as published (the ingest rounds at the source)
         assert last["11"]["temperature_c"] is None  # n/a stays n/a
         changed_gpus = sorted({i for f in frames for i in f["changed"].get("gpu", [])})
         assert changed_gpus == list(range(0, 200, 10))
@@ -211,5 +211,28 @@ def test_the_asgi_route_authenticates_with_the_session_cookie(viewer, settings):
         )
         await stranger.connect()
         assert (await stranger.receive_output(timeout=1))["code"] == CLOSE_UNAUTHENTICATED
+
+    run(scenario)
+
+
+def test_a_frame_of_many_gpus_is_split_so_no_message_nears_the_websocket_limit(viewer, monkeypatch):
+    monkeypatch.setattr(BrowserConsumer, "MAX_FRAME_GPUS", 3)
+
+    async def scenario():
+        communicator = communicator_for(viewer)
+        await communicator.connect()
+        await communicator.receive_json_from(timeout=1)
+        layer = get_channel_layer()
+        event = telemetry(1, 0, 10.0)
+        event["gpus"] = {str(g): dict(event["gpus"]["0"]) for g in range(8)}
+        await layer.group_send(FLEET_GROUP, event)
+        await layer.group_send(FLEET_GROUP, {"type": "live.changed", "kind": "gpu", "ids": [5]})
+        frames = await frames_within(communicator, 1.0)
+        assert [len(f["telemetry"]) for f in frames[:3]] == [3, 3, 2]
+        assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))  # no gap
+        assert {g for f in frames for g in f["telemetry"]} == {str(g) for g in range(8)}
+        # ``changed`` rides one frame only (the first of a split one)
+        assert [f["changed"] for f in frames if f["changed"]] == [{"gpu": [5]}]
+        await communicator.disconnect()
 
     run(scenario)
