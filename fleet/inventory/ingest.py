@@ -163,15 +163,34 @@ def _r(value: Any) -> Any:
     return round(value, 1) if isinstance(value, float) else value
 
 
+@dataclass
+class Prepared:
+    """A batch turned into live values (:attr:`done`) and store records, not yet stored."""
+
+    done: Ingested
+    records: list[HostRecord]
+    hosts: list[tuple[int, float]]
+    received_at: float
+
+
 def ingest(ticks: Sequence[Tick]) -> Ingested:
-    """Store a batch of ticks (hot store, last seen) and return the merged live values.
+    """Store a batch of ticks (hot store, last seen) and return the merged live values."""
+    prepared = prepare(ticks)
+    persist(prepared)
+    return prepared.done
+
+
+def prepare(ticks: Sequence[Tick]) -> Prepared:
+    """Map a batch's samples to GPUs and build its live values (two queries when the GPU maps
+    are cached: browsers can be sent the values before they are stored).
 
     A GPU is looked up only within the host whose token sent the tick: a UUID of another
     host's GPU is ignored, never written."""
-    now = time.time()
     result = Ingested()
+    records: list[HostRecord] = []
+    prepared = Prepared(result, records, [], time.time())
     if not ticks:
-        return result
+        return prepared
     maps = _fresh_maps(ticks, time.monotonic())
     host_ids = sorted({t.host_id for t in ticks})
     sick = dict(
@@ -179,7 +198,7 @@ def ingest(ticks: Sequence[Tick]) -> Ingested:
         .exclude(health=GpuHealth.HEALTHY)
         .values_list("pk", "health")
     )
-    records: list[HostRecord] = []
+    healthy = GpuHealth.HEALTHY.value
     live = result.live
     for tick in ticks:
         gpu_map = maps.get(tick.host_id, {})
@@ -200,7 +219,7 @@ def ingest(ticks: Sequence[Tick]) -> Ingested:
                     memory_used_mib=sample["memory_used_mib"],
                     temperature_c=sample["temperature_c"],
                     power_w=power_w,
-                    sample=dict(sample),
+                    sample=sample,  # type: ignore[arg-type]
                 )
             )
             # GpuLive, plus the sample's agent time in ms (an int: browsers round floats).
@@ -210,7 +229,7 @@ def ingest(ticks: Sequence[Tick]) -> Ingested:
                 "memory_total_mib": _r(sample["memory_total_mib"]),
                 "temperature_c": _r(sample["temperature_c"]),
                 "power_w": _r(power_w),
-                "health": sick.get(gpu_id, GpuHealth.HEALTHY.value),
+                "health": sick.get(gpu_id, healthy),
                 "partitions": {
                     str(instances[m["gpu_instance_id"]]): {
                         "utilization_percent": _r(m["utilization_percent"]),
@@ -223,10 +242,17 @@ def ingest(ticks: Sequence[Tick]) -> Ingested:
             }
         records.append(HostRecord(tick.host_id, ts, tick.received_at, gpu_ticks))
         result.samples += len(gpu_ticks)
-    get_store().record_many(records)
-    _touch(sorted({(t.host_id, t.host_created) for t in ticks}), now)
     result.host_ids = host_ids
-    return result
+    prepared.hosts = sorted({(t.host_id, t.host_created) for t in ticks})
+    return prepared
+
+
+def persist(prepared: Prepared) -> None:
+    """Store a prepared batch: one hot-store pipeline, one ``last_seen_at`` update at most."""
+    if prepared.records:
+        get_store().record_many(prepared.records)
+    if prepared.hosts:
+        _touch(prepared.hosts, prepared.received_at)
 
 
 def _touch(hosts: list[tuple[int, float]], now: float) -> None:

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, Protocol, TypedDict
 
+import orjson
 from django.conf import settings
 
 logger = logging.getLogger(__name__)
@@ -224,8 +225,8 @@ class TelemetryStore(Protocol):
     def clear(self) -> None: ...
 
 
-def _latest_json(ts: float, received_at: float, sample: dict[str, Any]) -> str:
-    return json.dumps({"ts": ts, "received_at": received_at, "sample": sample})
+def _latest_json(ts: float, received_at: float, sample: dict[str, Any]) -> bytes:
+    return orjson.dumps({"ts": ts, "received_at": received_at, "sample": sample})
 
 
 class MemoryStore:
@@ -320,7 +321,7 @@ class RedisStore:
         if not records:
             return
         pipe = self.client.pipeline(transaction=False)
-        latest: dict[int, str] = {}
+        latest: dict[int, bytes] = {}
         expire_after = _bucket_minutes(self.raw_s)
         for host_id, ts, received_at, ticks in records:
             minute = int(ts // ROLLUP_SECONDS)

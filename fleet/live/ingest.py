@@ -2,12 +2,13 @@
 
 A socket hands its telemetry here and goes back to reading at once (no thread hop, no Redis
 round trip per message). Every :func:`window_seconds` (default 0.1 s) the ticks gathered from
-all sockets of the process go to a worker thread as one batch (:func:`fleet.inventory.ingest`),
-then back on the loop:
+all sockets of the process go to a worker thread as one batch (:mod:`fleet.inventory.ingest`):
 
-* one ``live.telemetry`` group message carries every GPU of the batch to the browsers;
-* hosts whose agent is behind the desired generation (and whose redelivery backoff is over)
-  are re-synced through their own socket (heartbeats double as re-sync, as before).
+* the batch is mapped to GPUs (:func:`~fleet.inventory.ingest.prepare`) and one
+  ``live.telemetry`` group message carries every GPU of it to the browsers;
+* then it is stored (:func:`~fleet.inventory.ingest.persist`), and hosts whose agent is behind
+  the desired generation (and whose redelivery backoff is over) are re-synced through their
+  own socket (heartbeats double as re-sync, as before).
 
 Batches never overlap: while one is being stored the next one gathers, so under load batches
 grow and the cost per tick falls. A failed batch (database or Redis down) is logged and
@@ -28,7 +29,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from fleet.core.events import FLEET_GROUP
-from fleet.inventory.ingest import Ingested, Tick, ingest
+from fleet.inventory.ingest import Ingested, Prepared, Tick, persist, prepare
 from fleet.partitioning.delivery import hosts_to_redeliver
 from hostagent import protocol
 
@@ -41,11 +42,11 @@ def window_seconds() -> float:
     return float(getattr(settings, "FLEET_LIVE_BATCH_SECONDS", 0.1))
 
 
-def _store(ticks: list[Tick]) -> tuple[Ingested, list[int]]:
+def _persist(prepared: Prepared) -> list[int]:
     """In a worker thread: store the batch, and find the hosts to re-sync."""
-    done = ingest(ticks)
-    behind = hosts_to_redeliver(hosts=done.host_ids) if done.host_ids else []
-    return done, behind
+    persist(prepared)
+    ids = prepared.done.host_ids
+    return hosts_to_redeliver(hosts=ids) if ids else []
 
 
 class Batcher:
@@ -89,24 +90,25 @@ class Batcher:
             started = time.monotonic()
             ticks, self.pending = self.pending, []
             try:
-                done, behind = await database_sync_to_async(_store, thread_sensitive=False)(ticks)
+                # Browsers first: the values are sent before they are stored.
+                prepared = await database_sync_to_async(prepare, thread_sensitive=False)(ticks)
+                done = prepared.done
+                if done.live:
+                    await self._publish(done)
+                published = time.monotonic()
+                behind = await database_sync_to_async(_persist, thread_sensitive=False)(prepared)
             except Exception:
-                logger.warning(
-                    "a telemetry batch of %d ticks was dropped", len(ticks), exc_info=True
-                )
+                logger.warning("dropped a telemetry batch of %d ticks", len(ticks), exc_info=True)
                 continue
             self.batches += 1
             self.ticks += len(ticks)
-            stored = time.monotonic()
-            if done.live:
-                await self._publish(done)
             logger.debug(
-                "batch %d: %d ticks, %d GPUs, stored in %.0f ms, published in %.0f ms",
+                "batch %d: %d ticks, %d GPUs, published after %.0f ms, stored after %.0f ms",
                 self.batches,
                 len(ticks),
                 len(done.live),
-                (stored - started) * 1000,
-                (time.monotonic() - stored) * 1000,
+                (published - started) * 1000,
+                (time.monotonic() - started) * 1000,
             )
             for host_id in behind:
                 resync = self.resync.get(host_id)

@@ -313,3 +313,19 @@ def test_mps_runs_only_in_the_mig_instances_that_ask_for_it():
     by_start = {i["start"]: i["uuid"] for i in info["mig_instances"]}
     assert set(daemons) == {by_start[0]}  # the 3g at slice 0 only
     assert daemons[by_start[0]]["default_active_thread_percentage"] == 40
+
+
+def test_a_message_that_is_not_json_is_ignored_and_the_socket_stays_up():
+    host, token = enrolled_host()
+    agent = SimAgent(["a30-24gb"], seed=3)
+
+    async def scenario():
+        communicator = await connect(token)
+        assert (await communicator.connect())[0]
+        await communicator.send_to(text_data="{not json")
+        await communicator.send_json_to(agent.hello())
+        assert await communicator.receive_nothing(0.3)
+        await communicator.disconnect()
+
+    run(scenario)
+    assert Gpu.objects.filter(host=host).count() == 1  # the hello after it was handled

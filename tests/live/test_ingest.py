@@ -89,7 +89,7 @@ def test_an_agent_behind_is_resynced_through_its_own_socket():
 
 def test_a_failed_batch_is_dropped_and_the_next_one_is_stored(monkeypatch):
     ((host, agent),) = hosts(1)
-    real = inventory_ingest.ingest
+    real = inventory_ingest.prepare
     calls: list[int] = []
 
     def flaky(ticks: Any) -> Any:
@@ -98,7 +98,7 @@ def test_a_failed_batch_is_dropped_and_the_next_one_is_stored(monkeypatch):
             raise ConnectionError("redis went away")
         return real(ticks)
 
-    monkeypatch.setattr(ingest, "ingest", flaky)
+    monkeypatch.setattr(ingest, "prepare", flaky)
 
     async def scenario() -> None:
         batcher = ingest.batcher()
