@@ -69,6 +69,7 @@ class Options:
     gpus_per_host: int = 8
     seconds: float = 30.0
     servers: int = 1
+    enrolled: bool = True  # the hosts' GPUs are known: the agents' hellos are reconnects
     browsers: int = 2
     swarms: int = 0  # 0: one agent process per 400 hosts
     product: str = "h100-sxm5-80gb"
@@ -81,6 +82,11 @@ class Options:
     workdir: Path | None = None
     server_pids: list[int] = field(default_factory=list)
     log: Callable[[str], None] = print
+
+
+def default_servers() -> int:
+    """One ASGI process per CPU core, at most 4 (the production topology in the README)."""
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 # -- processes -----------------------------------------------------------------------------------
@@ -363,6 +369,7 @@ def run_bench(options: Options) -> dict[str, Any]:
                 options.product,
                 run,
                 str(out),
+                *([] if options.enrolled else ["--new"]),
             )
             seeded = json.loads(out.read_text())
             stack.start_servers()
@@ -389,6 +396,7 @@ def _seed_here(options: Options, run: str) -> dict[str, Any]:
         gpus_per_host=options.gpus_per_host,
         product_key=options.product,
         run=run,
+        enrolled=options.enrolled,
     )
 
 
@@ -519,6 +527,7 @@ async def _drive(
             "browsers": len(browsers),
             "machine_cpus": os.cpu_count(),
             "own_stack": stack is not None,
+            "fleet_enrolled": options.enrolled,
             "channel_layer": "redis",
         },
         "warmup_s": round(warmup_s, 1),

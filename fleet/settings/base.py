@@ -250,6 +250,13 @@ FLEET_HEARTBEAT_SECONDS = env_float("FLEET_HEARTBEAT_SECONDS", 1.0)
 FLEET_OFFLINE_AFTER_MISSED = env_int("FLEET_OFFLINE_AFTER_MISSED", 10)
 FLEET_XID_RECOVERY_SECONDS = env_float("FLEET_XID_RECOVERY_SECONDS", 300.0)
 
+# Telemetry: the hot store's 1 s window, how long per-minute means are kept, how long a
+# process caches a host's GPU map, and the agent sockets' batch window (fleet.live.ingest).
+FLEET_TELEMETRY_RAW_SECONDS = env_int("FLEET_TELEMETRY_RAW_SECONDS", 3600)
+FLEET_TELEMETRY_KEEP_SECONDS = env_int("FLEET_TELEMETRY_KEEP_SECONDS", 7 * 86400)
+FLEET_TELEMETRY_GPU_CACHE_SECONDS = env_float("FLEET_TELEMETRY_GPU_CACHE_SECONDS", 60.0)
+FLEET_LIVE_BATCH_SECONDS = env_float("FLEET_LIVE_BATCH_SECONDS", 0.1)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

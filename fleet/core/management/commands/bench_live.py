@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from fleet.bench.live import Options, run_bench
+from fleet.bench.live import Options, default_servers, run_bench
 
 
 class Command(BaseCommand):
@@ -26,7 +26,17 @@ class Command(BaseCommand):
         parser.add_argument("--seconds", type=float, default=30.0, help="measurement window")
         parser.add_argument("--json", type=Path, default=None, help="also write the JSON here")
         parser.add_argument(
-            "--servers", type=int, default=1, help="ASGI processes (agents split across them)"
+            "--servers",
+            type=int,
+            default=default_servers(),
+            help="ASGI processes, agents and browsers split across them (default: one per CPU "
+            "core, at most 4, as the production topology runs them)",
+        )
+        parser.add_argument(
+            "--new-hosts",
+            action="store_true",
+            help="hosts whose GPUs the server has never seen (the agents' first hellos adopt "
+            "them during the warm-up); default: an enrolled fleet reconnecting",
         )
         parser.add_argument("--browsers", type=int, default=2, help="browser sockets")
         parser.add_argument("--agent-processes", type=int, default=0, help="0: one per 400 hosts")
@@ -63,6 +73,7 @@ class Command(BaseCommand):
                 gpus_per_host=options["gpus_per_host"],
                 seconds=options["seconds"],
                 servers=options["servers"],
+                enrolled=not options["new_hosts"],
                 browsers=options["browsers"],
                 swarms=options["agent_processes"],
                 product=options["product"],
