@@ -1,15 +1,17 @@
 """``bench_live``: simulated agents and browser sockets against the real stack; JSON out.
 
-What runs (default, like ``tests/e2e/stack.py``): a scratch PostgreSQL database on the server
+What runs (default, like ``tests/e2e/stack.py``; :mod:`fleet.bench.stack`): a scratch PostgreSQL database on the server
 ``--database-url`` names, a private Redis, ``--servers`` daphne processes (agents are split
 round-robin across them, as a load balancer would; browsers too), no Celery worker (telemetry
 needs none). The hosts and their per-host tokens are created through the services
-(``host_create`` + ``host_issue_token``), the agents run as ``python -m hostagent.swarm``
+(``host_create`` + ``host_issue_token``) with their GPUs already known (``gpus_adopt``: a fleet
+whose servers restarted; ``--new-hosts`` leaves them to the agents' first hellos), the agents run as ``python -m hostagent.swarm``
 processes (many agents per process, one WebSocket each, the real simulated backend and
 collector), and ``--browsers`` WebSocket clients log in with a session cookie on ``/ws/fleet/``
 and subscribe to every GPU (the worst case for a browser).
 
-What it measures, in a window of ``--seconds`` after a warm-up (every GPU seen by a browser):
+What it measures (:mod:`fleet.bench.browsers`), in a window of ``--seconds`` after a warm-up
+(every GPU seen by a browser):
 
 * ``latency_ms``: for each GPU sample a browser receives, receipt time minus the sample's
   ``ts`` (the agent's clock; same machine), p50/p90/p99/max over all browsers;
@@ -27,7 +29,6 @@ What it measures, in a window of ``--seconds`` after a warm-up (every GPU seen b
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import json
 import math
@@ -37,29 +38,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from fleet.bench.processes import (
-    create_database,
-    drop_database,
-    free_port,
-    redis_command,
-    redis_ping,
-    terminate,
-    wait_until,
-)
+from fleet.bench.browsers import DROP_AFTER_S, Browser, measure
+from fleet.bench.processes import terminate
+from fleet.bench.stack import ROOT, Stack, cpu_seconds
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-DROP_AFTER_S = 2.0
-LATE_AFTER_S = 1.0
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 SWARM = [sys.executable, "-m", "hostagent.swarm"]
 
 
@@ -87,257 +75,6 @@ class Options:
 def default_servers() -> int:
     """One ASGI process per CPU core, at most 4 (the production topology in the README)."""
     return max(1, min(4, os.cpu_count() or 1))
-
-
-# -- processes -----------------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process, from ``/proc/<pid>/stat``."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-class Stack:
-    """PostgreSQL scratch database + private Redis + N daphne servers, all on loopback."""
-
-    def __init__(self, workdir: Path, database_url: str, options: Options) -> None:
-        self.workdir = workdir
-        self.db_name = f"fleet_bench_{uuid.uuid4().hex[:10]}"
-        self.server_url = database_url.rsplit("/", 1)[0]
-        self.redis_port = free_port()
-        self.ports = [free_port() for _ in range(options.servers)]
-        self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
-        self.env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "fleet.settings.base",
-            "FLEET_MODE": "production",
-            "FLEET_SECRET_KEY": "bench-" + uuid.uuid4().hex,
-            "FLEET_DATABASE_URL": f"{self.server_url}/{self.db_name}",
-            "FLEET_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
-            "FLEET_ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "FLEET_SECURE_COOKIES": "false",
-            "FLEET_DATA_DIR": str(workdir / "data"),
-            "FLEET_LOG_LEVEL": "WARNING",
-            "PYTHONUNBUFFERED": "1",
-        }
-        if options.channel_capacity is not None:
-            self.env["FLEET_CHANNEL_CAPACITY"] = str(options.channel_capacity)
-        if options.live_batch_s is not None:
-            self.env["FLEET_LIVE_BATCH_SECONDS"] = str(options.live_batch_s)
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.db_created = False
-
-    def start(self) -> None:
-        create_database(self.server_url, self.db_name)
-        self.db_created = True
-        self.spawn("redis", redis_command(self.redis_port))
-        wait_until(lambda: redis_ping(self.redis_port), 10, "redis")
-        self.run_python("manage.py", "migrate", "-v0")
-
-    def start_servers(self) -> None:
-        for i, port in enumerate(self.ports):
-            self.spawn(
-                f"daphne-{i}",
-                [
-                    str(BIN / "daphne"),
-                    "-v",
-                    "0",
-                    "-b",
-                    "127.0.0.1",
-                    "-p",
-                    str(port),
-                    "fleet.asgi:application",
-                ],
-            )
-        for url in self.urls:
-            wait_until(lambda u=url: _healthy(u), 30, f"the ASGI server at {url}")  # type: ignore[misc]
-
-    def spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        log = (self.workdir / f"{name}.log").open("ab")
-        process = subprocess.Popen(
-            args,
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self.processes[name] = process
-        return process
-
-    def run_python(self, *args: str, timeout: float = 300) -> str:
-        result = subprocess.run(
-            [sys.executable, *args],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"{' '.join(args)} failed: {result.stderr[-2000:]}")
-        return result.stdout
-
-    def server_pids(self) -> list[int]:
-        return [p.pid for n, p in self.processes.items() if n.startswith("daphne")]
-
-    def pg_backend_pids(self) -> list[int]:
-        import psycopg
-
-        with psycopg.connect(f"{self.server_url}/postgres", autocommit=True) as conn:
-            rows = conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = %s", [self.db_name]
-            ).fetchall()
-        return [int(r[0]) for r in rows]
-
-    def stop(self) -> None:
-        for name in list(self.processes):
-            terminate(self.processes.pop(name))
-        if self.db_created:
-            drop_database(self.server_url, self.db_name)
-            self.db_created = False
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/healthz", timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
-# -- browsers ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Browser:
-    """One browser socket: per GPU, ``ts_ms -> first receipt time`` of every sample received."""
-
-    url: str
-    session_key: str
-    received: dict[int, dict[int, float]] = field(default_factory=dict)
-    frames: int = 0
-    bytes: int = 0
-    closed: str = ""
-    connections: int = 0
-    untimed: int = 0  # telemetry values without ``ts_ms`` (a server without it)
-
-    async def run(self, ready: asyncio.Event, stop: asyncio.Event) -> None:
-        """Keep the socket up until ``stop`` (reconnecting, as the dashboard does)."""
-        from websockets.asyncio.client import connect
-
-        parts = urlsplit(self.url)
-        ws = f"ws://{parts.netloc}/ws/fleet/"
-        headers = {"Cookie": f"sessionid={self.session_key}", "Origin": self.url}
-        while not stop.is_set():
-            try:
-                async with connect(ws, additional_headers=headers, max_size=None) as socket_:
-                    hello = json.loads(await socket_.recv())
-                    if hello.get("type") != "hello":
-                        raise RuntimeError(f"unexpected first frame {hello!r}")
-                    self.connections += 1
-                    ready.set()
-                    receiver = asyncio.ensure_future(self._receive(socket_))
-                    stopper = asyncio.ensure_future(stop.wait())
-                    await asyncio.wait({receiver, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                    for task in (receiver, stopper):
-                        task.cancel()
-                    await asyncio.gather(receiver, stopper, return_exceptions=True)
-            except Exception as exc:
-                self.closed = f"{type(exc).__name__}: {exc}"
-                if not self.connections:
-                    ready.set()
-                    return
-            if not stop.is_set():
-                await asyncio.sleep(0.5)
-
-    async def _receive(self, socket_: Any) -> None:
-        async for text in socket_:
-            now = time.time()
-            self.bytes += len(text)
-            frame = json.loads(text)
-            if frame.get("type") != "frame":
-                continue
-            self.frames += 1
-            for gpu_id, values in (frame.get("telemetry") or {}).items():
-                ts_ms = values.get("ts_ms") if isinstance(values, dict) else None
-                if isinstance(ts_ms, int):
-                    self.received.setdefault(int(gpu_id), {}).setdefault(ts_ms, now)
-                else:
-                    self.untimed += 1
-
-
-# -- measurement ---------------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
-    return ordered[rank]
-
-
-def measure(
-    *,
-    browsers: Sequence[Browser],
-    sent: dict[int, list[float]],
-    gpus_by_host: dict[int, list[int]],
-    t0: float,
-    t1: float,
-) -> dict[str, Any]:
-    """Latency, throughput and drops of the window ``[t0, t1)`` (see the module docstring)."""
-    latencies: list[float] = []
-    dropped = late = received_total = sent_total = 0
-    for browser in browsers:
-        for host_id, gpu_ids in gpus_by_host.items():
-            window = [s for s in sent.get(host_id, []) if t0 <= s < t1]
-            for gpu_id in gpu_ids:
-                sent_total += len(window)
-                got = browser.received.get(gpu_id, {})
-                keys = sorted(got)
-                # suffix minimum of receipt times: the earliest arrival of this or a newer sample
-                earliest = [0.0] * len(keys)
-                best = math.inf
-                for i in range(len(keys) - 1, -1, -1):
-                    best = min(best, got[keys[i]])
-                    earliest[i] = best
-                for s in window:
-                    i = bisect.bisect_left(keys, int(s * 1000))
-                    if i >= len(keys) or earliest[i] > s + DROP_AFTER_S:
-                        dropped += 1
-                for ts_ms in keys:
-                    ts = ts_ms / 1000
-                    if t0 <= ts < t1:
-                        received_total += 1
-                        latency = got[ts_ms] - ts
-                        latencies.append(latency)
-                        late += latency > LATE_AFTER_S
-    seconds = t1 - t0
-    count = max(1, len(browsers))
-
-    def ms(value: float | None) -> float | None:
-        return round(value * 1000, 1) if value is not None else None
-
-    return {
-        "samples_per_s": round(received_total / count / seconds, 1),
-        "sent_per_s": round(sent_total / count / seconds, 1),
-        "latency_ms": {
-            "p50": ms(percentile(latencies, 50)),
-            "p90": ms(percentile(latencies, 90)),
-            "p99": ms(percentile(latencies, 99)),
-            "max": ms(max(latencies) if latencies else None),
-        },
-        "dropped": dropped,
-        "late": late,
-        "received": received_total,
-        "expected": sent_total,
-    }
 
 
 # -- the run -------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.bench.live import Browser, measure
+from fleet.bench.browsers import Browser, measure
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = [sys.executable, "manage.py", "bench_live"]
