@@ -37,6 +37,11 @@ logger = logging.getLogger(__name__)
 
 Resync = Callable[[], None]
 
+# Ticks a process holds while storing is stuck (database or Redis hanging): about a minute of a
+# thousand hosts. Beyond it the oldest half is dropped: memory stays bounded, and the newest
+# values, the ones browsers want, are kept.
+MAX_PENDING = 60_000
+
 
 def window_seconds() -> float:
     return float(getattr(settings, "FLEET_LIVE_BATCH_SECONDS", 0.1))
@@ -59,11 +64,17 @@ class Batcher:
         self.task: asyncio.Task[None] | None = None
         self.batches = 0
         self.ticks = 0
+        self.dropped = 0
 
     def submit(
         self, host_id: int, host_created: float, telemetry: protocol.Telemetry, resync: Resync
     ) -> None:
         """Queue one host's tick (call on the loop; returns at once)."""
+        if len(self.pending) >= MAX_PENDING:
+            oldest = len(self.pending) // 2
+            del self.pending[:oldest]
+            self.dropped += oldest
+            logger.warning("telemetry is not being stored: dropped the %d oldest ticks", oldest)
         self.pending.append(Tick(host_id, host_created, time.time(), telemetry))
         self.resync[host_id] = resync
         if self.task is None or self.task.done():

@@ -3,6 +3,7 @@ an agent behind is re-synced through its own socket, and a failed batch never st
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -134,3 +135,21 @@ def test_a_closed_socket_is_not_resynced():
 
     run(scenario)
     assert called == []
+
+
+def test_while_storing_is_stuck_the_queue_stays_bounded_and_keeps_the_newest(monkeypatch):
+    ((host, agent),) = hosts(1)
+    monkeypatch.setattr(ingest, "MAX_PENDING", 10)
+
+    async def scenario() -> ingest.Batcher:
+        batcher = ingest.Batcher(asyncio.get_running_loop())
+        batcher.task = asyncio.get_running_loop().create_future()  # a batch that never ends
+        message = agent.telemetry()
+        for n in range(25):
+            batcher.submit(host.pk, host.created_at.timestamp(), {**message, "ts": n}, lambda: None)
+        batcher.task.cancel()
+        return batcher
+
+    batcher = run(scenario)
+    assert len(batcher.pending) <= 10 and batcher.dropped == 25 - len(batcher.pending)
+    assert batcher.pending[-1].telemetry["ts"] == 24  # the newest tick is kept
