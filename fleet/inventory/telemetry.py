@@ -7,7 +7,8 @@ sample) is 10k writes/s, more than a small PostgreSQL and one ASGI process can a
 
 * **Hot store** (:func:`get_store`): Redis when ``settings.REDIS_URL`` is set (shared by every
   ASGI process and the Celery worker), process memory otherwise (the embedded mode is one
-  process). Per tick of one host it costs one round trip (``APPEND`` + ``EXPIRE`` + ``HSET``):
+  process). A batch of ticks, however many hosts, costs one round trip (:meth:`record_many`:
+  ``APPEND`` + ``EXPIRE`` per host, one ``HSET``):
 
   - ``latest``: one hash field per GPU, ``{"ts", "received_at", "sample"}`` with the agent's
     sample as sent (processes, MIG instances included), read by
@@ -23,11 +24,12 @@ sample) is 10k writes/s, more than a small PostgreSQL and one ASGI process can a
   **Retention** (:func:`retention`, beat hourly) deletes 60 s points older than
   ``FLEET_TELEMETRY_KEEP_SECONDS`` (default 7 days) and any 1 s row left from older versions.
 
-* **Live** (:func:`publish_live`): inside an ASGI server on a Redis channel layer, the
-  ``live.telemetry`` events of all hosts a process handles are merged for
-  ``FLEET_LIVE_BATCH_SECONDS`` (default 0.1 s) into one group message, so K browsers cost K
-  channel messages per window instead of K per host tick; the sync caller never waits on Redis.
-  Anywhere else (tests, the in-memory layer, a worker) each event is sent at once, as before.
+* **Live**: ticks from agent sockets are batched per ASGI process by :mod:`fleet.live.ingest`
+  (mapped and stored by :mod:`fleet.inventory.ingest`), one ``live.telemetry`` group message per
+  batch. :func:`publish_live` serves the other callers (the REST fallback): inside an ASGI
+  server on a Redis channel layer their events are merged for ``FLEET_LIVE_BATCH_SECONDS``
+  (default 0.1 s) into one group message; anywhere else (tests, the in-memory layer, a worker)
+  each event is sent at once.
 
 ``None`` is kept as ``None`` everywhere (NVML had no value); it is never stored as 0.
 """
