@@ -1,14 +1,15 @@
 """``bench_live``: simulated agents and browser sockets against the real stack; JSON out.
 
-What runs (default, like ``tests/e2e/stack.py``; :mod:`fleet.bench.stack`): a scratch PostgreSQL database on the server
-``--database-url`` names, a private Redis, ``--servers`` daphne processes (agents are split
-round-robin across them, as a load balancer would; browsers too), no Celery worker (telemetry
-needs none). The hosts and their per-host tokens are created through the services
-(``host_create`` + ``host_issue_token``) with their GPUs already known (``gpus_adopt``: a fleet
-whose servers restarted; ``--new-hosts`` leaves them to the agents' first hellos), the agents run as ``python -m hostagent.swarm``
-processes (many agents per process, one WebSocket each, the real simulated backend and
-collector), and ``--browsers`` WebSocket clients log in with a session cookie on ``/ws/fleet/``
-and subscribe to every GPU (the worst case for a browser).
+What runs (default, like ``tests/e2e/stack.py``; see :mod:`fleet.bench.stack`): a scratch
+PostgreSQL database on the server ``--database-url`` names, a private Redis, ``--servers``
+daphne processes (agents are split round-robin across them, as a load balancer would; browsers
+too), no Celery worker (telemetry needs none). The hosts and their per-host tokens are created
+through the services (``host_create`` + ``host_issue_token``) with their GPUs already known
+(``gpus_adopt``: a fleet whose servers restarted; ``--new-hosts`` leaves them to the agents'
+first hellos). The agents run as ``python -m hostagent.swarm`` processes (many agents per
+process, one WebSocket each, the real simulated backend and collector), and ``--browsers``
+WebSocket clients log in with a session cookie on ``/ws/fleet/`` and subscribe to every GPU
+(the worst case for a browser).
 
 What it measures (:mod:`fleet.bench.browsers`), in a window of ``--seconds`` after a warm-up
 (every GPU seen by a browser):
