@@ -37,13 +37,15 @@ from hostagent.config import AgentState, write_state
 from hostagent.gpu.backend import GpuBackend
 from hostagent.mps import MpsManager
 from hostagent.protocol import Ack, DesiredState, EnrollResponse, ProtocolError, UpMessage
-from hostagent.reconcile import apply_desired_state
+from hostagent.reconcile import apply_desired_state, drifted
 
 logger = logging.getLogger(__name__)
 
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 30.0
 HTTP_TIMEOUT_S = 10.0
+# The REST transport checks every this many ticks whether the applied state drifted.
+DRIFT_CHECK_TICKS = 10
 
 
 class EnrollError(RuntimeError):
@@ -239,7 +241,18 @@ class AgentClient:
                 logger.warning("REST exchange failed: %s", exc)
                 outbox = outbox[-100:]
                 continue
-            if desired is not None and desired["generation"] > self.state.applied_generation:
+            if desired is None:
+                continue
+            if desired["generation"] > self.state.applied_generation:
+                outbox.append(await self.handle_desired_state(desired))
+            elif (
+                self.allow_mutation
+                and tick % DRIFT_CHECK_TICKS == 0
+                and await asyncio.to_thread(drifted, self.backend, desired, self.mps)
+            ):
+                # Same generation, but the GPUs lost what it set up (a reboot): apply it again.
+                # (WebSocket agents are re-synced by the server, which sees the drift in hello.)
+                logger.warning("generation %s drifted: applying it again", desired["generation"])
                 outbox.append(await self.handle_desired_state(desired))
 
     def _post_report(self, messages: list[UpMessage]) -> None:

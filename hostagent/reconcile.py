@@ -554,3 +554,21 @@ def apply_desired_state(
         except BackendError as exc:
             results.append(_item(f"{gpu}:gpu", gpu, "failed", f"{type(exc).__name__}: {exc}"))
     return merge_results(results)
+
+
+def drifted(backend: GpuBackend, desired: DesiredState, mps: MpsManager | None = None) -> bool:
+    """Whether applying ``desired`` again would change something: MIG instances lost in a
+    reboot or a reset, an MPS daemon that died. Blocked or invalid items do not count (applying
+    again would change nothing), nor GPUs that are missing or not ``ok``."""
+    known = {d.uuid: d for d in backend.list_gpus()}
+    for gpu, want in desired["gpus"].items():
+        device = known.get(gpu)
+        if device is None or device.status != "ok":
+            continue
+        try:
+            actions = plan(want, observe(backend, mps, gpu))
+        except BackendError:
+            continue
+        if any(not isinstance(a, Blocked | Invalid) for a in actions):
+            return True
+    return False

@@ -303,10 +303,14 @@ class SimulatedBackend:
             return MigModeResult(ok=True, needs_reset=False)
 
     def reset_gpu(self, gpu: str) -> None:
-        """Apply a pending MIG mode, as a GPU reset does."""
+        """What a GPU reset (or a reboot) does: a pending MIG mode applies; processes, MPS
+        daemons and MIG instances are gone (the MIG mode itself persists, as on real GPUs)."""
+        self.crash_mps(gpu)
         with self._lock:
             g = self._gpu(gpu)
             g.mig_current = g.mig_pending
+            g.processes.clear()
+            g.instances.clear()
 
     def _profile(self, g: _Gpu, profile_id: int) -> SimulatedProfileSpec:
         for p in g.spec["profiles"]:

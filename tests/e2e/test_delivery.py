@@ -184,3 +184,7 @@ def test_an_agent_on_the_rest_fallback_enrols_reports_and_applies(fleet):
     )
     assert stack.wait_operation(op["id"])["status"] == "succeeded"
     wait_until(lambda: stack.converged(gpu["id"]), 20, what="the polling agent applying the layout")
+    # A reset loses the MIG instances; the polling agent notices the drift and applies again.
+    poller.fault(fault="reset_gpu", gpu=0)
+    wait_until(lambda: "drifted: applying it again" in poller.log(), 30, what="the drift noticed")
+    wait_until(lambda: stack.converged(gpu["id"]), 20, what="the layout applied again")

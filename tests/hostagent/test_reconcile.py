@@ -206,3 +206,28 @@ def test_plan_is_idempotent_for_any_layouts(before, after, mig_before, mig_after
         assert all(i.compute_instance_id is not None for i in sim.mig_instances(uuid))
     else:
         assert sim.mig_instances(uuid) == []
+
+
+def test_drift_is_what_applying_again_would_change_and_blocked_items_are_not_drift():
+    sim, uuid = sim_a30()
+    state: DesiredState = {
+        "type": "desired_state",
+        "generation": 1,
+        "gpus": {uuid: desired(instances=[(14, 0), (14, 1)])},
+    }
+    assert reconcile.drifted(sim, state)  # nothing applied yet
+    reconcile.apply_desired_state(sim, state, True)
+    assert not reconcile.drifted(sim, state)
+    lost = next(i for i in sim.mig_instances(uuid) if i.start == 1)
+    if lost.compute_instance_id is not None:
+        sim.destroy_compute_instance(uuid, lost.gpu_instance_id, lost.compute_instance_id)
+    sim.destroy_gpu_instance(uuid, lost.gpu_instance_id)  # as a reboot would
+    assert reconcile.drifted(sim, state)
+    reconcile.apply_desired_state(sim, state, True)
+    assert not reconcile.drifted(sim, state)
+    # A layout that would destroy a busy instance is blocked: applying again changes nothing.
+    busy = next(i for i in sim.mig_instances(uuid) if i.start == 0)
+    sim.run_process(uuid, 100, gpu_instance_id=busy.gpu_instance_id)
+    reshaped: DesiredState = {**state, "generation": 2, "gpus": {uuid: desired(instances=[(5, 0)])}}
+    reconcile.apply_desired_state(sim, reshaped, True)
+    assert not reconcile.drifted(sim, reshaped)
