@@ -89,6 +89,18 @@ def profile_dict(profile: Profile) -> dict[str, Any]:
     }
 
 
+def _mps_policy(partition: Partition) -> dict[str, int | None] | None:
+    """The MPS policy inside a MIG instance as the layout API takes it, ``None`` without MPS
+    (the editor sends it back for kept instances, so applying a layout never drops it)."""
+    if not partition.mps_enabled:
+        return None
+    return {
+        "default_active_thread_percentage": partition.mps_default_active_thread_percentage,
+        "default_pinned_mem_limit_mib": partition.mps_default_pinned_mem_limit_mib,
+        "max_clients": partition.mps_max_clients,
+    }
+
+
 def editor_model(gpu: Gpu, product: Product | None) -> dict[str, Any]:
     """Everything the editor's script needs, embedded in the page with ``json_script``."""
     partitions: list[Partition] = list(gpu.partitions.all())
@@ -100,6 +112,7 @@ def editor_model(gpu: Gpu, product: Product | None) -> dict[str, Any]:
             "start": p.start,
             "size": p.size,
             "busy": sorted({f"{a.deployment.name}[{a.replica}]" for a in p.allocations.all()}),
+            "mps": _mps_policy(p),
         }
         for p in partitions
         if p.kind == PartitionKind.MIG and gpu.mode == SharingMode.MIG

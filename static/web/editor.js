@@ -1,12 +1,15 @@
 // The MIG layout editor: pick profiles into free placements, presets, instant validation by the
-// server's MIG rules (POST /mig/validate), a drain warning, and Apply with live progress.
+// server's MIG rules (POST /mig/validate), MPS inside instances, a drain warning, and Apply with
+// live progress.
 import { api, canOperate, el, fmtMiB, fragment, live, swap, toast, toastError, violations } from "./core.js";
 
 const page = document.getElementById("editor-page");
 const gpuId = Number(page.dataset.gpu);
 let model = JSON.parse(document.getElementById("editor-model").textContent);
 let mode = model.mode;
-let instances = model.current.map((c) => ({ profile_id: c.profile_id, start: c.start }));
+// The layout being edited: {profile_id, start, mps} (mps: the policy inside the instance, or null).
+const fromCurrent = () => model.current.map((c) => ({ profile_id: c.profile_id, start: c.start, mps: c.mps ? { ...c.mps } : null }));
+let instances = fromCurrent();
 let validation = 0; // sequence number of the latest validation request
 let valid = false;
 let followed = null; // the operation being followed
@@ -21,6 +24,12 @@ const sizeOf = (inst) => {
 const overlaps = (a, b) => a.start < b.start + sizeOf(b) && b.start < a.start + sizeOf(a);
 const same = (a, b) => a.profile_id === b.profile_id && a.start === b.start;
 const key = (i) => `${i.profile_id}@${i.start}`;
+const samePolicy = (a, b) => JSON.stringify(a || null) === JSON.stringify(b || null);
+/** An instance as it would be kept: a slot of the current layout keeps its MPS policy. */
+const keeping = (inst) => {
+  const kept = model.current.find((c) => same(c, inst));
+  return { ...inst, mps: kept && kept.mps ? { ...kept.mps } : inst.mps || null };
+};
 
 function destroyed() {
   if (mode !== "mig") return model.current;
@@ -111,14 +120,75 @@ function drawDiff() {
   const added = instances.filter((i) => !model.current.some((c) => same(c, i)));
   const gone = destroyed();
   const kept = model.current.length - gone.length;
+  const mpsChanged = instances.filter((i) => {
+    const c = model.current.find((k) => same(k, i));
+    return c && !samePolicy(c.mps, i.mps);
+  });
   const parts = [
-    ...added.map((i) => el("span", { class: "add", text: `+ ${profileOf(i.profile_id).name}@${i.start}` })),
+    ...added.map((i) => el("span", { class: "add", text: `+ ${profileOf(i.profile_id).name}@${i.start}${i.mps ? " (MPS)" : ""}` })),
     ...gone.map((c) => el("span", { class: "del", text: `− ${c.profile}@${c.start}` })),
+    ...mpsChanged.map((i) => el("span", { class: "add", text: `~ ${profileOf(i.profile_id).name}@${i.start}: MPS ${i.mps ? "on" : "off"}` })),
   ];
-  if (!added.length && !gone.length) parts.push(el("span", { class: "keep", text: "No change yet: pick profiles below, or a preset" }));
+  if (!added.length && !gone.length && !mpsChanged.length) parts.push(el("span", { class: "keep", text: "No change yet: pick profiles below, or a preset" }));
   else if (kept) parts.push(el("span", { class: "keep", text: `= ${kept} kept` }));
   diff.replaceChildren(...parts);
 }
+
+// ---- MPS inside instances ------------------------------------------------------------------
+
+const MPS_FIELDS = [
+  ["default_active_thread_percentage", "Thread %", 1, 100, "100"],
+  ["default_pinned_mem_limit_mib", "Pinned MiB", 1, 10_000_000, "none"],
+  ["max_clients", "Clients", 1, 48, "auto"],
+];
+
+/** One row per instance of the new layout: MPS on or off inside it, and its limits. */
+function drawInstanceMps() {
+  const box = $("inst-mps");
+  if (!box) return;
+  if (!instances.length) { box.replaceChildren(el("p", { class: "muted small", text: "No instances in the new layout." })); return; }
+  const rows = [...instances].sort((a, b) => a.start - b.start).map((inst) => {
+    const name = `${profileOf(inst.profile_id).name}@${inst.start}`;
+    const inputs = MPS_FIELDS.map(([field, label, min, max, placeholder]) => el("label", {},
+      label,
+      el("input", {
+        type: "number", min, max, placeholder, name: field, "data-instance": key(inst),
+        value: inst.mps && inst.mps[field] != null ? String(inst.mps[field]) : "",
+        disabled: !canOperate || !inst.mps,
+        onchange: (e) => setMpsField(inst, field, e.target.value),
+      })));
+    return el("div", { class: "inst-mps-row", "data-instance": key(inst) },
+      el("div", { class: "inst-mps-name" },
+        el("span", { class: "mono", text: name }),
+        el("label", { class: "toggle" },
+          el("input", {
+            type: "checkbox", checked: !!inst.mps, disabled: !canOperate, "data-instance": key(inst),
+            "aria-label": `MPS inside ${name}`, onchange: (e) => setMps(inst, e.target.checked),
+          }),
+          el("span", { text: inst.mps ? "MPS on" : "MPS off" }))),
+      ...inputs);
+  });
+  box.replaceChildren(...rows);
+}
+
+function setMps(inst, on) {
+  const found = instances.find((i) => same(i, inst));
+  if (!found) return;
+  found.mps = on ? { default_active_thread_percentage: 100, default_pinned_mem_limit_mib: null, max_clients: null } : null;
+  drawInstanceMps();
+  edited();
+}
+
+function setMpsField(inst, field, raw) {
+  const found = instances.find((i) => same(i, inst));
+  if (!found || !found.mps) return;
+  const value = raw === "" ? null : Number(raw);
+  found.mps[field] = field === "default_active_thread_percentage" && value == null ? 100 : value;
+  edited();
+}
+
+/** A change that leaves the instances where they are: no redraw of the form being typed in. */
+function edited() { drawDiff(); updateApply(); }
 
 function drawDrain() {
   const box = $("drain");
@@ -133,7 +203,8 @@ function drawDrain() {
 function changed() {
   if (mode !== model.mode) return true;
   if (mode !== "mig") return true; // MPS policy edits: the server says when nothing changes
-  return instances.length !== model.current.length || instances.some((i) => !model.current.some((c) => same(c, i)));
+  return instances.length !== model.current.length
+    || instances.some((i) => !model.current.some((c) => same(c, i) && samePolicy(c.mps, i.mps)));
 }
 
 function drawCurrentMode() {
@@ -145,7 +216,7 @@ function drawCurrentMode() {
 
 function render() {
   drawCurrentMode();
-  if (model.slice_count) { drawRuler(); drawCanvas(); drawPalette(); drawDiff(); }
+  if (model.slice_count) { drawRuler(); drawCanvas(); drawPalette(); drawDiff(); drawInstanceMps(); }
   drawDrain();
   for (const pane of document.querySelectorAll("[data-pane]")) pane.hidden = pane.dataset.pane !== mode;
   for (const tab of document.querySelectorAll("[data-mode]")) tab.setAttribute("aria-selected", String(tab.dataset.mode === mode));
@@ -205,16 +276,16 @@ function updateApply() {
 
 // ---- edits ------------------------------------------------------------------------------------
 
-function add(inst) { instances = [...instances, inst]; render(); }
+function add(inst) { instances = [...instances, keeping(inst)]; render(); }
 function remove(inst) { instances = instances.filter((i) => !same(i, inst)); render(); }
 
 $("presets")?.addEventListener("click", (e) => {
   const button = e.target.closest("[data-preset]");
   if (!button || !canOperate) return;
   const name = button.dataset.preset;
-  if (name === "current") instances = model.current.map((c) => ({ profile_id: c.profile_id, start: c.start }));
+  if (name === "current") instances = fromCurrent();
   else if (name === "empty") instances = [];
-  else instances = model.presets.find((p) => p.key === name).instances.map((i) => ({ ...i }));
+  else instances = model.presets.find((p) => p.key === name).instances.map((i) => keeping({ ...i, mps: null }));
   render();
 });
 
@@ -225,7 +296,9 @@ for (const tab of document.querySelectorAll("[data-mode]")) {
 // ---- apply and follow the operation -----------------------------------------------------------
 
 function layoutBody() {
-  if (mode === "mig") return { mode, instances: instances.map((i) => ({ profile: String(i.profile_id), start: i.start })) };
+  if (mode === "mig") {
+    return { mode, instances: instances.map((i) => ({ profile: String(i.profile_id), start: i.start, ...(i.mps ? { mps: i.mps } : {}) })) };
+  }
   if (mode === "dedicated") return { mode };
   const form = $("mps-form");
   const mps = {};
@@ -315,7 +388,7 @@ async function reload() {
     model = result.data;
     if (wasCurrent || (followed && followed.status === "succeeded")) {
       mode = model.mode;
-      instances = model.current.map((c) => ({ profile_id: c.profile_id, start: c.start }));
+      instances = fromCurrent();
     }
     render();
   }

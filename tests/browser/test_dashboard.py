@@ -166,6 +166,54 @@ def test_3_an_operator_edits_a_mig_layout_and_sees_the_gpu_redrawn(
     assert session.errors == []
 
 
+def _mig_parts(session: Any, gpu_id: int) -> dict[int, dict[str, Any]]:
+    _, parts = session.api("GET", f"/api/v1/partitions/?gpu={gpu_id}&limit=50")
+    return {p["start"]: p for p in parts["results"] if p["kind"] == "mig"}
+
+
+def test_3b_mps_inside_a_mig_instance_is_set_in_the_editor_and_kept_by_a_reshape(
+    new_session: Any, screenshots: Path
+) -> None:
+    session = new_session("operator")
+    page = session.page
+    gpu = _idle_mig_gpu(session)
+    page.goto(f"{session.stack.url}/gpus/{gpu['id']}/layout/")
+    session.wait_live()
+    page.click('[data-preset="halves"]')  # 3g.40gb (profile 9) at slices 0-3 and 4-7
+    page.locator("#verdict.ok").wait_for(timeout=15_000)
+
+    row = page.locator('.inst-mps-row[data-instance="9@4"]')
+    row.get_by_role("checkbox").check()
+    threads = row.locator('input[name="default_active_thread_percentage"]')
+    threads.fill("40")
+    threads.press("Tab")  # a change event: the policy is part of the edit
+    assert not page.locator("#apply").is_disabled()
+    page.screenshot(path=str(screenshots / "layout-editor-mps.png"), full_page=True)
+    page.click("#apply")
+    page.locator('#steps .st.done[data-step="succeeded"]').wait_for(timeout=20_000)
+    parts = _mig_parts(session, gpu["id"])
+    assert parts[4]["mps_enabled"] and parts[4]["mps_default_active_thread_percentage"] == 40
+    assert not parts[0]["mps_enabled"]
+
+    # Reshape the other half: the instance that stays keeps its MPS policy.
+    page.wait_for_function(
+        "() => document.querySelector('.inst-mps-row[data-instance=\"9@4\"] input').checked"
+    )
+    page.click('.pl[data-profile="3g.40gb"][data-start="0"]')  # remove the first half
+    page.click('.pl[data-profile="1g.10gb"][data-start="0"]')
+    page.locator("#verdict.ok").wait_for(timeout=15_000)
+    page.click("#apply")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        parts = _mig_parts(session, gpu["id"])
+        if sorted(parts) == [0, 4] and parts[0]["profile_name"] == "1g.10gb":
+            break
+        time.sleep(0.3)
+    assert parts[0]["profile_name"] == "1g.10gb" and not parts[0]["mps_enabled"]
+    assert parts[4]["mps_enabled"] and parts[4]["mps_default_active_thread_percentage"] == 40
+    assert session.errors == []
+
+
 class ProbeAgent:
     """A simulated agent this test controls: its own host, one H100, samples every 0.5 s."""
 

@@ -115,6 +115,25 @@ def test_the_layout_editor_embeds_profiles_current_instances_and_presets(operato
             "start": 4,
             "size": 4,
             "busy": ["llama-chat[0]"],
+            "mps": None,
         }
     ]
     assert {p["key"] for p in model["presets"]} >= {"all-1g", "balanced", "whole"}
+
+
+def test_the_editor_carries_each_instance_mps_policy_so_a_reshape_keeps_it(
+    operator_web, small_fleet
+):
+    from fleet.partitioning.models import Partition
+
+    Partition.objects.filter(pk=small_fleet["three_g"].pk).update(
+        mps_enabled=True, mps_default_active_thread_percentage=40, mps_max_clients=8
+    )
+    model = operator_web.get(f"/ui/gpus/{small_fleet['mig'].pk}/editor").json()
+    (three_g,) = [c for c in model["current"] if c["partition_id"] == small_fleet["three_g"].pk]
+    assert three_g["mps"] == {
+        "default_active_thread_percentage": 40,
+        "default_pinned_mem_limit_mib": None,
+        "max_clients": 8,
+    }
+    assert all(c["mps"] is None for c in model["current"] if c is not three_g)
