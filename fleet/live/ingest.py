@@ -82,7 +82,7 @@ class Batcher:
 
     def forget(self, host_id: int, resync: Resync) -> None:
         """The socket closed: no re-sync through it any more."""
-        if self.resync.get(host_id) is resync:
+        if self.resync.get(host_id) == resync:  # ==: a bound method is a new object each time
             del self.resync[host_id]
 
     async def drain(self) -> None:

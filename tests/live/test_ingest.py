@@ -153,3 +153,22 @@ def test_while_storing_is_stuck_the_queue_stays_bounded_and_keeps_the_newest(mon
     batcher = run(scenario)
     assert len(batcher.pending) <= 10 and batcher.dropped == 25 - len(batcher.pending)
     assert batcher.pending[-1].telemetry["ts"] == 24  # the newest tick is kept
+
+
+def test_a_socket_forgets_its_resync_callback_when_it_closes():
+    class Socket:
+        def resync(self) -> None:
+            raise AssertionError("a closed socket was re-synced")
+
+    async def scenario() -> None:
+        batcher = ingest.Batcher(asyncio.get_running_loop())
+        socket = Socket()
+        batcher.resync[7] = socket.resync
+        batcher.forget(7, socket.resync)  # another bound-method object, the same callback
+        assert 7 not in batcher.resync
+        other = Socket()
+        batcher.resync[7] = other.resync
+        batcher.forget(7, socket.resync)  # a newer socket of the same host stays registered
+        assert batcher.resync[7] == other.resync
+
+    run(scenario)
