@@ -125,7 +125,13 @@ class AgentConsumer(LoopConsumer):
     def _resync(self) -> None:
         """The batcher found this agent behind: send it the desired state (once at a time)."""
         if self._resyncing is None or self._resyncing.done():
-            self._resyncing = asyncio.ensure_future(self._send_desired())
+            self._resyncing = asyncio.ensure_future(self._resync_now())
+
+    async def _resync_now(self) -> None:
+        try:
+            await self._send_desired()
+        except Exception as error:  # the socket closed meanwhile: the next connect re-syncs
+            logger.info("re-sync of host %s not sent: %s", self.host_id, error)
 
     async def _send_desired(self) -> None:
         # Straight down this socket: a group push may be lost (full channel, Redis restart).
