@@ -85,3 +85,17 @@ def _fresh_telemetry_store(request):
         from fleet.inventory.telemetry import get_store
 
         get_store().clear()
+
+
+@pytest.fixture
+def mem_store(settings: Any) -> Any:
+    """The telemetry hot store in process memory (whatever FLEET_REDIS_URL says), emptied, and
+    no GPU map cached from an earlier test."""
+    from fleet.inventory import ingest, telemetry
+
+    settings.REDIS_URL = ""
+    store = telemetry.get_store()
+    store.clear()
+    ingest.forget_all()
+    yield store
+    store.clear()

@@ -121,14 +121,20 @@ def _idle_mig_gpu(session: Any) -> dict[str, Any]:
     raise AssertionError("no idle H100 in MIG mode in the demo fleet")
 
 
+def _open_editor(session: Any, gpu: dict[str, Any]) -> Any:
+    """The layout editor of ``gpu``, its live socket up."""
+    page = session.page
+    page.goto(f"{session.stack.url}/gpus/{gpu['id']}/layout/")
+    session.wait_live()
+    return page
+
+
 def test_3_an_operator_edits_a_mig_layout_and_sees_the_gpu_redrawn(
     new_session: Any, screenshots: Path
 ) -> None:
     session = new_session("operator")
-    page = session.page
     gpu = _idle_mig_gpu(session)
-    page.goto(f"{session.stack.url}/gpus/{gpu['id']}/layout/")
-    session.wait_live()
+    page = _open_editor(session, gpu)
 
     # Instant validation with the domain's messages: two +me instances are refused.
     page.click('[data-preset="empty"]')
@@ -175,10 +181,8 @@ def test_3b_mps_inside_a_mig_instance_is_set_in_the_editor_and_kept_by_a_reshape
     new_session: Any, screenshots: Path
 ) -> None:
     session = new_session("operator")
-    page = session.page
     gpu = _idle_mig_gpu(session)
-    page.goto(f"{session.stack.url}/gpus/{gpu['id']}/layout/")
-    session.wait_live()
+    page = _open_editor(session, gpu)
     page.click('[data-preset="halves"]')  # 3g.40gb (profile 9) at slices 0-3 and 4-7
     page.locator("#verdict.ok").wait_for(timeout=15_000)
 

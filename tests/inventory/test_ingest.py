@@ -11,23 +11,13 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from fleet.inventory import ingest, selectors, telemetry
+from fleet.inventory import ingest, selectors
 from fleet.inventory.agents import gpus_adopt
 from fleet.inventory.models import Gpu, GpuHealth, Host
 from fleet.inventory.services import host_create
 from tests.agent_sim import SimAgent
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def mem_store(settings):
-    settings.REDIS_URL = ""
-    made = telemetry.get_store()
-    made.clear()
-    ingest.forget_all()
-    yield made
-    made.clear()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mem_store")]
 
 
 def enrolled(

@@ -122,15 +122,6 @@ def gpu(db):
     )
 
 
-@pytest.fixture
-def mem_store(settings):
-    settings.REDIS_URL = ""
-    made = telemetry.get_store()
-    made.clear()
-    yield made
-    made.clear()
-
-
 def sample(uuid: str, util: float | None) -> dict[str, Any]:
     return {
         "uuid": uuid,

@@ -12,7 +12,6 @@ from channels.layers import get_channel_layer
 
 from fleet.core.events import FLEET_GROUP
 from fleet.inventory import ingest as inventory_ingest
-from fleet.inventory import telemetry
 from fleet.inventory.agents import gpus_adopt
 from fleet.inventory.models import Gpu, Host
 from fleet.inventory.selectors import latest_telemetry
@@ -20,17 +19,7 @@ from fleet.inventory.services import host_create
 from fleet.live import ingest
 from tests.agent_sim import SimAgent
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def mem_store(settings):
-    settings.REDIS_URL = ""
-    store = telemetry.get_store()
-    store.clear()
-    inventory_ingest.forget_all()
-    yield store
-    store.clear()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("mem_store")]
 
 
 def hosts(n: int) -> list[tuple[Host, SimAgent]]:
