@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -84,3 +87,23 @@ def drop_database(server_url: str, name: str) -> None:
 
     with psycopg.connect(f"{server_url}/postgres", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def production_env(
+    database_url: str, redis_port: int, data_dir: Path, **extra: str
+) -> dict[str, str]:
+    """The environment of a stack's processes: production mode on the given PostgreSQL database
+    and private Redis, on loopback (``extra``: more ``FLEET_*`` settings)."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "fleet.settings.base",
+        "FLEET_MODE": "production",
+        "FLEET_SECRET_KEY": "stack-" + uuid.uuid4().hex,
+        "FLEET_DATABASE_URL": database_url,
+        "FLEET_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "FLEET_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "FLEET_SECURE_COOKIES": "false",
+        "FLEET_DATA_DIR": str(data_dir),
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }

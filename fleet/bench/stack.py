@@ -15,6 +15,7 @@ from fleet.bench.processes import (
     create_database,
     drop_database,
     free_port,
+    production_env,
     redis_command,
     redis_ping,
     terminate,
@@ -49,19 +50,12 @@ class Stack:
         self.redis_port = free_port()
         self.ports = [free_port() for _ in range(options.servers)]
         self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
-        self.env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "fleet.settings.base",
-            "FLEET_MODE": "production",
-            "FLEET_SECRET_KEY": "bench-" + uuid.uuid4().hex,
-            "FLEET_DATABASE_URL": f"{self.server_url}/{self.db_name}",
-            "FLEET_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
-            "FLEET_ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "FLEET_SECURE_COOKIES": "false",
-            "FLEET_DATA_DIR": str(workdir / "data"),
-            "FLEET_LOG_LEVEL": "WARNING",
-            "PYTHONUNBUFFERED": "1",
-        }
+        self.env = production_env(
+            f"{self.server_url}/{self.db_name}",
+            self.redis_port,
+            workdir / "data",
+            FLEET_LOG_LEVEL="WARNING",
+        )
         if options.channel_capacity is not None:
             self.env["FLEET_CHANNEL_CAPACITY"] = str(options.channel_capacity)
         if options.live_batch_s is not None:

@@ -5,7 +5,6 @@ beat, and simulated agents as separate ``fleet-agent`` processes."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -112,20 +111,13 @@ class Stack:
         self.worker_count = workers
         self.db_name = f"fleet_e2e_{uuid.uuid4().hex[:10]}"
         self.server_url = database_url.rsplit("/", 1)[0]
-        self.env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "fleet.settings.base",
-            "FLEET_MODE": "production",
-            "FLEET_SECRET_KEY": "e2e-" + uuid.uuid4().hex,
-            "FLEET_DATABASE_URL": f"{self.server_url}/{self.db_name}",
-            "FLEET_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
-            "FLEET_ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "FLEET_SECURE_COOKIES": "false",
-            "FLEET_DATA_DIR": str(tmp / "data"),
-            "FLEET_PUSH_RETRY_SECONDS": "1",
-            "FLEET_REDELIVER_EVERY": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
+        self.env = processes.production_env(
+            f"{self.server_url}/{self.db_name}",
+            self.redis_port,
+            tmp / "data",
+            FLEET_PUSH_RETRY_SECONDS="1",
+            FLEET_REDELIVER_EVERY="1",
+        )
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.agents: list[Agent] = []
 
