@@ -16,14 +16,16 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
+from fleet.api.limits import BodySizeLimit  # noqa: E402
 from fleet.live.agent import AgentConsumer  # noqa: E402
 from fleet.live.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodySizeLimit(django_asgi_app, max_bytes=settings.FLEET_MAX_REQUEST_BYTES),
         "websocket": URLRouter(
             [
                 path("ws/agent/", AgentConsumer.as_asgi()),

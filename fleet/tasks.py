@@ -1,4 +1,9 @@
-"""Celery tasks: thin. They take IDs, load rows and call a service."""
+"""Celery tasks: thin. They take IDs, load rows and call a service.
+
+Services ask for them by name (:func:`fleet.core.jobs.enqueue`), never by importing this module.
+Each task imports its service inside the function: the worker imports this module to register
+the tasks before Django's apps are ready, and models cannot be imported before then.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +13,25 @@ from fleet.celery import app
 @app.task(name="fleet.push_desired_state", acks_late=True, ignore_result=True)
 def push_desired_state(host_id: int) -> None:
     """Push the host's current desired state to its agent and record it as dispatched."""
-    from fleet.partitioning.delivery import desired_state_push
+    from fleet.agents.delivery import desired_state_push
 
     desired_state_push(host_id=host_id)
+
+
+@app.task(name="fleet.advance_operation", ignore_result=True)
+def advance_operation(operation_id: int) -> str | None:
+    """Move one long-running operation (drain, move, rollout, defrag, layout rollout, host
+    drain) forward, after the transaction that started or changed it committed."""
+    from fleet.allocations.advance import operation_advance
+
+    return operation_advance(operation_id=operation_id)
 
 
 @app.task(name="fleet.redeliver", ignore_result=True)
 def redeliver() -> int:
     """Beat: re-push every unacknowledged generation whose backoff has passed."""
-    from fleet.partitioning.delivery import desired_state_push, hosts_to_redeliver
+    from fleet.agents.delivery import desired_state_push
+    from fleet.partitioning.delivery import hosts_to_redeliver
 
     hosts = hosts_to_redeliver()
     for host_id in hosts:
@@ -34,12 +49,13 @@ def expire_operations() -> int:
 
 @app.task(name="fleet.mark_offline_hosts", ignore_result=True)
 def mark_offline_hosts() -> int:
-    """Beat: hosts that missed their heartbeats go offline; their replicas are re-placed."""
-    from fleet.allocations.health import hosts_went_offline
+    """Beat: hosts that missed their heartbeats go offline; the replicas of hosts offline past
+    the grace period are re-placed, at a limited rate and never while most hosts are offline."""
+    from fleet.allocations.offline import hosts_evict_offline
     from fleet.partitioning.delivery import hosts_mark_offline
 
     offline = hosts_mark_offline()
-    hosts_went_offline(offline)
+    hosts_evict_offline()
     return len(offline)
 
 
@@ -53,26 +69,47 @@ def recover_quiet_gpus() -> int:
 
 @app.task(name="fleet.advance_drains", ignore_result=True)
 def advance_drains() -> int:
-    """Beat: move every running drain-and-reshape forward (deadlines, rollbacks)."""
+    """Beat: move every running drain-and-reshape forward (deadlines, rollbacks), every host
+    drain (its schedule, deadline, next move) and every layout rollout (its next wave)."""
     from fleet.allocations.drain import drains_advance
+    from fleet.allocations.layout_rollouts import layout_rollouts_advance
+    from fleet.allocations.maintenance import host_drains_advance
 
-    return len(drains_advance())
+    drains = drains_advance()
+    return len(drains) + len(host_drains_advance()) + len(layout_rollouts_advance())
+
+
+@app.task(name="fleet.advance_moves", ignore_result=True)
+def advance_moves() -> int:
+    """Beat: move every running replica move, rolling update, defrag and repack forward (their
+    deadlines, a report that was lost)."""
+    from fleet.allocations.defrag import defrags_advance
+    from fleet.allocations.moves import moves_advance
+    from fleet.allocations.repack import repacks_advance
+    from fleet.allocations.rollouts import rollouts_advance
+
+    advanced = len(moves_advance()) + len(rollouts_advance()) + len(defrags_advance())
+    return advanced + len(repacks_advance())
 
 
 @app.task(name="fleet.telemetry_rollup", ignore_result=True)
 def telemetry_rollup() -> int:
-    """Beat: per-minute means of the closed minutes into PostgreSQL; checkpoint latest samples."""
+    """Beat: per-minute means of the closed minutes into PostgreSQL (GPUs, then replicas);
+    checkpoint latest samples."""
+    from fleet.allocations.telemetry import replica_rollup
     from fleet.inventory.telemetry import rollup
 
-    return rollup()
+    return rollup() + replica_rollup()
 
 
 @app.task(name="fleet.telemetry_retention", ignore_result=True)
 def telemetry_retention() -> int:
-    """Beat: delete history points past their retention (60 s points: a week)."""
+    """Beat: delete history points past their retention (60 s points of GPUs and replicas: a
+    week)."""
+    from fleet.allocations.telemetry import replica_retention
     from fleet.inventory.telemetry import retention
 
-    return retention()
+    return retention() + replica_retention()
 
 
 @app.task(name="fleet.retry_replicas", ignore_result=True)
@@ -81,3 +118,47 @@ def retry_replicas() -> int:
     from fleet.allocations.health import replicas_retry
 
     return len(replicas_retry())
+
+
+@app.task(name="fleet.prune_login_failures", ignore_result=True)
+def prune_login_failures() -> int:
+    """Beat: forget failed sign-ins older than FLEET_LOGIN_FAILURES_KEEP_DAYS (30 days)."""
+    from fleet.core.services import login_failures_prune
+
+    return login_failures_prune()
+
+
+@app.task(name="fleet.prune_health_events", ignore_result=True)
+def prune_health_events() -> int:
+    """Beat: delete health events older than FLEET_HEALTH_EVENTS_KEEP_DAYS (30 by default)."""
+    from fleet.inventory.services import health_events_prune
+
+    return health_events_prune()
+
+
+@app.task(name="fleet.deliver_alert", acks_late=True, ignore_result=True)
+def deliver_alert(delivery_id: int) -> None:
+    """One attempt at sending an alert to its webhook (a failure is retried by beat)."""
+    from fleet.core.webhooks import alert_deliver
+
+    alert_deliver(delivery_id=delivery_id)
+
+
+@app.task(name="fleet.retry_alerts", ignore_result=True)
+def retry_alerts() -> int:
+    """Beat: send the alert deliveries whose backoff has passed."""
+    from fleet.core.jobs import enqueue
+    from fleet.core.webhooks import alert_deliveries_due
+
+    due = alert_deliveries_due()
+    for delivery_id in due:
+        enqueue("fleet.deliver_alert", delivery_id)
+    return len(due)
+
+
+@app.task(name="fleet.prune_alert_deliveries", ignore_result=True)
+def prune_alert_deliveries() -> int:
+    """Beat: forget finished alert deliveries older than FLEET_ALERT_DELIVERIES_KEEP_DAYS."""
+    from fleet.core.webhooks import alert_deliveries_prune
+
+    return alert_deliveries_prune()

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth.decorators import login_required
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from fleet.api.metrics import metrics
 from fleet.api.views_health import health
@@ -17,7 +17,9 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(
         "api/docs/",
-        login_required(SpectacularSwaggerView.as_view(url_name="schema")),
+        # The split view serves its init script from this URL (?script=), not inline: the
+        # Content-Security-Policy allows scripts from our own origin only.
+        login_required(SpectacularSwaggerSplitView.as_view(url_name="schema")),
         name="api-docs",
     ),
 ]

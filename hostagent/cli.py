@@ -6,6 +6,7 @@ Examples::
     fleet-agent --server http://127.0.0.1:8000 --token-file state.json --simulate gpus.json \\
         --allow-mutation
     fleet-agent --once --json               # read-only discovery + one sample, printed as JSON
+    fleet-agent --probe --json              # read-only record of what NVML says on this host
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import logging
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from hostagent import __version__
 from hostagent.client import EnrollError
 from hostagent.collector import Collector
 from hostagent.config import AgentConfig, ConfigError
 from hostagent.daemon import build_backend, init_backend, run_agent
+from hostagent.gpu.backend import GpuBackend, GpuUnavailable
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,8 +50,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fault-dir", type=Path, help="simulated backend: apply fault files dropped here"
     )
+    p.add_argument(
+        "--runtime",
+        choices=["docker", "process", "none"],
+        help="what runs the workloads (default: docker if its daemon answers, else process)",
+    )
+    p.add_argument(
+        "--state-dir", type=Path, help="workload state and logs (default: beside --token-file)"
+    )
     p.add_argument("--once", action="store_true", help="discover, sample once, print, exit")
-    p.add_argument("--json", action="store_true", help="with --once: print JSON")
+    p.add_argument(
+        "--probe",
+        action="store_true",
+        help="print a read-only record of the driver, profiles, instances and processes; exit",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="with --once: print JSON (--probe always does)"
+    )
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
 
@@ -69,6 +87,8 @@ def config_from_args(args: argparse.Namespace, base: AgentConfig) -> AgentConfig
         "mps_dir": args.mps_dir,
         "hostname": args.hostname,
         "fault_dir": args.fault_dir,
+        "runtime": args.runtime,
+        "state_dir": args.state_dir,
     }
     config = replace(base, **{k: v for k, v in overrides.items() if v is not None})
     if config.interval_s <= 0:
@@ -90,13 +110,40 @@ def once(config: AgentConfig) -> dict[str, object]:
         backend.shutdown()
 
 
+def _probe_backend(config: AgentConfig) -> GpuBackend:
+    if config.backend == "simulated" or config.simulate is not None:
+        return build_backend(config)[0]
+    # Not build_backend: the probe must not so much as construct an MPS manager.
+    from hostagent.gpu.nvml import NvmlBackend
+
+    return NvmlBackend()
+
+
+def probe(config: AgentConfig) -> dict[str, Any]:
+    """``--probe``: the backend's read-only record (changes nothing; no server, no MPS)."""
+    backend = _probe_backend(config)
+    try:
+        backend.init()
+    except GpuUnavailable as exc:
+        return {**backend.probe(), "error": str(exc)}
+    try:
+        return backend.probe()
+    finally:
+        backend.shutdown()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``fleet-agent`` and ``python -m hostagent``."""
     args = parser().parse_args(argv)
-    level = logging.WARNING - 10 * args.verbose if args.once else logging.INFO - 10 * args.verbose
+    quiet = args.once or args.probe
+    level = logging.WARNING - 10 * args.verbose if quiet else logging.INFO - 10 * args.verbose
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = config_from_args(args, AgentConfig.from_env())
+        if args.probe:
+            record = probe(config)
+            print(json.dumps(record, indent=2))
+            return 0 if record.get("available", True) else 1
         if args.once:
             result = once(config)
             if args.json:
@@ -111,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # the loops survive their own errors (D1); this is the last resort
+        logging.getLogger("hostagent").exception("fleet-agent stopped on an unexpected error")
+        print(f"fleet-agent: unexpected error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -2,12 +2,20 @@
 
 WebSocket (default): connect to ``ws(s)://SERVER/ws/agent/`` with ``Authorization: Token …``,
 send ``hello`` (with the applied generation), then telemetry every interval and events as they
-come; apply each ``desired_state`` (in a worker thread, one at a time) and answer with ``ack``.
+come; apply each ``desired_state`` (in a worker thread, one at a time) and answer with ``ack``;
+answer each ``logs_request`` with one ``logs`` (read in a worker thread, without holding up the
+rest of the session).
 On any disconnect, reconnect with exponential backoff and jitter.
 
 REST fallback (``--transport rest``): every interval ``POST /api/v1/agent/report`` with the
 messages gathered since the last report, and ``GET /api/v1/agent/desired-state``; a newer
 generation is applied and its ``ack`` goes into the next report.
+
+Workloads (:mod:`hostagent.workload_reports`): a full ``workloads`` report follows each
+``hello`` (once the supervisor has found what already runs), changes follow as they happen, on
+either transport. An agent that has had no desired state since it started fetches one itself
+(``GET desired-state``, also over WebSocket): the server pushes only to agents that are behind,
+and only a desired state tells which of the workloads found here may be stopped.
 
 URL paths live in :mod:`hostagent.protocol` so the server can import the same constants.
 """
@@ -16,17 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
-from urllib.parse import urlsplit, urlunsplit
+from typing import cast
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
@@ -35,73 +40,44 @@ from hostagent import protocol
 from hostagent.collector import Collector, ticks
 from hostagent.config import AgentState, write_state
 from hostagent.gpu.backend import GpuBackend
+from hostagent.logs import FailureLog
 from hostagent.mps import MpsManager
-from hostagent.protocol import Ack, DesiredState, EnrollResponse, ProtocolError, UpMessage
+from hostagent.protocol import (
+    Ack,
+    DesiredState,
+    ItemResult,
+    LogsRequest,
+    ProtocolError,
+    Telemetry,
+    UpMessage,
+    clip,
+)
 from hostagent.reconcile import apply_desired_state, drifted
+from hostagent.runtime.sync import WorkloadSync, logs_answer
+from hostagent.transport import (
+    HTTP_TIMEOUT_S,
+    EnrollError,
+    backoff_delays,
+    enroll,
+    http,
+    http_url,
+    ws_url,
+)
+from hostagent.workload_reports import COALESCE_S, RETRY_AFTER_S, WorkloadChannel
+
+__all__ = ["AgentClient", "EnrollError", "enroll", "http_url", "ws_url"]
 
 logger = logging.getLogger(__name__)
 
-BACKOFF_MIN_S = 0.5
-BACKOFF_MAX_S = 30.0
-HTTP_TIMEOUT_S = 10.0
 # The REST transport checks every this many ticks whether the applied state drifted.
 DRIFT_CHECK_TICKS = 10
-
-
-class EnrollError(RuntimeError):
-    """The server refused the enrolment token or could not be reached."""
-
-
-def ws_url(server: str) -> str:
-    """``http(s)://host[:port][/prefix]`` → ``ws(s)://host[:port][/prefix]/ws/agent/``."""
-    parts = urlsplit(server)
-    scheme = {"https": "wss", "http": "ws", "wss": "wss", "ws": "ws"}.get(parts.scheme, "ws")
-    path = parts.path.rstrip("/") + protocol.WS_PATH
-    return urlunsplit((scheme, parts.netloc, path, "", ""))
-
-
-def http_url(server: str, path: str) -> str:
-    """``server`` + an API path, with ``ws(s)`` turned into ``http(s)``."""
-    parts = urlsplit(server)
-    scheme = {"wss": "https", "ws": "http"}.get(parts.scheme, parts.scheme or "http")
-    return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") + path, "", ""))
-
-
-def backoff_delays(rng: random.Random) -> Callable[[int], float]:
-    """Exponential backoff with full jitter between 50 % and 100 % of the step."""
-
-    def delay(attempt: int) -> float:
-        step = min(BACKOFF_MAX_S, BACKOFF_MIN_S * 2 ** min(attempt, 16))
-        return float(step * (0.5 + rng.random() / 2))
-
-    return delay
-
-
-def _http(method: str, url: str, token: str | None, body: Any = None) -> tuple[int, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method)
-    request.add_header("Content-Type", "application/json")
-    request.add_header("Accept", "application/json")
-    if token is not None:
-        request.add_header(protocol.AUTH_HEADER, protocol.auth_header_value(token))
-    with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
-        raw = response.read()
-        return response.status, json.loads(raw) if raw else None
-
-
-def enroll(server: str, enrollment_token: str, hostname: str, state_file: Path) -> AgentState:
-    """Trade a one-time enrolment token for the host token and persist it (mode 0600)."""
-    body: protocol.EnrollRequest = {"enrollment_token": enrollment_token, "hostname": hostname}
-    try:
-        _, answer = _http("POST", http_url(server, protocol.ENROLL_PATH), None, body)
-        protocol.validate(answer, EnrollResponse)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise EnrollError(f"enrolment failed: {exc}") from exc
-    response = cast(EnrollResponse, answer)
-    state = AgentState(token=response["token"], host_id=str(response["host_id"]))
-    write_state(state_file, state)
-    logger.info("enrolled as host %s", state.host_id)
-    return state
+# The REST transport keeps at most this many messages while the server cannot be reached.
+REST_OUTBOX_MAX = 100
+# Replicas' outputs read at once for logs requests (each in a worker thread).
+LOGS_AT_ONCE = 4
+# Logs requests read or waiting at once; past it, a request is answered "busy" at once (a
+# server that floods the agent costs it no memory).
+LOGS_QUEUED_MAX = 16
 
 
 @dataclass
@@ -117,10 +93,22 @@ class AgentClient:
     interval_s: float = 1.0
     state_file: Path | None = None
     seed: int | None = None
+    # False: collect on the event loop. Only for the swarm, whose simulated GPUs answer in
+    # microseconds: a worker thread per tick for thousands of agents would cost more than it saves.
+    threads: bool = True
+    # The workload supervisor (hostagent.runtime); None: this agent knows nothing of workloads.
+    workloads: WorkloadSync | None = None
 
     def __post_init__(self) -> None:
         self._apply_lock = asyncio.Lock()
+        self._applying: asyncio.Future[Ack] | None = None
+        self._collecting: asyncio.Future[list[UpMessage]] | None = None
+        self._log = FailureLog(logger)
+        self._rest_hello_due = True
         self._delay = backoff_delays(random.Random(self.seed))
+        self._channel = WorkloadChannel(self.workloads)
+        self._answering: set[asyncio.Task[None]] = set()
+        self._logs_slots = asyncio.Semaphore(LOGS_AT_ONCE)
         self.connections = 0
 
     # -- shared --------------------------------------------------------------------------
@@ -135,27 +123,116 @@ class AgentClient:
     async def handle_desired_state(self, desired: DesiredState) -> Ack:
         """Apply one desired state (in a thread, serialised) and build its ``ack``."""
         async with self._apply_lock:
-            items = await asyncio.to_thread(
-                apply_desired_state, self.backend, desired, self.allow_mutation, self.mps
-            )
-            observed = await asyncio.to_thread(self.collector.gpu_infos)
+            return await self._apply_locked(desired)
+
+    async def _apply_locked(self, desired: DesiredState) -> Ack:
+        if self._applying is not None:  # one a cancelled session left running
+            await asyncio.wait({self._applying})
+        # Shielded: a session cancelled by a disconnect or SIGTERM must not orphan the worker
+        # thread with the lock released. The next apply would race it, and shutdown would pull
+        # NVML from under it (review D17); settle() waits for it instead.
+        self._applying = asyncio.ensure_future(self._apply(desired))
+        return await asyncio.shield(self._applying)
+
+    async def _apply_for_authority(self, desired: DesiredState | None) -> Ack | None:
+        """Apply a desired state the agent fetched itself because none came since it started
+        (the server pushes only to agents that are behind): it tells the supervisor which of
+        the workloads it found are still wanted. Skipped if a pushed one got there first (it is
+        newer or the same)."""
+        async with self._apply_lock:
+            if self.workloads is None or not self.workloads.needs_authority:
+                return None
+            if desired is None:  # the host has no desired state at all: nothing is wanted
+                await asyncio.to_thread(self.workloads.settle_empty)
+                return None
+            return await self._apply_locked(desired)
+
+    async def _apply(self, desired: DesiredState) -> Ack:
+        generation = desired["generation"]
+        self.collector.applying.set()
+        try:
+            items = await asyncio.to_thread(self._apply_items, desired)
+        finally:
+            self.collector.applying.clear()
+            self.collector.recheck_mps()
+        observed = await asyncio.to_thread(self.collector.gpu_infos)
         if self.allow_mutation:
-            self.state = replace(self.state, applied_generation=desired["generation"])
+            self.state = replace(self.state, applied_generation=generation)
             self._persist()
-        logger.info("generation %s: %s", desired["generation"], protocol.ack_status(items))
+        logger.info("generation %s: %s", generation, protocol.ack_status(items))
         return {
             "type": "ack",
-            "generation": desired["generation"],
+            "generation": generation,
             "status": protocol.ack_status(items),
             "items": items,
             "observed": observed,
         }
 
+    def _apply_items(self, desired: DesiredState) -> list[ItemResult]:
+        try:
+            return apply_desired_state(
+                self.backend, desired, self.allow_mutation, self.mps, workloads=self.workloads
+            )
+        except Exception as exc:  # the driver failed outside one item, or a bug: D1
+            logger.exception("generation %s could not be applied", desired["generation"])
+            message = clip(f"{type(exc).__name__}: {exc}")
+            failed: list[ItemResult] = [
+                {
+                    "key": f"{gpu}:gpu",
+                    "gpu_uuid": gpu,
+                    "status": "failed",
+                    "message": message,
+                    "pids": [],
+                }
+                for gpu in sorted(desired["gpus"])
+            ]
+            return failed[: protocol.MAX_ITEMS]
+
+    async def _workload_messages(self, take: Callable[[], list[UpMessage]]) -> list[UpMessage]:
+        """The supervisor's messages: read in a thread (it scans ``/proc`` for PIDs), inline
+        for the swarm's agents that run nothing (``threads=False``)."""
+        if self.threads:
+            return await asyncio.to_thread(take)
+        return take()
+
+    async def settle(self, timeout_s: float | None) -> bool:
+        """Wait (at most ``timeout_s``) for the apply and the collection still running in
+        worker threads, if any; True if none is left.
+
+        Called before ``backend.shutdown()``: NVML shut down between "create GPU instance" and
+        "create compute instance" leaves MIG half-applied (review D17).
+        """
+        running = {f for f in (self._applying, self._collecting) if f and not f.done()}
+        if running:
+            await asyncio.wait(running, timeout=timeout_s)
+        return all(f.done() for f in running)
+
     async def _gather(self, tick: int) -> list[UpMessage]:
-        async with self._apply_lock:
-            messages: list[UpMessage] = [self.collector.telemetry()]
-            messages.extend(self.collector.events(0))
-        return messages
+        """This tick's messages, collected in a worker thread. Not under the apply lock: the
+        heartbeat flows while an apply runs, and NVML and MPS checks never block the loop
+        (review D11). A collection slower than one interval (a driver stalled by a GPU falling
+        off the bus) is picked up by a later tick; meanwhile ticks send a bare heartbeat."""
+        if not self.threads:
+            return self._collect_inline()
+        if self._collecting is None:
+            self._collecting = asyncio.ensure_future(asyncio.to_thread(self.collector.tick))
+        done, _ = await asyncio.wait({self._collecting}, timeout=self.interval_s)
+        if not done:
+            self._log.failure("collecting telemetry", TimeoutError("the GPU driver is slow"))
+            return [_heartbeat()]
+        collected, self._collecting = self._collecting, None
+        try:
+            return collected.result()
+        except Exception as exc:  # the collector handles its own; this is a bug
+            self._log.failure("collecting telemetry", exc, expected=False)
+            return [_heartbeat()]
+
+    def _collect_inline(self) -> list[UpMessage]:
+        try:
+            return self.collector.tick()
+        except Exception as exc:  # the collector handles its own; this is a bug
+            self._log.failure("collecting telemetry", exc, expected=False)
+            return [_heartbeat()]
 
     # -- WebSocket -----------------------------------------------------------------------
 
@@ -178,6 +255,8 @@ class AgentClient:
                 logger.warning("server refused the connection: %s", exc)
             except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError) as exc:
                 logger.info("connection lost: %s", exc)
+            except Exception as exc:  # a bug in one session: reconnect, never end the agent
+                self._log.failure("the session", exc, expected=False)
             if stop.is_set():
                 break
             delay = self._delay(attempt)
@@ -187,19 +266,51 @@ class AgentClient:
 
     async def _session(self, ws: ClientConnection, stop: asyncio.Event) -> None:
         hello = await asyncio.to_thread(self.collector.hello, self.state.applied_generation)
+        due = self._channel.bind(asyncio.get_running_loop())
         await ws.send(protocol.encode(hello))
+        for message in await self._workload_messages(self._channel.after_hello):
+            await ws.send(protocol.encode(message))
         sender = asyncio.create_task(self._send_loop(ws, stop))
         receiver = asyncio.create_task(self._receive_loop(ws))
         stopper = asyncio.create_task(stop.wait())
+        reporter = asyncio.create_task(self._report_loop(ws, due))
+        fetcher = None
+        if self.workloads is not None and self.workloads.needs_authority:
+            fetcher = asyncio.create_task(self._fetch_authority(ws))
         done, pending = await asyncio.wait(
-            {sender, receiver, stopper}, return_when=asyncio.FIRST_COMPLETED
+            {sender, receiver, stopper, reporter}, return_when=asyncio.FIRST_COMPLETED
         )
+        if fetcher is not None:
+            pending.add(fetcher)
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         for task in done:
             if task is not stopper and task.exception() is not None:
                 raise cast(BaseException, task.exception())
+
+    async def _report_loop(self, ws: ClientConnection, due: asyncio.Event) -> None:
+        """Workload events and changes, sent as soon as the supervisor has them (those within
+        ``COALESCE_S`` in one message), and a full report now and then."""
+        while True:
+            due.clear()
+            for message in await self._workload_messages(self._channel.pending):
+                await ws.send(protocol.encode(message))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(due.wait(), timeout=RETRY_AFTER_S)
+            await asyncio.sleep(COALESCE_S)
+
+    async def _fetch_authority(self, ws: ClientConnection) -> None:
+        """Ask for the desired state once (see :meth:`_apply_for_authority`); a failure waits
+        for the next connection, and stops nothing meanwhile."""
+        try:
+            desired = await asyncio.to_thread(self._get_desired)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            self._log.failure("fetching the desired state", exc)
+        else:
+            ack = await self._apply_for_authority(desired)
+            if ack is not None:
+                await ws.send(protocol.encode(ack))
 
     async def _send_loop(self, ws: ClientConnection, stop: asyncio.Event) -> None:
         async for tick in ticks(self.interval_s, stop):
@@ -216,52 +327,111 @@ class AgentClient:
             if message["type"] == "desired_state":
                 ack = await self.handle_desired_state(message)
                 await ws.send(protocol.encode(ack))
+            elif message["type"] == "logs_request":
+                self._answer_later(ws, message)
             elif message["type"] == "ping":
                 nonce = message["nonce"]
                 pong: protocol.Pong = {"type": "pong", "nonce": nonce, "ts": _now()}
                 await ws.send(protocol.encode(pong))
+            elif message["type"] == "error":
+                # A message of ours was refused (a bug, or a driver value out of range): the
+                # server changed nothing for it. Say so; the next tick carries fresh values.
+                logger.warning(
+                    "the server refused a %s message: %s %s",
+                    message["refused"],
+                    message["code"],
+                    message["message"],
+                )
+                if message["refused"] == "workloads":
+                    self._channel.refused()  # resent in full: no replica's state is lost
             else:
                 logger.warning("unexpected %s message from the server", message["type"])
+
+    def _answer_later(self, ws: ClientConnection, request: LogsRequest) -> None:
+        """Answer a ``logs_request`` from a task: the files or Docker are read in a worker
+        thread, and the receive loop goes on meanwhile. At most :data:`LOGS_AT_ONCE` are read at
+        a time and :data:`LOGS_QUEUED_MAX` held; the server stops waiting after a few seconds
+        anyway."""
+        busy = len(self._answering) >= LOGS_QUEUED_MAX
+        task = asyncio.create_task(
+            self._answer_busy(ws, request) if busy else self._answer_logs(ws, request)
+        )
+        self._answering.add(task)
+        task.add_done_callback(self._answering.discard)
+
+    async def _answer_busy(self, ws: ClientConnection, request: LogsRequest) -> None:
+        answer = logs_answer(
+            request, [], False, "the agent is answering other logs requests; try again"
+        )
+        with contextlib.suppress(ConnectionClosed):
+            await ws.send(protocol.encode(answer))
+
+    async def _answer_logs(self, ws: ClientConnection, request: LogsRequest) -> None:
+        async with self._logs_slots:
+            if self.workloads is None:
+                answer = logs_answer(request, [], False, "this agent runs no workloads")
+            else:
+                answer = await asyncio.to_thread(self.workloads.logs, request)
+        with contextlib.suppress(ConnectionClosed):
+            await ws.send(protocol.encode(answer))
 
     # -- REST ----------------------------------------------------------------------------
 
     async def run_rest(self, stop: asyncio.Event) -> None:
         """Poll ``desired-state`` and post ``report`` batches until ``stop`` is set."""
         outbox: list[UpMessage] = []
-        hello_sent = False
+        self._rest_hello_due = True
         async for tick in ticks(self.interval_s, stop):
-            if not hello_sent:
-                outbox.append(self.collector.hello(self.state.applied_generation))
-            outbox.extend(await self._gather(tick))
             try:
-                await asyncio.to_thread(self._post_report, outbox)
-                outbox, hello_sent = [], True
-                desired = await asyncio.to_thread(self._get_desired)
-            except (urllib.error.URLError, OSError, ValueError) as exc:
-                logger.warning("REST exchange failed: %s", exc)
-                outbox = outbox[-100:]
-                continue
-            if desired is None:
-                continue
-            if desired["generation"] > self.state.applied_generation:
-                outbox.append(await self.handle_desired_state(desired))
-            elif (
-                self.allow_mutation
-                and tick % DRIFT_CHECK_TICKS == 0
-                and await asyncio.to_thread(drifted, self.backend, desired, self.mps)
-            ):
-                # Same generation, but the GPUs lost what it set up (a reboot): apply it again.
-                # (WebSocket agents are re-synced by the server, which sees the drift in hello.)
-                logger.warning("generation %s drifted: applying it again", desired["generation"])
-                outbox.append(await self.handle_desired_state(desired))
+                outbox = await self._rest_tick(tick, outbox)
+            except Exception as exc:  # a bug of one tick: the next one tries again (D1)
+                self._log.failure("the REST exchange", exc, expected=False)
+                outbox = outbox[-REST_OUTBOX_MAX:]
+
+    async def _rest_tick(self, tick: int, outbox: list[UpMessage]) -> list[UpMessage]:
+        """One REST exchange; returns what is left to send next time."""
+        if self._rest_hello_due:
+            hello = await asyncio.to_thread(self.collector.hello, self.state.applied_generation)
+            # The new full report makes older workload reports stale: they go.
+            older = [m for m in outbox if m["type"] != "workloads"]
+            outbox = [hello, *await self._workload_messages(self._channel.after_hello), *older]
+        outbox.extend(await self._gather(tick))
+        outbox.extend(await self._workload_messages(self._channel.pending))
+        try:
+            await asyncio.to_thread(self._post_report, outbox)
+            outbox, self._rest_hello_due = [], False
+            desired = await asyncio.to_thread(self._get_desired)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            self._log.failure("the REST exchange", exc)
+            kept: list[UpMessage] = [m for m in outbox if m["type"] != "hello"]  # hello is redone
+            return kept[-REST_OUTBOX_MAX:]
+        if desired is None or (
+            desired["generation"] <= self.state.applied_generation
+            and self.workloads is not None
+            and self.workloads.needs_authority
+        ):
+            ack = await self._apply_for_authority(desired)
+            return outbox if ack is None else [*outbox, ack]
+        if desired["generation"] > self.state.applied_generation:
+            outbox.append(await self.handle_desired_state(desired))
+        elif (
+            self.allow_mutation
+            and tick % DRIFT_CHECK_TICKS == 0
+            and await asyncio.to_thread(drifted, self.backend, desired, self.mps)
+        ):
+            # Same generation, but the GPUs lost what it set up (a reboot): apply it again.
+            # (WebSocket agents are re-synced by the server, which sees the drift in hello.)
+            logger.warning("generation %s drifted: applying it again", desired["generation"])
+            outbox.append(await self.handle_desired_state(desired))
+        return outbox
 
     def _post_report(self, messages: list[UpMessage]) -> None:
         batch: protocol.ReportBatch = {"messages": messages}
-        _http("POST", http_url(self.server, protocol.REPORT_PATH), self.state.token, batch)
+        http("POST", http_url(self.server, protocol.REPORT_PATH), self.state.token, batch)
 
     def _get_desired(self) -> DesiredState | None:
         url = http_url(self.server, protocol.DESIRED_STATE_PATH)
-        status, body = _http("GET", url, self.state.token)
+        status, body = http("GET", url, self.state.token)
         if status == 204 or body is None:
             return None
         message = protocol.validate_message(body)
@@ -272,3 +442,8 @@ class AgentClient:
 
 def _now() -> float:
     return time.time()
+
+
+def _heartbeat() -> Telemetry:
+    """A telemetry message with no GPU values: the host is alive, its driver is not answering."""
+    return {"type": "telemetry", "ts": _now(), "gpus": []}

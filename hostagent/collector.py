@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 from hostagent import __version__
 from hostagent.gpu.backend import (
@@ -18,12 +20,16 @@ from hostagent.gpu.backend import (
     GpuBackend,
     GpuDevice,
     GpuEvent,
+    GpuLost,
     GpuSample,
     GpuUnavailable,
 )
+from hostagent.logs import FailureLog
 from hostagent.mps import MpsManager
+from hostagent.mps_health import MPS_HEALTH_EVERY_S, MpsHealth
 from hostagent.protocol import (
     PROTOCOL_VERSION,
+    AgentRuntime,
     BackendKind,
     Event,
     EventKind,
@@ -34,17 +40,30 @@ from hostagent.protocol import (
     MpsState,
     PlacementProfile,
     Telemetry,
+    UpMessage,
+    clip,
     empty_mps_state,
 )
+from hostagent.wire import clip_or_none, event_of, mib, telemetry_of
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 1.0
 REINIT_EVERY_S = 30.0
 
+Owners = Callable[[str, list[int]], dict[int, int]]
+"""``(gpu uuid, pids) -> {pid: allocation id}``: which replica each process belongs to."""
+
 
 class Collector:
-    """Reads a backend into wire messages; keeps what it needs to detect transitions."""
+    """Reads a backend into wire messages; keeps what it needs to detect transitions.
+
+    Every public method is safe to call from a worker thread, and does not raise: an error of
+    the driver (or a bug) costs the GPU or the field it concerns for one tick, never the
+    heartbeat (review D1). Calls are serialised by a lock of the collector's own, not by the
+    agent's apply lock, so telemetry flows while an apply runs (review D11). ``threads=False``
+    runs MPS health checks in the caller (the swarm's simulated daemons).
+    """
 
     def __init__(
         self,
@@ -53,42 +72,74 @@ class Collector:
         hostname: str,
         mps: MpsManager | None = None,
         allow_mutation: bool = False,
+        mps_health_every_s: float = MPS_HEALTH_EVERY_S,
+        threads: bool = True,
+        runtime: AgentRuntime = "none",
+        owners: Owners | None = None,
     ) -> None:
         self.backend = backend
         self.mps = mps
         self.hostname = hostname
         self.allow_mutation = allow_mutation
+        self.runtime: AgentRuntime = runtime
+        self.owners = owners
+        # Set while an apply runs: it may have released NVML on purpose (the Ampere reset path),
+        # and a telemetry thread initialising it again would hold the GPU the reset needs.
+        self.applying = threading.Event()
+        self._lock = threading.RLock()
+        self._log = FailureLog(logger)
         self._status: dict[str, GpuStatus] = {}
+        self._known: list[GpuDevice] = []
         self._mps_health: dict[str, bool] = {}
+        self._health = (
+            MpsHealth(mps, self._log, mps_health_every_s, threads=threads) if mps else None
+        )
         self._last_init_attempt = -REINIT_EVERY_S
+
+    def close(self) -> None:
+        """Release the MPS health-check threads."""
+        if self._health is not None:
+            self._health.close()
+
+    def recheck_mps(self) -> None:
+        """Check MPS health at the next tick (an apply changed the daemons)."""
+        if self._health is not None:
+            self._health.recheck()
 
     def ensure_backend(self) -> bool:
         """Initialise the backend if needed, retrying at most every 30 s; True if available."""
         if self.backend.available():
             return True
         now = time.monotonic()
-        if now - self._last_init_attempt < REINIT_EVERY_S:
+        if self.applying.is_set() or now - self._last_init_attempt < REINIT_EVERY_S:
             return False
         self._last_init_attempt = now
         try:
             self.backend.init()
         except GpuUnavailable as exc:
-            logger.warning("GPUs unavailable: %s", exc)
+            self._log.failure("initialising the GPU driver", exc)
+            return False
+        except Exception as exc:  # 18 (driver/library mismatch), NVMLLibraryMismatchError: D1
+            self._log.failure("initialising the GPU driver", exc, expected=_expected(exc))
             return False
         return True
 
     def _devices(self) -> list[GpuDevice]:
+        """The GPUs, enumerated once; if enumeration fails, the last known GPUs, unavailable."""
         if not self.ensure_backend():
             return []
         try:
-            return self.backend.list_gpus()
-        except GpuUnavailable as exc:
-            logger.warning("GPUs unavailable: %s", exc)
-            return []
+            devices = self.backend.list_gpus()
+        except Exception as exc:  # 999 from nvmlDeviceGetCount, a driver gone: D1
+            self._log.failure("listing the GPUs", exc, expected=_expected(exc))
+            return [_unreadable(d) for d in self._known]
+        self._known = devices
+        return devices
 
     def gpu_infos(self) -> list[GpuInfo]:
         """The ``gpus`` part of ``hello`` and of ``ack.observed``."""
-        return [self._info(d) for d in self._devices()]
+        with self._lock:
+            return [self._info(d) for d in self._devices()]
 
     def _info(self, d: GpuDevice) -> GpuInfo:
         placements: dict[str, PlacementProfile] = {}
@@ -98,20 +149,20 @@ class Collector:
                 for p in self.backend.possible_placements(d.uuid):
                     placements[str(p.profile_id)] = {
                         "profile_id": p.profile_id,
-                        "name": p.name,
+                        "name": clip(p.name),
                         "compute_slices": p.compute_slices,
                         "memory_slices": p.memory_slices,
-                        "memory_mib": p.memory_mib,
+                        "memory_mib": mib(p.memory_mib) or 0,
                         "max_instances": p.max_instances,
                         "placements": [[s, z] for s, z in p.placements],
                     }
                 instances = self.backend.mig_instances(d.uuid)
-            except BackendError as exc:
-                logger.warning("MIG discovery of %s failed: %s", d.uuid, exc)
+            except Exception as exc:
+                self._log.failure(f"MIG discovery of {d.uuid}", exc, expected=_expected(exc))
         return {
             "index": d.index,
             "uuid": d.uuid,
-            "name": d.name,
+            "name": clip(d.name),
             "pci_device_id": d.pci_device_id,
             "memory_total_mib": d.memory_total_mib,
             "mig_capable": d.mig_capable,
@@ -138,61 +189,121 @@ class Collector:
         state = empty_mps_state()
         if self.mps is None:
             return state
-        managed = set(self.mps.managed_targets())
-        if gpu in managed:
-            info = self.mps.info(gpu)
-            state["running"] = info["running"]
-            state["healthy"] = info["healthy"]
-            state["pipe_directory"] = info["pipe_directory"]
-            state["default_active_thread_percentage"] = info["default_active_thread_percentage"]
-            state["default_pinned_mem_limit_mib"] = info["default_pinned_mem_limit_mib"]
-        state["instances"] = [self.mps.info(u) for u in mig_uuids if u in managed]
+        try:
+            managed = set(self.mps.managed_targets())
+            if gpu in managed:
+                info = self.mps.info(gpu)
+                state["running"] = info["running"]
+                state["healthy"] = info["healthy"]
+                state["pipe_directory"] = info["pipe_directory"]
+                state["default_active_thread_percentage"] = info["default_active_thread_percentage"]
+                state["default_pinned_mem_limit_mib"] = info["default_pinned_mem_limit_mib"]
+            state["instances"] = [self.mps.info(u) for u in mig_uuids if u in managed]
+        except Exception as exc:
+            self._log.failure(f"reading the MPS state of {gpu}", exc, expected=False)
         return state
 
     def hello(self, applied_generation: int) -> Hello:
         """The ``hello`` message."""
         gpus = self.gpu_infos()
         kind: BackendKind = "nvml" if self.backend.kind == "nvml" else "simulated"
+        driver, nvml = self._versions()
         return {
             "type": "hello",
             "protocol": PROTOCOL_VERSION,
-            "agent_version": __version__,
-            "hostname": self.hostname,
+            "agent_version": clip(__version__),
+            "hostname": clip(self.hostname),
             "backend": kind,
             "allow_mutation": self.allow_mutation,
-            "driver_version": self.backend.driver_version() if self.backend.available() else None,
-            "nvml_version": self.backend.nvml_version() if self.backend.available() else None,
+            "driver_version": driver,
+            "nvml_version": nvml,
             "applied_generation": applied_generation,
             "gpus": gpus,
+            "runtime": self.runtime,
         }
+
+    def _versions(self) -> tuple[str | None, str | None]:
+        """Driver and NVML versions (``nvmlSystemGetDriverVersion``/``…NVMLVersion``)."""
+        if not self.backend.available():
+            return None, None
+        try:
+            driver, nvml = self.backend.driver_version(), self.backend.nvml_version()
+        except Exception as exc:
+            self._log.failure("reading the driver version", exc, expected=_expected(exc))
+            return None, None
+        return clip_or_none(driver), clip_or_none(nvml)
+
+    def tick(self) -> list[UpMessage]:
+        """One heartbeat: ``telemetry`` then the events since the last tick, with the GPUs
+        enumerated once for both (review D11)."""
+        with self._lock:
+            devices = self._devices()
+            return [self._telemetry(devices), *self._events(devices, 0)]
 
     def telemetry(self) -> Telemetry:
         """One ``telemetry`` tick (``nvidia-smi --query-gpu`` for every GPU)."""
-        gpus: list[GpuTelemetry] = []
-        for d in self._devices():
-            try:
-                s = self.backend.sample(d.uuid)
-            except BackendError as exc:
-                logger.warning("sampling %s failed: %s", d.uuid, exc)
-                s = GpuSample(uuid=d.uuid, status=d.status)
-            gpus.append(_telemetry(s))
-        return {"type": "telemetry", "ts": time.time(), "gpus": gpus}
+        with self._lock:
+            return self._telemetry(self._devices())
 
     def events(self, timeout_ms: int = 0) -> list[Event]:
         """Backend events plus GPU status and MPS health transitions since the last call."""
-        events: list[GpuEvent] = []
-        if self.ensure_backend():
-            try:
-                events.extend(self.backend.wait_events(timeout_ms))
-            except BackendError as exc:
-                logger.warning("event wait failed: %s", exc)
-        events.extend(self._status_events())
-        events.extend(self._mps_events())
-        return [_event(e) for e in events]
+        with self._lock:
+            return self._events(self._devices(), timeout_ms)
 
-    def _status_events(self) -> list[GpuEvent]:
+    def _telemetry(self, devices: list[GpuDevice]) -> Telemetry:
+        gpus = [telemetry_of(self._sample(d)) for d in devices]
+        if self.owners is not None:
+            for gpu in gpus:
+                self._attribute(gpu)
+        return {"type": "telemetry", "ts": time.time(), "gpus": gpus}
+
+    def _attribute(self, gpu: GpuTelemetry) -> None:
+        """Name the replica of each process (by session or PID namespace, or the simulator's
+        allocation key): the GPU page shows *replica 3 of qwen-7b*, not only a PID."""
+        pids = [p["pid"] for p in gpu["processes"] if p.get("kind") != "mps_server"]
+        if not pids or self.owners is None:
+            return
+        try:
+            owners = self.owners(gpu["uuid"], pids)
+        except Exception as exc:  # attribution is a nicety: the sample goes out without it
+            self._log.failure(f"attributing the processes of {gpu['uuid']}", exc, expected=False)
+            return
+        for p in gpu["processes"]:
+            if p["pid"] in owners:
+                p["allocation_id"] = owners[p["pid"]]
+
+    def _sample(self, d: GpuDevice) -> GpuSample:
+        """One GPU's sample; ``lost`` or ``unavailable`` (and no values) if it cannot be read."""
+        if d.status == "unavailable":
+            return GpuSample(uuid=d.uuid, status="unavailable")
+        try:
+            return self.backend.sample(d.uuid)
+        except GpuLost:
+            return GpuSample(uuid=d.uuid, status="lost")
+        except Exception as exc:  # 999, NO_PERMISSION, a GI destroyed by a running apply: D1
+            self._log.failure(f"sampling {d.uuid}", exc, expected=_expected(exc))
+            return GpuSample(uuid=d.uuid, status="unavailable")
+
+    def _events(self, devices: list[GpuDevice], timeout_ms: int) -> list[Event]:
+        events = self._backend_events(timeout_ms)
+        events.extend(self._status_events(devices))
+        events.extend(self._mps_events(devices))
+        return [event_of(e) for e in events]
+
+    def _backend_events(self, timeout_ms: int) -> list[GpuEvent]:
+        if not self.ensure_backend():
+            return []
+        try:
+            return list(self.backend.wait_events(timeout_ms))
+        except Exception as exc:
+            self._log.failure("waiting for GPU events", exc, expected=_expected(exc))
+            return []
+
+    def _status_events(self, devices: list[GpuDevice]) -> list[GpuEvent]:
         out = []
-        for d in self._devices():
+        for d in devices:
+            if d.status == "unavailable":
+                continue  # not known this tick: neither lost nor back
             before = self._status.get(d.uuid, "ok")
             self._status[d.uuid] = d.status
             if before == d.status:
@@ -203,77 +314,49 @@ class Collector:
                 out.append(GpuEvent("gpu_back", d.uuid, "GPU is back", time.time()))
         return out
 
-    def _mps_events(self) -> list[GpuEvent]:
-        if self.mps is None:
+    def _mps_events(self, devices: list[GpuDevice]) -> list[GpuEvent]:
+        if self.mps is None or self._health is None:
             return []
         out = []
-        for target in self.mps.managed_targets():
-            healthy = self.mps.healthy(target)
-            before = self._mps_health.get(target, True)
-            self._mps_health[target] = healthy
-            if healthy != before:
-                kind: EventKind = "mps_up" if healthy else "mps_down"
-                detail = "MPS daemon answers again" if healthy else "MPS daemon does not answer"
-                out.append(GpuEvent(kind, self._gpu_of(target), detail, time.time()))
+        try:
+            checked = self._health.poll()
+            managed = set(self.mps.managed_targets()) if checked else set()
+            for target, healthy in sorted(checked.items()):
+                if target not in managed:
+                    continue  # stopped while it was checked
+                before = self._mps_health.get(target, True)
+                self._mps_health[target] = healthy
+                if healthy != before:
+                    out.append(self._mps_event(target, healthy, devices))
+        except Exception as exc:
+            self._log.failure("checking MPS daemons", exc, expected=False)
         return out
 
-    def _gpu_of(self, target: str) -> str:
+    def _mps_event(self, target: str, healthy: bool, devices: list[GpuDevice]) -> GpuEvent:
+        kind: EventKind = "mps_up" if healthy else "mps_down"
+        detail = "MPS daemon answers again" if healthy else "MPS daemon does not answer"
+        return GpuEvent(kind, self._gpu_of(target, devices), detail, time.time())
+
+    def _gpu_of(self, target: str, devices: list[GpuDevice]) -> str:
         if target.startswith("GPU-"):
             return target
-        for d in self._devices():
+        for d in devices:
             if d.status == "ok" and d.mig_capable:
                 try:
                     if any(i.uuid == target for i in self.backend.mig_instances(d.uuid)):
                         return d.uuid
-                except BackendError:
+                except Exception:  # this GPU cannot tell; another may
                     continue
         return target
 
 
-def _telemetry(s: GpuSample) -> GpuTelemetry:
-    return {
-        "uuid": s.uuid,
-        "status": s.status,
-        "utilization_gpu_percent": s.utilization_gpu_percent,
-        "memory_used_mib": s.memory_used_mib,
-        "memory_total_mib": s.memory_total_mib,
-        "temperature_c": s.temperature_c,
-        "power_mw": s.power_mw,
-        "ecc_corrected": s.ecc_corrected,
-        "ecc_uncorrected": s.ecc_uncorrected,
-        "processes": [
-            {
-                "pid": p.pid,
-                "used_memory_mib": p.used_memory_mib,
-                "gpu_instance_id": p.gpu_instance_id,
-                "compute_instance_id": p.compute_instance_id,
-            }
-            for p in s.processes
-        ],
-        "mig": [
-            {
-                "gpu_instance_id": m.gpu_instance_id,
-                "compute_instance_id": m.compute_instance_id,
-                "uuid": m.uuid,
-                "utilization_percent": m.utilization_percent,
-                "memory_used_mib": m.memory_used_mib,
-                "memory_total_mib": m.memory_total_mib,
-            }
-            for m in s.mig
-        ],
-    }
+def _expected(exc: BaseException) -> bool:
+    """A backend error is the driver speaking; anything else is a bug worth a traceback."""
+    return isinstance(exc, BackendError)
 
 
-def _event(e: GpuEvent) -> Event:
-    return {
-        "type": "event",
-        "kind": e.kind,
-        "gpu_uuid": e.gpu_uuid,
-        "gpu_instance_id": e.gpu_instance_id,
-        "xid": e.xid,
-        "detail": e.detail,
-        "ts": e.ts,
-    }
+def _unreadable(d: GpuDevice) -> GpuDevice:
+    return d if d.status == "lost" else replace(d, status="unavailable")
 
 
 async def ticks(interval_s: float, stop: asyncio.Event) -> AsyncIterator[int]:

@@ -12,9 +12,14 @@
 | ``FLEET_AGENT_ALLOW_MUTATION`` | ``--allow-mutation`` | off |
 | ``FLEET_AGENT_INTERVAL`` | ``--interval`` | ``1.0`` s |
 | ``FLEET_AGENT_TRANSPORT`` | ``--transport`` | ``ws`` |
-| ``FLEET_AGENT_MPS_DIR`` | ``--mps-dir`` | ``/tmp/fleet-mps`` |
+| ``FLEET_AGENT_MPS_DIR`` | ``--mps-dir`` | ``/run/fleet-mps`` (0755, for non-root MPS clients) |
 | ``FLEET_AGENT_HOSTNAME`` | ``--hostname`` | ``socket.gethostname()`` |
 | ``FLEET_AGENT_FAULT_DIR`` | ``--fault-dir`` | none (simulated backend only: fault injection) |
+| ``FLEET_AGENT_RUNTIME`` | ``--runtime`` | ``docker`` if its daemon answers, else ``process`` |
+| ``FLEET_AGENT_STATE_DIR`` | ``--state-dir`` | ``workloads/`` beside the token file |
+
+Without ``--allow-mutation`` the runtime is ``none``: such an agent changes nothing on its host.
+The state directory holds the process runtime's state file and the processes' logs.
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hostagent.mps import DEFAULT_BASE_DIR
-from hostagent.protocol import ProtocolError, SimulatedGpuSpec, validate
+from hostagent.protocol import AgentRuntime, ProtocolError, SimulatedGpuSpec, validate
 
 DEFAULT_STATE_FILE = Path("/var/lib/fleet-agent/state.json")
 TRUE = {"1", "true", "yes", "on"}
+RUNTIMES: tuple[AgentRuntime, ...] = ("docker", "process", "none")
 
 
 class ConfigError(ValueError):
@@ -55,6 +61,14 @@ class AgentConfig:
     mps_dir: Path = DEFAULT_BASE_DIR
     hostname: str = ""
     fault_dir: Path | None = None
+    runtime: AgentRuntime | None = None
+    """``None``: chosen at start (:func:`hostagent.runtime.default_runtime`)."""
+    state_dir: Path | None = None
+
+    @property
+    def workload_dir(self) -> Path:
+        """Where the runtime keeps its state and the processes' logs."""
+        return self.state_dir or self.token_file.parent / "workloads"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentConfig:
@@ -72,6 +86,11 @@ class AgentConfig:
             raise ConfigError(f"FLEET_AGENT_BACKEND must be nvml or simulated, not {backend!r}")
         if transport not in ("ws", "rest"):
             raise ConfigError(f"FLEET_AGENT_TRANSPORT must be ws or rest, not {transport!r}")
+        runtime = get("RUNTIME")
+        if runtime is not None and runtime not in RUNTIMES:
+            raise ConfigError(
+                f"FLEET_AGENT_RUNTIME must be docker, process or none, not {runtime!r}"
+            )
         try:
             return cls(
                 server=get("SERVER"),
@@ -87,6 +106,8 @@ class AgentConfig:
                 mps_dir=Path(get("MPS_DIR") or DEFAULT_BASE_DIR),
                 hostname=get("HOSTNAME") or socket.gethostname(),
                 fault_dir=Path(fault_dir) if (fault_dir := get("FAULT_DIR")) else None,
+                runtime=next((r for r in RUNTIMES if r == runtime), None),
+                state_dir=Path(state_dir) if (state_dir := get("STATE_DIR")) else None,
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc

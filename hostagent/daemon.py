@@ -5,17 +5,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 
 from hostagent.client import AgentClient, enroll
 from hostagent.collector import Collector
 from hostagent.config import AgentConfig, AgentState, ConfigError, load_specs, read_state
 from hostagent.faults import watch_faults
-from hostagent.gpu.backend import GpuBackend, GpuUnavailable
+from hostagent.gpu.backend import BackendError, GpuBackend, GpuUnavailable, driver_branch
 from hostagent.gpu.simulated import SimulatedBackend
 from hostagent.mps import MpsManager, SubprocessMpsControl
+from hostagent.protocol import AgentRuntime
+from hostagent.runtime import (
+    RuntimeUnavailable,
+    Supervisor,
+    WorkloadSync,
+    build_runtimes,
+    default_runtime,
+)
 
 logger = logging.getLogger(__name__)
+
+# The MIG user guide's minimum for A100/A30 MIG; R535 is what current NVML behaviour is known on.
+MIN_DRIVER_BRANCH = 525
+RECOMMENDED_DRIVER_BRANCH = 535
+# How long SIGTERM waits for an apply in flight before NVML is shut down (review D17). A MIG
+# reshape with an Ampere reset and MPS restarts fits; a hung driver call does not hold the stop.
+APPLY_DRAIN_S = 60.0
 
 
 def build_backend(config: AgentConfig) -> tuple[GpuBackend, MpsManager]:
@@ -32,20 +48,69 @@ def build_backend(config: AgentConfig) -> tuple[GpuBackend, MpsManager]:
 
 
 def init_backend(backend: GpuBackend) -> None:
-    """Initialise; without NVML the agent still runs and reports no GPUs (``unavailable``)."""
+    """Initialise; without NVML the agent still runs and reports no GPUs (``unavailable``).
+
+    Any failure is survived (review D1): a driver upgraded without a reboot fails ``nvmlInit``
+    with 18 (driver/library mismatch), and pynvml's ``NVMLLibraryMismatchError`` is not even an
+    ``NVMLError``. The collector retries every 30 s.
+    """
     try:
         backend.init()
     except GpuUnavailable as exc:
         logger.warning("no usable NVIDIA driver (%s); reporting GPUs as unavailable", exc)
+    except BackendError as exc:
+        logger.warning("the NVIDIA driver failed to initialise (%s); retrying every 30 s", exc)
+    except Exception:
+        logger.exception("the GPU backend failed to initialise; retrying every 30 s")
+
+
+def check_host(backend: GpuBackend) -> None:
+    """Warn at start about what keeps MIG from working here; the agent runs anyway (telemetry
+    works on any driver). The driver version also goes to the server in ``hello``."""
+    if backend.kind == "nvml" and os.geteuid() != 0:
+        logger.warning(
+            "not running as root: MIG placement discovery and changes need root or the NVML "
+            "capabilities mig/config and mig/monitor (nvml.h: 'Requires privileged user')"
+        )
+    if not backend.available():
+        return
+    try:
+        version = backend.driver_version()
+    except Exception as exc:
+        logger.warning("cannot read the driver version: %s", exc)
+        return
+    _check_driver(version)
+
+
+def _check_driver(version: str | None) -> None:
+    branch = driver_branch(version)
+    if branch is None:
+        logger.warning("unknown NVIDIA driver version %r", version)
+    elif branch < MIN_DRIVER_BRANCH:
+        # Before R510 the V-variant profile calls do not exist at all (review D14).
+        logger.warning(
+            "NVIDIA driver %s is older than R%s, the minimum for MIG on A100/A30 (R%s+ "
+            "recommended): MIG discovery and changes may fail; telemetry still works",
+            version,
+            MIN_DRIVER_BRANCH,
+            RECOMMENDED_DRIVER_BRANCH,
+        )
+    elif branch < RECOMMENDED_DRIVER_BRANCH:
+        logger.info("NVIDIA driver %s: R%s+ is recommended", version, RECOMMENDED_DRIVER_BRANCH)
 
 
 def resolve_state(config: AgentConfig) -> AgentState:
-    """Enrol if asked to, else read the token from the environment or the state file."""
+    """Enrol if asked to and not enrolled yet, else read the token from the environment or
+    the state file."""
     if config.server is None:
         raise ConfigError("--server (FLEET_AGENT_SERVER) is required")
-    if config.enrollment_token:
-        return enroll(config.server, config.enrollment_token, config.hostname, config.token_file)
     stored = read_state(config.token_file)
+    if config.enrollment_token and stored is None:
+        return enroll(config.server, config.enrollment_token, config.hostname, config.token_file)
+    if config.enrollment_token:
+        # Enrolment tokens are single-use: a service restarted with the same environment
+        # (systemd's Restart=always) goes on with the host token it already traded it for.
+        logger.info("already enrolled (%s): the enrolment token is not used", config.token_file)
     if config.token:
         generation = stored.applied_generation if stored else 0
         return AgentState(token=config.token, applied_generation=generation)
@@ -54,6 +119,39 @@ def resolve_state(config: AgentConfig) -> AgentState:
             f"no token: pass --enroll TOKEN or --token-file (tried {config.token_file})"
         )
     return stored
+
+
+def resolve_runtime(config: AgentConfig) -> AgentRuntime:
+    """The runtime asked for, else ``docker`` when its daemon answers, else ``process``.
+
+    An agent without ``--allow-mutation`` changes nothing on its host, and starting workloads
+    is a change: it runs none (and asking for a runtime without it is an error).
+    """
+    if not config.allow_mutation:
+        if config.runtime not in (None, "none"):
+            raise ConfigError(
+                f"--runtime {config.runtime} starts workloads on this host: it needs "
+                "--allow-mutation"
+            )
+        return "none"
+    return config.runtime or default_runtime()
+
+
+def build_workloads(
+    config: AgentConfig, backend: GpuBackend, runtime: AgentRuntime
+) -> WorkloadSync:
+    """The supervisor of this agent's workloads (reporting ``failed`` for every workload when
+    the runtime is ``none``)."""
+    try:
+        runtimes = build_runtimes(runtime, hostname=config.hostname, state_dir=config.workload_dir)
+    except RuntimeUnavailable as exc:
+        raise ConfigError(f"--runtime {runtime}: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot use {config.workload_dir}: {exc}") from exc
+    supervisor = Supervisor(
+        runtimes, agent_runtime=runtime, state_dir=config.workload_dir if runtimes else None
+    )
+    return WorkloadSync(supervisor, backend, gpu_request=backend.kind == "nvml")
 
 
 async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> None:
@@ -66,8 +164,17 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> N
     state = resolve_state(config)
     backend, mps = build_backend(config)
     init_backend(backend)
+    check_host(backend)
+    runtime = resolve_runtime(config)
+    workloads = build_workloads(config, backend, runtime)
+    workloads.supervisor.start()
     collector = Collector(
-        backend, hostname=config.hostname, mps=mps, allow_mutation=config.allow_mutation
+        backend,
+        hostname=config.hostname,
+        mps=mps,
+        allow_mutation=config.allow_mutation,
+        runtime=runtime,
+        owners=workloads.owners,
     )
     assert config.server is not None  # checked by resolve_state
     client = AgentClient(
@@ -79,13 +186,15 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> N
         allow_mutation=config.allow_mutation,
         interval_s=config.interval_s,
         state_file=config.token_file,
+        workloads=workloads,
     )
     logger.info(
-        "agent %s starting (%s backend, %s transport, mutation %s)",
+        "agent %s starting (%s backend, %s transport, mutation %s, %s runtime)",
         config.hostname,
         backend.kind,
         config.transport,
         "allowed" if config.allow_mutation else "disabled",
+        runtime,
     )
     faults = None
     if config.fault_dir is not None:
@@ -100,5 +209,18 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> N
     finally:
         if faults is not None:
             faults.cancel()
+        await _stop(client, collector, backend)
+        # The workloads keep running: the next agent adopts them (unreachable is not failed).
+        workloads.supervisor.close()
+
+
+async def _stop(client: AgentClient, collector: Collector, backend: GpuBackend) -> None:
+    """Shut NVML down only once no apply thread is using it (review D17)."""
+    if not await client.settle(APPLY_DRAIN_S):
+        logger.warning("an apply still runs after %.0f s; shutting down anyway", APPLY_DRAIN_S)
+    collector.close()
+    try:
         backend.shutdown()
-        logger.info("agent stopped")
+    except Exception as exc:
+        logger.warning("GPU backend shutdown failed: %s", exc)
+    logger.info("agent stopped")

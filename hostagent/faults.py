@@ -6,7 +6,10 @@ one command for the :class:`~hostagent.gpu.simulated.SimulatedBackend`, applied 
 ``{"fault": "xid", "gpu": 0, "xid": 79}``, ``{"fault": "ecc", "gpu": 0, "uncorrected": 1}``,
 ``{"fault": "lose_gpu", "gpu": 0}``, ``{"fault": "restore_gpu", "gpu": 0}``,
 ``{"fault": "crash_mps", "gpu": 0}``, ``{"fault": "slow_apply", "seconds": 3}``,
-``{"fault": "reset_gpu", "gpu": 0}`` (a GPU reset: MIG instances and processes gone),
+``{"fault": "reset_gpu", "gpu": 0}`` (a GPU reset forced from outside, as a reboot: MIG
+instances, processes and MPS daemons gone, a pending MIG mode applied),
+``{"fault": "fail_event_registration", "gpu": 0, "attempts": 1}`` (the GPU's event registration
+is lost and fails that many more times: its Xid and ECC events are lost meanwhile),
 ``{"fault": "fail_apply", "count": 1}``,
 ``{"fault": "run_process", "gpu": 0, "start": 4, "memory_mib": 1024}`` (``start``: the MIG
 instance's first memory slice, or ``null`` for the whole GPU),
@@ -54,7 +57,9 @@ def apply_fault(backend: SimulatedBackend, command: dict[str, Any]) -> dict[str,
     elif kind == "crash_mps":
         backend.crash_mps(uuid)
     elif kind == "reset_gpu":
-        backend.reset_gpu(uuid)
+        backend.reset_gpu(uuid, force=True)
+    elif kind == "fail_event_registration":
+        backend.fail_event_registration(uuid, int(command.get("attempts", 1)))
     elif kind == "slow_apply":
         backend.slow_apply(float(command["seconds"]))
     elif kind == "fail_apply":

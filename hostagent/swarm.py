@@ -12,7 +12,8 @@ from hostagent.collector import Collector
 from hostagent.config import AgentState
 from hostagent.gpu.simulated import SimulatedBackend
 from hostagent.mps import MpsManager
-from hostagent.protocol import SimulatedGpuSpec, UpMessage
+from hostagent.protocol import AgentRuntime, SimulatedGpuSpec, UpMessage
+from hostagent.runtime import Supervisor, WorkloadSync, build_runtimes
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +55,15 @@ def build_clients(
     hostname_prefix: str = "sim",
     mps_dir: Path = Path("/tmp/fleet-mps-swarm"),
     record: bool = False,
+    runtime: AgentRuntime = "none",
+    state_dir: Path = Path("/tmp/fleet-swarm-workloads"),
 ) -> list[AgentClient]:
     """One client per ``(host token, GPU specs)``; host ``i`` uses seed ``i``.
 
     ``record``: :class:`RecordingAgentClient` (remembers what it sent) instead of the plain one.
+    ``runtime``: what the simulated agents run their replicas' workloads with (each under
+    ``state_dir/<i>``, its containers labelled with its hostname); ``none`` (the default) keeps
+    them reservation-only, as the benchmarks measure them.
     """
     clients = []
     client_class = RecordingAgentClient if record else AgentClient
@@ -65,8 +71,17 @@ def build_clients(
         sim = SimulatedBackend(specs, seed=i)
         sim.init()
         mps = MpsManager(sim.mps_control, mps_dir / str(i))
+        hostname = f"{hostname_prefix}-{i:04d}"
+        workloads = _workloads(sim, runtime, hostname, state_dir / str(i))
+        # threads=False: thousands of simulated agents share one loop (see AgentClient.threads).
         collector = Collector(
-            sim, hostname=f"{hostname_prefix}-{i:04d}", mps=mps, allow_mutation=allow_mutation
+            sim,
+            hostname=hostname,
+            mps=mps,
+            allow_mutation=allow_mutation,
+            threads=False,
+            runtime=runtime,
+            owners=workloads.owners,
         )
         clients.append(
             client_class(
@@ -78,9 +93,24 @@ def build_clients(
                 allow_mutation=allow_mutation,
                 interval_s=interval_s,
                 seed=i,
+                threads=False,
+                workloads=workloads,
             )
         )
     return clients
+
+
+def _workloads(
+    sim: SimulatedBackend, runtime: AgentRuntime, hostname: str, state_dir: Path
+) -> WorkloadSync:
+    """A simulated agent's supervisor; with ``none`` it has no thread and only reports the
+    replicas it cannot run."""
+    runtimes = build_runtimes(runtime, hostname=hostname, state_dir=state_dir)
+    supervisor = Supervisor(
+        runtimes, agent_runtime=runtime, state_dir=state_dir if runtimes else None
+    )
+    supervisor.start()
+    return WorkloadSync(supervisor, sim, gpu_request=False)
 
 
 async def run_swarm(
@@ -93,8 +123,14 @@ async def run_swarm(
     hostname_prefix: str = "sim",
     record: bool = False,
     clients_out: list[AgentClient] | None = None,
+    runtime: AgentRuntime = "none",
+    state_dir: Path = Path("/tmp/fleet-swarm-workloads"),
+    stop_workloads: bool = False,
 ) -> list[AgentClient]:
     """Run one simulated agent per host until ``stop`` is set; return the clients.
+
+    ``stop_workloads``: on the way out, stop the workloads the agents run (the demo does, so
+    that quitting it leaves nothing behind; a real agent's workloads outlive it).
 
     Starts are spread over one interval so a large swarm does not connect all at once.
     ``clients_out`` (when given) receives the clients as soon as they are built.
@@ -107,6 +143,8 @@ async def run_swarm(
         allow_mutation=allow_mutation,
         hostname_prefix=hostname_prefix,
         record=record,
+        runtime=runtime,
+        state_dir=state_dir,
     )
     if clients_out is not None:
         clients_out.extend(clients)
@@ -116,13 +154,22 @@ async def run_swarm(
         await client.run(stop)
 
     logger.info("starting %d simulated agents against %s", len(clients), server)
-    await asyncio.gather(*(run_one(i, c) for i, c in enumerate(clients)))
+    try:
+        await asyncio.gather(*(run_one(i, c) for i, c in enumerate(clients)))
+    finally:
+        for client in clients:  # their workloads keep running, as a real agent's do
+            if client.workloads is not None:
+                if stop_workloads:
+                    client.workloads.supervisor.stop_everything(timeout_s=15)
+                client.workloads.supervisor.close()
     return clients
 
 
 def load_swarm_config(path: Path) -> tuple[str, list[tuple[str, list[SimulatedGpuSpec]]], float]:
     """``{"server": URL, "interval_s": 1.0, "hosts": [{"token": ..., "gpus": [spec, ...]}]}``
-    (optional: ``"allow_mutation"``, default true; ``"hostname_prefix"``, default ``"sim"``)."""
+    (optional: ``"allow_mutation"``, default true; ``"hostname_prefix"``, default ``"sim"``;
+    ``"runtime"``, default ``"none"``; ``"state_dir"``; ``"stop_workloads_on_exit"``, default
+    false)."""
     import json
 
     raw = json.loads(path.read_text(encoding="utf-8"))
@@ -168,12 +215,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             hostname_prefix=str(extra.get("hostname_prefix", "sim")),
             record=args.stats is not None,
             clients_out=clients,
+            runtime=_runtime(extra.get("runtime", "none")),
+            state_dir=Path(str(extra.get("state_dir", "/tmp/fleet-swarm-workloads"))),
+            stop_workloads=bool(extra.get("stop_workloads_on_exit", False)),
         )
 
     asyncio.run(run())
     if args.stats is not None:
         args.stats.write_text(json.dumps(swarm_stats(clients)), encoding="utf-8")
     return 0
+
+
+def _runtime(value: object) -> AgentRuntime:
+    if value == "docker":
+        return "docker"
+    if value == "process":
+        return "process"
+    if value != "none":
+        raise SystemExit(f"runtime must be docker, process or none, not {value!r}")
+    return "none"
 
 
 if __name__ == "__main__":

@@ -75,6 +75,20 @@ def admin_client(admin_user) -> Any:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_throttles() -> None:
+    """Each test starts with no request counted against its users' throttles. In the embedded
+    runs (SQLite) user ids are reused after each test's rollback, so one test's calls would count
+    against the next one's users; a process-local cache is cleared whole, cheaply. (On
+    PostgreSQL ids are never reused, and the cache is Redis: left alone.)"""
+    from django.core.cache import caches
+    from django.core.cache.backends.locmem import LocMemCache
+
+    backend = caches["default"]
+    if isinstance(backend, LocMemCache):
+        backend.clear()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_telemetry_store(request):
     """Each Django test starts with an empty telemetry hot store (row ids are reused)."""
     if (
@@ -91,7 +105,8 @@ def _fresh_telemetry_store(request):
 def mem_store(settings: Any) -> Any:
     """The telemetry hot store in process memory (whatever FLEET_REDIS_URL says), emptied, and
     no GPU map cached from an earlier test."""
-    from fleet.inventory import ingest, telemetry
+    from fleet.agents import ingest
+    from fleet.inventory import telemetry
 
     settings.REDIS_URL = ""
     store = telemetry.get_store()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.allocations.models import Allocation, Deployment
+from fleet.core.models import Operation
 from fleet.inventory.models import Gpu, Host
-from fleet.partitioning.models import Operation, Partition
+from fleet.partitioning.models import Partition
 
 
 def assert_error(response: Any, status: int, code: str | None = None) -> dict[str, Any]:
@@ -44,3 +45,33 @@ def snapshot_rows() -> dict[str, Any]:
         ),
         "operations": Operation.objects.count(),
     }
+
+
+def race(*calls: Any, timeout: float = 30) -> list[object]:
+    """Run the calls at the same instant in separate threads (each with its own database
+    connection, closed after); a call's :class:`ServiceError` is its outcome. Needs real
+    concurrent transactions (PostgreSQL: SQLite serialises writers)."""
+    import threading
+
+    from django.db import connections
+
+    from fleet.core.errors import ServiceError
+
+    barrier = threading.Barrier(len(calls))
+    outcomes: list[object] = [None] * len(calls)
+
+    def run(i: int, call: Any) -> None:
+        try:
+            barrier.wait()
+            outcomes[i] = call()
+        except ServiceError as error:
+            outcomes[i] = error
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return outcomes

@@ -3,9 +3,10 @@ from __future__ import annotations
 from django.contrib import admin
 
 from fleet.allocations.models import Allocation, Deployment
+from fleet.core.admin import ReadOnlyAdmin
 
 
-class AllocationInline(admin.TabularInline[Allocation, Deployment]):
+class AllocationInline(ReadOnlyAdmin, admin.TabularInline[Allocation, Deployment]):
     model = Allocation
     extra = 0
     fields = ("replica", "gpu_slot", "gpu", "partition", "memory_mib", "compute_percent", "state")
@@ -29,6 +30,6 @@ class DeploymentAdmin(admin.ModelAdmin[Deployment]):
 
 
 @admin.register(Allocation)
-class AllocationAdmin(admin.ModelAdmin[Allocation]):
+class AllocationAdmin(ReadOnlyAdmin, admin.ModelAdmin[Allocation]):
     list_display = ("__str__", "kind", "gpu", "memory_mib", "compute_percent", "state")
     list_filter = ("kind", "state")

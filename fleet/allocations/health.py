@@ -1,16 +1,18 @@
 """Health that acts and recovers, as ECS Managed Instances does for MPS tasks.
 
-Detection feeds in from agent events (Xid, ECC, MPS daemon, lost GPU) and from missed
-heartbeats. A sick GPU is marked unhealthy and cordoned, and its replicas are re-placed on
-healthy capacity by the placement engine, each step an operation. When the fault clears (the
-daemon answers again, the GPU is back, a quiet period after an Xid, or an operator heals it)
-the GPU returns to service: never "unhealthy forever".
+Detection feeds in from agent events (Xid, ECC, MPS daemon, lost GPU). A sick GPU is marked
+unhealthy and cordoned, and its replicas are re-placed on healthy capacity by the placement
+engine at once, each step an operation. When the fault clears (the daemon answers again, the GPU
+is back, a quiet period after an Xid, or an operator heals it) the GPU returns to service: never
+"unhealthy forever". A host that stops answering is not a fault of this kind: its replicas wait
+out a grace period (:mod:`fleet.allocations.offline`).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Collection
 from datetime import timedelta
 from typing import Any
 
@@ -20,12 +22,15 @@ from django.utils import timezone
 
 from fleet.allocations.autoplace import deployment_autoplace
 from fleet.allocations.models import Allocation, Deployment
+from fleet.allocations.moves import gpu_moves_start
 from fleet.allocations.services import deployment_evict
+from fleet.core import alerts
 from fleet.core.errors import NotFound, ServiceError
 from fleet.core.events import publish_changed
-from fleet.inventory.models import Gpu, GpuHealth, HealthCause, HealthEvent, Host
-from fleet.partitioning.models import Operation, OperationKind, OperationStatus
-from fleet.partitioning.services import host_bump_generation, operation_record, schedule_push
+from fleet.core.models import Operation, OperationKind, OperationStatus
+from fleet.core.operations import operation_record
+from fleet.inventory.models import Gpu, GpuHealth, HealthCause, HealthEvent
+from fleet.partitioning.desired import host_bump_generation, schedule_push
 
 logger = logging.getLogger(__name__)
 
@@ -104,14 +109,33 @@ def gpu_mark_unhealthy(
         requested_by=requested_by,
         payload={"health": health, "cause": cause, "cordoned": gpu.cordoned},
     )
+    alerts.alert_emit(
+        event=alerts.GPU_UNHEALTHY,
+        summary=f"{gpu} is {health}: {reason}",
+        subject={**alerts.gpu_subject(gpu), "cause": cause, "health": health},
+    )
     if cause == HealthCause.MPS:
         # Re-send the desired state: applying it restarts the daemon, and mps_up heals the GPU.
         host_bump_generation(gpu.host_id)
         schedule_push(gpu.host_id)
-    transaction.on_commit(
-        lambda: replace_allocations(gpu_id=gpu_id, reason=f"{gpu} is {health}: {reason}")
-    )
+    why = f"{gpu} is {health}: {reason}"
+    if cause == HealthCause.ECC:
+        # The GPU still works: its replicas move make before break, and only those with
+        # nowhere to go are stopped and placed again (they wait for capacity).
+        transaction.on_commit(lambda: move_allocations(gpu_id=gpu_id, reason=why), robust=True)
+    else:  # a dead GPU (or MPS daemon) runs nothing worth keeping: stop and start elsewhere
+        transaction.on_commit(lambda: replace_allocations(gpu_id=gpu_id, reason=why), robust=True)
     return operation
+
+
+def move_allocations(*, gpu_id: int, reason: str) -> list[int]:
+    """Move the replicas off a GPU that still works (make before break); those that have
+    nowhere to go are re-placed as on a dead GPU. Returns the operations recorded."""
+    started, stuck = gpu_moves_start(gpu_id=gpu_id, reason=reason)
+    replicas = sorted(
+        set(Allocation.objects.filter(pk__in=stuck).values_list("deployment_id", "replica"))
+    )
+    return started + [_replace_one(d, r, reason) for d, r in replicas]
 
 
 @transaction.atomic
@@ -129,6 +153,11 @@ def gpu_recover(
     if gpu.auto_cordoned:
         gpu.cordoned, gpu.auto_cordoned, gpu.cordon_reason = False, False, ""
     gpu.save()
+    alerts.alert_emit(
+        event=alerts.GPU_RECOVERED,
+        summary=f"{gpu} is back in service: {reason}",
+        subject={**alerts.gpu_subject(gpu), "was": previous},
+    )
     return operation_record(
         kind=OperationKind.HEALTH,
         summary=f"{gpu} is back in service: {reason}"[:255],
@@ -153,7 +182,11 @@ def gpu_heal(*, gpu_id: int, requested_by: Any = None) -> Operation:
 
 
 def replace_allocations(
-    *, gpu_id: int | None = None, host_id: int | None = None, reason: str
+    *,
+    gpu_id: int | None = None,
+    host_id: int | None = None,
+    reason: str,
+    partitions: Collection[int] | None = None,
 ) -> list[int]:
     """Move every replica off a sick GPU (or an offline host) onto healthy capacity.
 
@@ -162,10 +195,12 @@ def replace_allocations(
     why. Returns the ids of the operations recorded.
     """
     if gpu_id is not None:
-        allocations = Allocation.objects.filter(gpu_id=gpu_id)
+        allocations = Allocation.objects.placed().filter(gpu_id=gpu_id)
     else:
         assert host_id is not None
-        allocations = Allocation.objects.filter(gpu__host_id=host_id)
+        allocations = Allocation.objects.placed().filter(gpu__host_id=host_id)
+    if partitions is not None:  # only these partitions of the GPU (a reshape keeps the others)
+        allocations = allocations.filter(partition_id__in=list(partitions))
     replicas = sorted(set(allocations.values_list("deployment_id", "replica")))
     recorded = []
     for deployment_id, replica in replicas:
@@ -179,7 +214,9 @@ def _replace_one(deployment_id: int, replica: int, reason: str) -> int:
         deployment_evict(deployment_id=deployment_id, replica=replica)
     try:
         with transaction.atomic():
-            placed = deployment_autoplace(deployment_id=deployment_id, limit=1)
+            placed = deployment_autoplace(
+                deployment_id=deployment_id, limit=1, over_quota_reason=reason
+            )
         target = placed[0].summary if placed else "nowhere"
         return operation_record(
             kind=OperationKind.REPLACE,
@@ -201,14 +238,6 @@ def _replace_one(deployment_id: int, replica: int, reason: str) -> int:
             reason=f"{reason}. No healthy capacity: {error.message}",
             payload={"replica": replica},
         ).pk
-
-
-def hosts_went_offline(host_ids: list[int]) -> None:
-    """Re-place the replicas of hosts that stopped answering."""
-    for host in Host.objects.filter(pk__in=host_ids):
-        replace_allocations(
-            host_id=host.pk, reason=f"host {host.name} is offline (missed heartbeats)"
-        )
 
 
 def gpus_recover_quiet(now: Any = None) -> list[int]:
@@ -245,14 +274,18 @@ def replicas_retry() -> list[int]:
                 result={**failed.result, "replaced_by": None}
             )
             continue
-        if deployment.allocations.filter(replica=replica).exists():
+        if deployment.allocations.placed().filter(replica=replica).exists():
             Operation.objects.filter(pk=failed.pk).update(
                 result={**failed.result, "replaced_by": None}
             )
             continue
         try:
             with transaction.atomic():
-                placed = deployment_autoplace(deployment_id=deployment.pk, limit=1)
+                placed = deployment_autoplace(
+                    deployment_id=deployment.pk,
+                    limit=1,
+                    over_quota_reason=f"re-placing after a fault (operation {failed.pk})",
+                )
                 done = operation_record(
                     kind=OperationKind.REPLACE,
                     summary=f"Re-placed {deployment.name}[{replica}]: {placed[0].summary}"[:255],

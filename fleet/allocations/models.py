@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from fleet.core.models import TimeStampedModel
+from fleet.core.models import Team, TimeStampedModel, default_team_id
 from fleet.inventory.models import Gpu
 from fleet.partitioning.models import Partition
+from hostagent.protocol import default_workload
 
 
 class RequestKind(models.TextChoices):
@@ -26,12 +29,24 @@ class Deployment(TimeStampedModel):
     """
 
     name = models.CharField(max_length=200, unique=True)
+    # Who owns it: its team's operators act on it, its team's quota bounds its replicas.
+    # Saved without one, it joins the ``default`` team.
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="deployments")
     kind = models.CharField(max_length=8, choices=RequestKind.choices)
     profile = models.CharField(max_length=32, blank=True)
     memory_mib = models.PositiveIntegerField(null=True, blank=True)
     max_compute_percent = models.PositiveSmallIntegerField(null=True, blank=True)
     gpu_count = models.PositiveSmallIntegerField(null=True, blank=True)
     replicas = models.PositiveSmallIntegerField(default=1)
+    # Created with ``auto``: the engine places every replica, those added by scaling too.
+    auto_place = models.BooleanField(default=False)
+    # What each replica runs (``hostagent.protocol.Workload``, every field given); runtime
+    # ``none`` runs nothing and an outside launcher reads the allocation's environment.
+    workload = models.JSONField(default=default_workload)
+    # Labels every host of its replicas must carry (rule placement.host_labels); {}: any host.
+    host_labels = models.JSONField(default=dict, blank=True)
+    # Deleted, waiting for its replicas' workloads to stop (then the row goes).
+    deleting = models.BooleanField(default=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -71,10 +86,40 @@ class Deployment(TimeStampedModel):
     def __str__(self) -> str:
         return self.name
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.team_id is None:
+            self.team_id = default_team_id()
+        super().save(*args, **kwargs)
+
 
 class AllocationState(models.TextChoices):
     PENDING = "pending", "Pending (agent not yet applied)"
     ACTIVE = "active", "Active"
+    # Evicted while its workload may still run: the slice stays reserved until the agent says
+    # the workload has exited (the desired state no longer lists it, so the agent stops it).
+    RELEASING = "releasing", "Releasing (workload stopping)"
+
+
+class WorkloadState(models.TextChoices):
+    """``hostagent.protocol.WorkloadState``, as the agent reports it."""
+
+    NONE = "none", "None"
+    PENDING = "pending", "Pending"
+    STARTING = "starting", "Starting"
+    RUNNING = "running", "Running"
+    STOPPING = "stopping", "Stopping"
+    EXITED = "exited", "Exited"
+    FAILED = "failed", "Failed"
+    CRASHLOOP = "crashloop", "Crash loop"
+
+
+class AllocationQuerySet(models.QuerySet["Allocation"]):
+    def placed(self) -> AllocationQuerySet:
+        """The replicas in place (pending or active), not those releasing their slice."""
+        return self.exclude(state=AllocationState.RELEASING)
+
+    def releasing(self) -> AllocationQuerySet:
+        return self.filter(state=AllocationState.RELEASING)
 
 
 class Allocation(TimeStampedModel):
@@ -97,12 +142,35 @@ class Allocation(TimeStampedModel):
         max_length=16, choices=AllocationState.choices, default=AllocationState.PENDING
     )
     generation = models.PositiveBigIntegerField(default=0)
+    released_at = models.DateTimeField(null=True, blank=True)
+    # The replica's workload as the agent last reported it (``none`` for runtime ``none``).
+    workload_state = models.CharField(
+        max_length=16, choices=WorkloadState.choices, default=WorkloadState.NONE
+    )
+    started_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.SmallIntegerField(null=True, blank=True)
+    restarts = models.PositiveIntegerField(default=0)
+    workload_message = models.CharField(max_length=256, blank=True)
+    # A move's new copy of a replica (make before break): it runs beside the copy it replaces
+    # until it is running, then that one is released (:mod:`fleet.allocations.moves`).
+    # What this copy runs (``hostagent.protocol.Workload``), fixed when it was placed: a rolling
+    # update's new copies run the new workload beside the old ones. Null: the deployment's.
+    workload = models.JSONField(null=True, blank=True)
+    replaces = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="successor"
+    )
+
+    objects = AllocationQuerySet.as_manager()
 
     class Meta:
         ordering = ["deployment_id", "replica", "gpu_slot"]
         constraints = [
+            # A releasing replica's successor may be placed while it stops, and a move's new
+            # copy runs beside the one it replaces.
             models.UniqueConstraint(
-                fields=["deployment", "replica", "gpu_slot"], name="allocation_unique_replica_slot"
+                fields=["deployment", "replica", "gpu_slot"],
+                condition=~Q(state="releasing") & Q(replaces__isnull=True),
+                name="allocation_unique_replica_slot",
             ),
             # A MIG partition or a dedicated GPU serves exactly one replica; MPS shares are
             # summed by the service under a row lock on the GPU.
@@ -129,3 +197,71 @@ class Allocation(TimeStampedModel):
 
     def __str__(self) -> str:
         return f"{self.deployment.name}[{self.replica}] on {self.partition}"
+
+
+class ReplicaSample(models.Model):
+    """One minute of a replica's history: the means of its 1 s points (kept a week; the last
+    hour at 1 s lives in the telemetry store, :mod:`fleet.allocations.telemetry`). ``None``
+    means the agent had no value that minute, never zero."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="samples")
+    ts = models.DateTimeField()
+    utilization_percent = models.FloatField(null=True, blank=True)
+    memory_used_mib = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["allocation_id", "ts"]
+        # Retention deletes by age across all replicas.
+        indexes = [models.Index(fields=["ts"], name="replica_sample_ts")]
+        constraints = [
+            models.UniqueConstraint(fields=["allocation", "ts"], name="replica_sample_unique_point")
+        ]
+
+    def __str__(self) -> str:
+        return f"allocation {self.allocation_id} at {self.ts:%Y-%m-%d %H:%M}"
+
+
+class UsageInterval(models.Model):
+    """How long one allocation row existed: chargeback's record (:mod:`fleet.allocations.usage`).
+
+    Opened when the allocation row is created and closed (``ended_at``) when it is deleted, by
+    the ``post_save``/``post_delete`` receivers in :mod:`fleet.allocations.usage`, so cascade and
+    queryset deletes end it too. Names are copied: the history outlives the deployment, its team
+    and the allocation (``allocation_id`` is a plain number, no foreign key).
+    """
+
+    allocation_id = models.PositiveBigIntegerField(unique=True)
+    deployment_id = models.PositiveBigIntegerField()
+    deployment_name = models.CharField(max_length=200)
+    team_id = models.PositiveBigIntegerField(null=True)
+    team_name = models.CharField(max_length=200, blank=True)
+    replica = models.PositiveSmallIntegerField()
+    kind = models.CharField(max_length=8, choices=RequestKind.choices)
+    product_key = models.CharField(max_length=64, blank=True)
+    product_name = models.CharField(max_length=128, blank=True)
+    gpu_id = models.PositiveBigIntegerField()
+    gpu_memory_mib = models.PositiveIntegerField()
+    # MIG: the profile, its compute slices and the GPU's (the product's ``compute_slice_count``).
+    profile = models.CharField(max_length=32, blank=True)
+    compute_slices = models.PositiveSmallIntegerField(null=True, blank=True)
+    gpu_compute_slices = models.PositiveSmallIntegerField(null=True, blank=True)
+    # MPS: the reserved memory and compute cap (null: uncapped).
+    memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    compute_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Whole GPUs: 1 per allocation row (a replica of n GPUs has n rows).
+    gpu_count = models.PositiveSmallIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        indexes = [models.Index(fields=["started_at"], name="usage_interval_started")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=models.F("started_at")),
+                name="usage_interval_ends_after_start",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_name}[{self.replica}] {self.kind} from {self.started_at}"

@@ -1,4 +1,5 @@
-"""Reads for placement: the fleet snapshot the engine ranks, and the ranking of one deployment.
+"""Reads for placement: the fleet snapshot the engine ranks, the fleet's request mix, and the
+ranking of one deployment.
 
 The snapshot is a read without locks; the place service re-checks every choice under row locks.
 """
@@ -6,56 +7,88 @@ The snapshot is a read without locks; the place service re-checks every choice u
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
-from fleet.allocations.models import Allocation, Deployment, RequestKind
-from fleet.inventory.models import Gpu, GpuHealth, Host, HostStatus, SharingMode
+from django.db.models import Sum
+
+from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
+from fleet.allocations.workloads import runtime_of
+from fleet.domain import Violation
+from fleet.inventory.models import HELD_STATUSES, Gpu, GpuHealth, Host, HostStatus, SharingMode
+from fleet.mig import Product
 from fleet.mps import MpsRequest, client_environment
+from fleet.partitioning import converters
 from fleet.partitioning.models import Partition, PartitionKind
 from fleet.placement import (
+    Demand,
     FleetSnapshot,
     GpuState,
     HostState,
     MigPartition,
     MigRequest,
     MovePlan,
+    MpsShare,
     PlacementRequest,
     Ranking,
+    RequestMix,
+    RequestShape,
+    Target,
     WholeGpuRequest,
+    main_reasons,
+    place_in_turn,
     plan_moves,
     rank,
+    shape_of,
 )
+from hostagent.protocol import RUNS_ON
 
-UNAVAILABLE_HOST_STATUSES = (HostStatus.CORDONED, HostStatus.DRAINING, HostStatus.UNHEALTHY)
+UNAVAILABLE_HOST_STATUSES = (*HELD_STATUSES, HostStatus.UNHEALTHY)
 
 
-def fleet_snapshot() -> FleetSnapshot:
-    """Every host and GPU with its partitions and reservations, in a stable order."""
-    hosts = tuple(
-        HostState(
-            id=host.pk,
-            healthy=host.status not in (HostStatus.UNHEALTHY, HostStatus.OFFLINE),
-            cordoned=host.status in (HostStatus.CORDONED, HostStatus.DRAINING),
-        )
-        for host in Host.objects.order_by("name")
-    )
+def fleet_snapshot(host_ids: list[int] | None = None) -> FleetSnapshot:
+    """Every host and GPU (or those of ``host_ids``) with its partitions, MPS daemons and
+    reservations, in a stable order. The place service reads it under its row locks."""
+    hosts = Host.objects.order_by("name")
+    gpus = Gpu.objects.select_related("host").order_by("host__name", "index")
+    partition_rows = Partition.objects.order_by("gpu_id", "start")
+    allocation_rows = Allocation.objects.only(
+        "pk", "partition_id", "kind", "memory_mib", "compute_percent"
+    ).order_by("pk")
+    if host_ids is not None:
+        hosts = hosts.filter(pk__in=host_ids)
+        gpus = gpus.filter(host_id__in=host_ids)
+        partition_rows = partition_rows.filter(gpu__host_id__in=host_ids)
+        allocation_rows = allocation_rows.filter(gpu__host_id__in=host_ids)
     partitions: dict[int, list[Partition]] = defaultdict(list)
-    for partition in Partition.objects.order_by("gpu_id", "start"):
+    for partition in partition_rows:
         partitions[partition.gpu_id].append(partition)
     allocations: dict[int, list[Allocation]] = defaultdict(list)
-    for allocation in Allocation.objects.only(
-        "pk", "partition_id", "kind", "memory_mib", "compute_percent"
-    ).order_by("pk"):
+    for allocation in allocation_rows:
         allocations[allocation.partition_id].append(allocation)
-    gpus = tuple(
-        _gpu_state(gpu, partitions[gpu.pk], allocations)
-        for gpu in Gpu.objects.select_related("host").order_by("host__name", "index")
+    return FleetSnapshot(
+        hosts=tuple(_host_state(host) for host in hosts),
+        gpus=tuple(_gpu_state(gpu, partitions[gpu.pk], allocations) for gpu in gpus),
     )
-    return FleetSnapshot(hosts=hosts, gpus=gpus)
+
+
+def _host_state(host: Host) -> HostState:
+    return HostState(
+        id=host.pk,
+        healthy=host.status not in (HostStatus.UNHEALTHY, HostStatus.OFFLINE),
+        # Cordoned, draining or in maintenance: the engine places nothing new there.
+        cordoned=host.status in HELD_STATUSES,
+        runtime=host.runtime,
+        name=host.name,
+        labels=tuple(sorted((str(k), str(v)) for k, v in (host.labels or {}).items())),
+    )
 
 
 def _gpu_state(
     gpu: Gpu, parts: list[Partition], allocations: dict[int, list[Allocation]]
 ) -> GpuState:
+    product = converters.product_of(gpu)
     whole = next((p for p in parts if p.kind == PartitionKind.GPU), None)
     whole_allocations = allocations.get(whole.pk, []) if whole is not None else []
     mps_clients = (
@@ -73,19 +106,41 @@ def _gpu_state(
         cordoned=gpu.cordoned,
         taken=gpu.mode == SharingMode.DEDICATED and (whole is None or bool(whole_allocations)),
         partitions=tuple(
-            MigPartition(
-                p.pk,
-                int(p.profile_id or 0),
-                p.start,
-                occupied=bool(allocations.get(p.pk)),
-                allocation_id=allocations[p.pk][0].pk if allocations.get(p.pk) else None,
-            )
+            _mig_partition(p, allocations.get(p.pk, []), product)
             for p in parts
             if p.kind == PartitionKind.MIG
         ),
         mps_reservations=tuple(MpsRequest(a.memory_mib, a.compute_percent) for a in mps_clients),
         mps_reservation_ids=tuple(a.pk for a in mps_clients),
         mps_max_clients=whole.mps_max_clients if whole is not None else None,
+        product=product,
+        whole_partition_id=whole.pk if whole is not None else None,
+        mps_policy=converters.mps_policy(whole)
+        if whole is not None and whole.mps_enabled
+        else None,
+    )
+
+
+def _mig_partition(
+    partition: Partition, placed: list[Allocation], product: Product | None
+) -> MigPartition:
+    mps = None
+    if partition.mps_enabled:
+        clients = [a for a in placed if a.kind == RequestKind.MPS]
+        mps = MpsShare(
+            converters.mps_device(partition, product),
+            converters.mps_policy(partition),
+            tuple(MpsRequest(a.memory_mib, a.compute_percent) for a in clients),
+            tuple(a.pk for a in clients),
+            blocked=len(clients) < len(placed),
+        )
+    return MigPartition(
+        partition.pk,
+        int(partition.profile_id or 0),
+        partition.start,
+        occupied=bool(placed),
+        allocation_id=placed[0].pk if placed else None,
+        mps=mps,
     )
 
 
@@ -97,11 +152,138 @@ def placement_request(deployment: Deployment) -> PlacementRequest:
     return WholeGpuRequest(int(deployment.gpu_count or 1))
 
 
+def placement_demand(deployment: Deployment) -> Demand | None:
+    """What the deployment's replicas need beside their GPU share: a host whose agent runs
+    their workload (``RUNS_ON``) and that carries the labels it requires (``host_labels``).
+    ``None`` for runtime ``none`` without labels, which any host takes (no constraint, so the
+    engine's memo slot is the one shared with every such deployment)."""
+    runtime = runtime_of(deployment)
+    runs_on = RUNS_ON.get(runtime)
+    labels = tuple(sorted((str(k), str(v)) for k, v in (deployment.host_labels or {}).items()))
+    if runs_on is None or runs_on == RUNS_ON["none"]:
+        return Demand(host_labels=labels) if labels else None
+    port = workload_port(deployment.workload)
+    avoid: frozenset[int] = frozenset()
+    if port:
+        # Copies share the host's network: one per host, a move's new copy included (the old
+        # one runs until the new one does). A copy that is stopping frees the port in seconds:
+        # the agent retries the new one's start meanwhile.
+        avoid = frozenset(
+            Allocation.objects.filter(deployment=deployment)
+            .exclude(state=AllocationState.RELEASING)
+            .values_list("gpu__host_id", flat=True)
+            .distinct()
+        )
+    return Demand(
+        runtimes=tuple(sorted(runs_on)),
+        workload=runtime,
+        host_labels=labels,
+        port=port,
+        avoid_hosts=avoid,
+    )
+
+
+def workload_port(workload: Any) -> int:
+    """The port a workload listens on in its host's network, as its health check says (an
+    ``http`` or ``tcp`` check), or 0. Containers and processes run in the host's network."""
+    if not isinstance(workload, dict):
+        return 0
+    health = workload.get("health")
+    if not isinstance(health, dict):
+        return 0
+    for probe in ("http", "tcp"):
+        check = health.get(probe)
+        if isinstance(check, dict) and isinstance(check.get("port"), int):
+            return int(check["port"])
+    return 0
+
+
+def request_mix() -> RequestMix:
+    """The fleet's request mix, learned from the deployments it runs: each deployment's request
+    shape weighted by its replicas (one aggregate query). The engine reuses the scorer it
+    compiled for an equal mix, so its memo stays warm from one ranking to the next."""
+    rows = (
+        Deployment.objects.values(
+            "kind", "profile", "memory_mib", "max_compute_percent", "gpu_count"
+        )
+        .annotate(replicas=Sum("replicas"))
+        .order_by()
+    )
+    counts: dict[RequestShape, float] = {}
+    for row in rows:
+        replicas = float(row.pop("replicas") or 0)
+        shape = shape_of(placement_request(Deployment(**row)))
+        counts[shape] = counts.get(shape, 0.0) + replicas
+    return RequestMix.from_counts(counts)
+
+
 def deployment_ranking(deployment: Deployment, snapshot: FleetSnapshot | None = None) -> Ranking:
-    """Every target of the deployment's next replica, best first (the default strategy), with
-    the reason for every target that does not fit: the API, the drag preview and auto-placement
-    all read this."""
-    return rank(snapshot or fleet_snapshot(), placement_request(deployment))
+    """Every target of the deployment's next replica, best first (the default strategy, against
+    the fleet's request mix), with the reason for every target that does not fit: the API, the
+    drag preview and auto-placement all read this."""
+    return rank(
+        snapshot or fleet_snapshot(),
+        placement_request(deployment),
+        mix=request_mix(),
+        demand=placement_demand(deployment),
+    )
+
+
+FIT_NOW_LIMIT = 32
+"""Replicas of one deployment the tray places in turn on the snapshot at most (beyond it, the
+count is a lower bound: "32+")."""
+
+
+@dataclass(frozen=True)
+class FitNow:
+    """What fits now of a deployment's unplaced replicas, placed one after another.
+
+    Attributes:
+        unplaced: replicas not placed yet.
+        fits: how many of them fit now (at most :data:`FIT_NOW_LIMIT`; ``capped``: at least).
+        best: the engine's best target for the next replica, ``None`` when nothing fits.
+        reasons: when nothing fits, the main refusals and how many GPUs gave each.
+    """
+
+    unplaced: int
+    fits: int
+    capped: bool
+    best: Target | None
+    reasons: tuple[tuple[Violation, int], ...] = ()
+
+
+def deployments_fit_now(
+    wanted: Iterable[tuple[Deployment, int]], *, limit: int = FIT_NOW_LIMIT
+) -> dict[int, FitNow]:
+    """For each deployment with unplaced replicas (``(deployment, unplaced)``), how many fit now
+    and where the next one goes: one fleet snapshot and one request mix for all of them, each
+    deployment counted on its own (as if it were placed first)."""
+    wanted = [(d, n) for d, n in wanted if n > 0]
+    if not wanted:
+        return {}
+    snapshot, mix = fleet_snapshot(), request_mix()
+    found: dict[int, FitNow] = {}
+    for deployment, unplaced in wanted:
+        count = min(unplaced, limit)
+        turns = place_in_turn(
+            snapshot,
+            placement_request(deployment),
+            count,
+            mix=mix,
+            demand=placement_demand(deployment),
+        )
+        fits = len(turns.targets)
+        reasons = (
+            () if fits else tuple((r.violation, r.refusals) for r in main_reasons(turns.first))
+        )
+        found[deployment.pk] = FitNow(
+            unplaced=unplaced,
+            fits=fits,
+            capped=fits == count < unplaced,
+            best=turns.targets[0] if fits else None,
+            reasons=reasons,
+        )
+    return found
 
 
 def allocation_environment(allocation: Allocation) -> dict[str, str]:
@@ -133,8 +315,11 @@ def _pipe_directory(gpu: Gpu, target_uuid: str) -> str | None:
     mps = gpu.observed.get("mps") if isinstance(gpu.observed, dict) else None
     if not isinstance(mps, dict):
         return None
-    daemons = [mps, *mps.get("instances", [])]
+    listed = mps.get("instances")
+    daemons = [mps, *(listed if isinstance(listed, list) else [])]
     for daemon in daemons:
+        if not isinstance(daemon, dict):
+            continue
         if daemon.get("target_uuid", gpu.uuid) == target_uuid and daemon.get("pipe_directory"):
             return str(daemon["pipe_directory"])
     return None
@@ -142,4 +327,27 @@ def _pipe_directory(gpu: Gpu, target_uuid: str) -> str | None:
 
 def deployment_defrag_plan(deployment: Deployment) -> MovePlan:
     """The fewest moves of other replicas that would let the next replica fit (a proposal)."""
-    return plan_moves(fleet_snapshot(), placement_request(deployment))
+    return plan_moves(
+        fleet_snapshot(),
+        placement_request(deployment),
+        demand=placement_demand(deployment),
+        requests=placed_requests(),
+    )
+
+
+def placed_requests() -> dict[tuple[str, int], PlacementRequest]:
+    """Each placed MIG and MPS replica's request as its deployment declares it, by the defrag
+    planner's key (``("mig", partition)``, ``("mps", allocation)``): a MIG profile by name,
+    since its id names another profile on another product."""
+    found: dict[tuple[str, int], PlacementRequest] = {}
+    by_deployment: dict[int, PlacementRequest] = {}
+    rows = Allocation.objects.placed().filter(kind__in=[RequestKind.MIG, RequestKind.MPS])
+    for allocation in rows.select_related("deployment"):
+        deployment = allocation.deployment
+        if deployment.pk not in by_deployment:
+            by_deployment[deployment.pk] = placement_request(deployment)
+        if allocation.kind == RequestKind.MPS:
+            found[("mps", allocation.pk)] = by_deployment[deployment.pk]
+        elif allocation.partition_id is not None:
+            found[("mig", allocation.partition_id)] = by_deployment[deployment.pk]
+    return found

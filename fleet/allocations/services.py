@@ -1,34 +1,41 @@
 """Writes on workloads: create deployments, place replicas on partitions or GPUs, evict, delete.
 
-A placement locks the deployment, then the host, then the GPU rows, checks capacity with the
-pure rules (``fleet.mig``, ``fleet.mps``) against the allocations already committed, and writes
-the allocation, the new desired generation and an operation in one transaction; the push to
-the agent is scheduled on commit. Two racing placements serialise on the GPU row lock, so a
-GPU is never over-committed; the unique constraints catch what a lock could miss.
+A placement locks the deployment, then the host, then the GPU rows, reads the host's snapshot
+under those locks, asks the placement engine for the verdict on the target (the rules the
+preview ranks with), and writes what it answered: the allocation, the new desired generation and
+an operation, in one transaction; the push to the agent is scheduled on commit. Two racing
+placements serialise on the host row lock, so a GPU is never over-committed; the unique
+constraints catch what a lock could miss.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 
 from fleet.allocations.models import Allocation, Deployment, RequestKind
+from fleet.allocations.quotas import quota_check
+from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_request
+from fleet.allocations.workloads import allocations_release, workload_from_input
 from fleet.core.errors import Conflict, NotFound, RuleViolation, ServiceError
-from fleet.domain import Violation
-from fleet.inventory.models import Gpu, Host, SharingMode
-from fleet.mig import Instance, Profile, free_placements, suggest_layout
-from fleet.mps import MpsRequest, check_fit, validate_request
+from fleet.core.models import Operation, OperationKind, Team, default_team_id
+from fleet.core.operations import operation_record
+from fleet.inventory.labels import labels_checked
+from fleet.inventory.models import Gpu, Host
+from fleet.mig import Instance
+from fleet.mps import MpsRequest, validate_request
 from fleet.partitioning import converters
-from fleet.partitioning.models import Operation, OperationKind, Partition, PartitionKind
-from fleet.partitioning.services import (
-    gpu_is_schedulable,
+from fleet.partitioning.desired import (
     host_bump_generation,
     lock_gpu,
-    operation_record,
     schedule_push,
 )
+from fleet.partitioning.models import Partition, PartitionKind
+from fleet.placement import Refusal, Target, check
 
 
 @dataclass(frozen=True)
@@ -73,17 +80,37 @@ def deployment_create(
     name: str,
     request: DeploymentRequest,
     replicas: int,
-    auto: bool = False,
+    workload: Mapping[str, Any] | None = None,
+    auto_place: bool = False,
+    host_labels: Mapping[str, Any] | None = None,
+    team_id: int | None = None,
     requested_by: Any = None,
 ) -> Deployment:
-    """A new workload; with ``auto`` the placement engine places every replica it can."""
+    """A new workload, its replicas waiting to be placed (``deployment_create_placed`` places
+    them at once, and marks it ``auto_place``: replicas added later are placed by the engine
+    too). ``workload``: what each replica runs (missing fields at their defaults; none given:
+    runtime ``none``). ``host_labels``: labels every host of its replicas must carry.
+    ``team_id``: its team (``None``: the ``default`` team)."""
     _validate_request(request)
-    if Deployment.objects.filter(name=name).exists():
+    checked = workload_from_input(workload)
+    required = labels_checked(host_labels or {}, field="host_labels")
+    existing = Deployment.objects.filter(name=name).first()
+    if existing is not None and existing.deleting:
+        raise Conflict(
+            "deployment.deleting",
+            f"A deployment named {name!r} is being deleted: its workloads are stopping. Try again "
+            "when they have.",
+            {"name": name},
+        )
+    if existing is not None:
         raise Conflict(
             "deployment.name_taken", f"A deployment named {name!r} already exists.", {"name": name}
         )
+    if team_id is not None and not Team.objects.filter(pk=team_id).exists():
+        raise NotFound("team.not_found", f"Team {team_id} does not exist.", {"team": team_id})
     deployment = Deployment.objects.create(
         name=name,
+        team_id=team_id if team_id is not None else default_team_id(),
         kind=request.kind,
         profile=request.profile.strip() if request.kind == RequestKind.MIG else "",
         memory_mib=request.memory_mib if request.kind == RequestKind.MPS else None,
@@ -92,6 +119,9 @@ def deployment_create(
         else None,
         gpu_count=request.gpu_count if request.kind == RequestKind.GPU else None,
         replicas=replicas,
+        workload=checked,
+        auto_place=auto_place,
+        host_labels=required,
         created_by=requested_by if getattr(requested_by, "is_authenticated", False) else None,
     )
     operation_record(
@@ -100,12 +130,14 @@ def deployment_create(
         requested_by=requested_by,
         deployment=deployment,
         status="succeeded",
-        payload={"replicas": replicas, "request": request_payload(deployment)},
+        payload={
+            "replicas": replicas,
+            "request": request_payload(deployment),
+            "runtime": checked["runtime"],
+            "auto_place": auto_place,
+            "team": deployment.team_id,
+        },
     )
-    if auto:
-        from fleet.allocations.autoplace import deployment_autoplace
-
-        deployment_autoplace(deployment_id=deployment.pk, requested_by=requested_by)
     return deployment
 
 
@@ -130,7 +162,8 @@ def request_payload(deployment: Deployment) -> dict[str, Any]:
     }
 
 
-def _lock_deployment(deployment_id: int) -> Deployment:
+def lock_deployment(deployment_id: int, allow_deleting: bool = False) -> Deployment:
+    """Lock the deployment row (the first lock of every write on its replicas)."""
     deployment = Deployment.objects.select_for_update().filter(pk=deployment_id).first()
     if deployment is None:
         raise NotFound(
@@ -138,11 +171,17 @@ def _lock_deployment(deployment_id: int) -> Deployment:
             f"Deployment {deployment_id} does not exist.",
             {"deployment": deployment_id},
         )
+    if deployment.deleting and not allow_deleting:
+        raise Conflict(
+            "deployment.deleting",
+            f"{deployment.name} is being deleted: its workloads are stopping.",
+            {"deployment": deployment_id},
+        )
     return deployment
 
 
 def _next_replica(deployment: Deployment) -> int:
-    placed = set(deployment.allocations.values_list("replica", flat=True))
+    placed = set(deployment.allocations.placed().values_list("replica", flat=True))
     for replica in range(deployment.replicas):
         if replica not in placed:
             return replica
@@ -153,10 +192,6 @@ def _next_replica(deployment: Deployment) -> int:
     )
 
 
-def _refuse(message: str, violations: list[Violation], **details: Any) -> RuleViolation:
-    return RuleViolation(message, violations, **details)
-
-
 @transaction.atomic
 def deployment_place(
     *,
@@ -164,44 +199,35 @@ def deployment_place(
     partition_id: int | None = None,
     gpu_id: int | None = None,
     start: int | None = None,
+    over_quota_reason: str | None = None,
     requested_by: Any = None,
 ) -> Operation:
     """Place the next unplaced replica on a partition or a GPU (what a drop in the UI calls).
 
-    On a MIG GPU without a free partition of the profile, a new instance is created in free
-    space, at ``start`` when given (the placement engine's choice), never touching other
-    instances.
+    The placement engine decides (:func:`fleet.placement.check`, the rules the preview ranks
+    with) on a snapshot of the host read under its row lock; this service writes what it
+    answered and re-implements no rule. On a MIG GPU without a free partition of the profile, a
+    new instance is created in free space (at ``start`` when given: the engine's choice in a
+    ranking), never touching other instances.
+
+    The team's quota is checked first, under the team's row lock
+    (:func:`fleet.allocations.quotas.quota_check`); ``over_quota_reason``: a fault's
+    re-placement, allowed past the quota and recorded.
     """
     if (partition_id is None) == (gpu_id is None):
         raise ServiceError("place.target_required", "Give exactly one of 'partition' or 'gpu'.")
-    deployment = _lock_deployment(deployment_id)
+    deployment = lock_deployment(deployment_id)
     replica = _next_replica(deployment)
-    if partition_id is not None:
-        target_gpu_id = (
-            Partition.objects.filter(pk=partition_id).values_list("gpu_id", flat=True).first()
-        )
-        if target_gpu_id is None:
-            raise NotFound(
-                "partition.not_found",
-                f"Partition {partition_id} does not exist.",
-                {"partition": partition_id},
-            )
-    else:
-        assert gpu_id is not None
-        target_gpu_id = gpu_id
-    gpu = lock_gpu(target_gpu_id)
-    reasons = gpu_is_schedulable(gpu)
-    if reasons:
-        raise _refuse(f"{gpu} does not take new work.", reasons)
-    try:
-        with transaction.atomic():
-            allocations, created = _bind(deployment, replica, gpu, partition_id, start)
-    except IntegrityError:
-        raise Conflict(
-            "place.conflict", "The target was taken by a concurrent change; try again."
-        ) from None
-    generation = host_bump_generation(gpu.host_id)
-    Allocation.objects.filter(pk__in=[a.pk for a in allocations]).update(generation=generation)
+    quota_check(
+        deployment=deployment,
+        replica=replica,
+        over_quota_reason=over_quota_reason,
+        requested_by=requested_by,
+    )
+    gpu_id = gpu_id if gpu_id is not None else _gpu_of_partition(partition_id)
+    gpu, allocations, created, generation = reserve_target(
+        deployment, replica, gpu_id=gpu_id, partition_id=partition_id, start=start
+    )
     target = ", ".join(str(a.partition) for a in allocations)
     operation = operation_record(
         kind=OperationKind.PLACE,
@@ -221,265 +247,167 @@ def deployment_place(
     return operation
 
 
-def _bind(
-    deployment: Deployment, replica: int, gpu: Gpu, partition_id: int | None, start: int | None
-) -> tuple[list[Allocation], int | None]:
-    if deployment.kind == RequestKind.MIG:
-        return _bind_mig(deployment, replica, gpu, partition_id, start)
-    if deployment.kind == RequestKind.MPS:
-        return [_bind_mps(deployment, replica, gpu, partition_id)], None
-    return _bind_whole(deployment, replica, gpu, partition_id), None
+def reserve_target(
+    deployment: Deployment,
+    replica: int,
+    *,
+    gpu_id: int,
+    partition_id: int | None,
+    start: int | None,
+    conflict: str = "place.conflict",
+    replaces: Allocation | None = None,
+    workload: Any = None,
+) -> tuple[Gpu, list[Allocation], int | None, int]:
+    """The step every placement shares (a place, a move's new copy): under the target host's
+    lock, the engine checks the target on a snapshot of that host (:func:`fleet.placement.check`,
+    the rules the preview ranks with), its answer is written (:func:`write_target`) and the
+    host's desired generation bumped and stamped on the new rows. The caller holds the
+    deployment's lock, records its operation and schedules the push.
 
-
-def _wanted_profile(deployment: Deployment, gpu: Gpu) -> Profile:
-    product = converters.product_of(gpu)
-    profile = product.profile(deployment.profile) if product is not None else None
-    if profile is None:
-        known = [p.name for p in product.profiles] if product is not None else []
-        raise _refuse(
-            f"{gpu.product_name} has no MIG profile {deployment.profile!r}.",
-            [
-                Violation(
-                    "placement.profile_unavailable",
-                    f"{gpu.product_name} offers no {deployment.profile}.",
-                    {"known_profiles": known},
-                )
-            ],
-        )
-    return profile
-
-
-def _bind_mig(
-    deployment: Deployment, replica: int, gpu: Gpu, partition_id: int | None, start: int | None
-) -> tuple[list[Allocation], int | None]:
-    if gpu.mode != SharingMode.MIG:
-        raise _refuse(
-            f"{gpu} is in {gpu.mode} mode; a MIG request needs a MIG partition.",
-            [
-                Violation(
-                    "placement.mode_mismatch", f"{gpu} is not in MIG mode.", {"mode": gpu.mode}
-                )
-            ],
-        )
-    profile = _wanted_profile(deployment, gpu)
-    partitions = list(gpu.partitions.filter(kind=PartitionKind.MIG))
-    taken = set(
-        Allocation.objects.filter(partition__in=partitions).values_list("partition_id", flat=True)
+    Returns the locked GPU, the allocations written, the partition created (if any) and the
+    generation.
+    """
+    gpu = lock_gpu(gpu_id)
+    # The host row is locked: every writer of this host's partitions and allocations waits.
+    snapshot = fleet_snapshot(host_ids=[gpu.host_id])
+    verdict = check(
+        snapshot,
+        placement_request(deployment),
+        gpu_id=gpu.pk,
+        partition_id=partition_id,
+        start=start,
+        demand=placement_demand(deployment),
     )
-    created: int | None = None
-    if partition_id is not None:
-        partition = next((p for p in partitions if p.pk == partition_id), None)
-        if partition is None or partition.profile_id != profile.id:
-            raise _refuse(
-                f"That partition is not a {profile.name} instance.",
-                [
-                    Violation(
-                        "placement.profile_mismatch",
-                        f"Needs {profile.name}; the partition is "
-                        f"{getattr(partition, 'profile_name', 'not MIG')}.",
-                    )
-                ],
-            )
-        if partition.pk in taken:
-            raise _refuse(
-                f"{partition} is already in use.",
-                [Violation("placement.partition_busy", f"{partition} already runs a replica.")],
-            )
-    else:
-        partition = next(
-            (p for p in partitions if p.profile_id == profile.id and p.pk not in taken), None
+    if isinstance(verdict, Refusal):
+        raise RuleViolation(
+            f"{deployment.name} does not fit on {gpu}: {verdict.violations[0].message}",
+            verdict.violations,
         )
-        if partition is None:
-            partition = _new_mig_partition(gpu, profile, partitions, start)
-            created = partition.pk
-    allocation = Allocation.objects.create(
+    try:
+        with transaction.atomic():
+            allocations, created = write_target(
+                deployment, replica, gpu, verdict, replaces=replaces, workload=workload
+            )
+    except IntegrityError:
+        raise Conflict(
+            conflict, "The target was taken by a concurrent change; try again."
+        ) from None
+    generation = host_bump_generation(gpu.host_id)
+    Allocation.objects.filter(pk__in=[a.pk for a in allocations]).update(generation=generation)
+    return gpu, allocations, created, generation
+
+
+def _gpu_of_partition(partition_id: int | None) -> int:
+    assert partition_id is not None
+    found = Partition.objects.filter(pk=partition_id).values_list("gpu_id", flat=True).first()
+    if found is None:
+        raise NotFound(
+            "partition.not_found",
+            f"Partition {partition_id} does not exist.",
+            {"partition": partition_id},
+        )
+    return found
+
+
+def write_target(
+    deployment: Deployment,
+    replica: int,
+    gpu: Gpu,
+    target: Target,
+    replaces: Allocation | None = None,
+    workload: Any = None,
+) -> tuple[list[Allocation], int | None]:
+    """The allocations (and the MIG instance) the engine's target names; ``replaces``: the copy
+    a move's new one runs beside; ``workload``: what the copy runs (default: the deployment's
+    workload now)."""
+    runs = workload if workload is not None else deployment.workload
+    if deployment.kind == RequestKind.GPU:
+        wholes = {
+            p.gpu_id: p
+            for p in Partition.objects.filter(gpu_id__in=target.gpu_ids, kind=PartitionKind.GPU)
+        }
+        return [
+            _allocation(
+                deployment, replica, wholes[gpu_id], slot=slot, replaces=replaces, workload=runs
+            )
+            for slot, gpu_id in enumerate(target.gpu_ids)
+        ], None
+    created: int | None = None
+    if target.new_instance is not None:
+        partition = _new_mig_partition(gpu, target.new_instance)
+        created = partition.pk
+    else:
+        assert target.partition_id is not None  # a MIG or MPS target names its partition
+        partition = Partition.objects.get(pk=target.partition_id, gpu=gpu)
+    return [_allocation(deployment, replica, partition, replaces=replaces, workload=runs)], created
+
+
+def _allocation(
+    deployment: Deployment,
+    replica: int,
+    partition: Partition,
+    slot: int = 0,
+    replaces: Allocation | None = None,
+    workload: Any = None,
+) -> Allocation:
+    shared = deployment.kind == RequestKind.MPS
+    return Allocation.objects.create(
         deployment=deployment,
         replica=replica,
-        kind=RequestKind.MIG,
-        gpu=gpu,
+        gpu_slot=slot,
+        kind=deployment.kind,
+        gpu_id=partition.gpu_id,
         partition=partition,
-        memory_mib=partition.memory_mib,
+        memory_mib=int(deployment.memory_mib or 0) if shared else partition.memory_mib,
+        compute_percent=deployment.max_compute_percent if shared else None,
+        replaces=replaces,
+        workload=workload,
     )
-    return [allocation], created
 
 
-def _new_mig_partition(
-    gpu: Gpu, profile: Profile, partitions: list[Partition], start: int | None
-) -> Partition:
-    """Create an instance in free space, never touching existing (busy or idle) instances."""
+def _new_mig_partition(gpu: Gpu, instance: Instance) -> Partition:
+    """The MIG instance the engine chose, in free space beside every existing instance."""
     product = converters.product_of(gpu)
-    assert product is not None
-    existing = converters.mig_instances(partitions)
-    if start is None:
-        new = suggest_layout(product, [profile.id], existing)
-    else:
-        free = {p.start for p in free_placements(product, profile.id, existing)}
-        new = (Instance(profile_id=profile.id, start=start),) if start in free else None
-    if not new:
-        raise _refuse(
-            f"No free space for a {profile.name} instance on {gpu}.",
-            [
-                Violation(
-                    "placement.no_free_space", f"No {profile.name} placement is free on {gpu}."
-                )
-            ],
-        )
-    instance = new[0]
-    return Partition.objects.create(
-        gpu=gpu,
-        kind=PartitionKind.MIG,
-        profile_id=profile.id,
-        profile_name=profile.name,
-        start=instance.start,
-        size=profile.placement_at(instance.start).size,
-        compute_slices=profile.compute_slices,
-        memory_mib=profile.memory_mib,
-    )
-
-
-def _bind_mps(
-    deployment: Deployment, replica: int, gpu: Gpu, partition_id: int | None
-) -> Allocation:
-    candidates = [p for p in gpu.partitions.all() if p.mps_enabled]
-    if partition_id is not None:
-        candidates = [p for p in candidates if p.pk == partition_id]
-    if not candidates:
-        raise _refuse(
-            f"{gpu} has no MPS partition there; set an MPS policy on it first.",
-            [
-                Violation(
-                    "placement.mode_mismatch",
-                    f"No MPS daemon runs on the target on {gpu}.",
-                    {"mode": gpu.mode},
-                )
-            ],
-        )
-    assert deployment.memory_mib is not None
-    request = MpsRequest(
-        memory_mib=deployment.memory_mib, max_compute_percent=deployment.max_compute_percent
-    )
-    product = converters.product_of(gpu)
-    refusals: list[Violation] = []
-    for partition in candidates:
-        existing = [
-            MpsRequest(a.memory_mib, a.compute_percent)
-            for a in partition.allocations.filter(kind=RequestKind.MPS)
-        ]
-        if partition.allocations.exclude(kind=RequestKind.MPS).exists():
-            refusals.append(
-                Violation(
-                    "placement.partition_busy",
-                    f"{partition} is taken by a whole-partition workload.",
-                )
-            )
-            continue
-        violations = check_fit(
-            converters.mps_device(partition, product),
-            existing,
-            request,
-            converters.mps_policy(partition),
-        )
-        if not violations:
-            return Allocation.objects.create(
-                deployment=deployment,
-                replica=replica,
-                kind=RequestKind.MPS,
-                gpu=gpu,
-                partition=partition,
-                memory_mib=deployment.memory_mib,
-                compute_percent=deployment.max_compute_percent,
-            )
-        refusals.extend(violations)
-    raise _refuse(f"{deployment.name} does not fit on {gpu}.", refusals)
-
-
-def _bind_whole(
-    deployment: Deployment, replica: int, gpu: Gpu, partition_id: int | None
-) -> list[Allocation]:
-    if gpu.mode != SharingMode.DEDICATED:
-        raise _refuse(
-            f"{gpu} is shared ({gpu.mode}); a whole-GPU request needs a dedicated GPU.",
-            [
-                Violation(
-                    "placement.mode_mismatch", f"{gpu} is in {gpu.mode} mode.", {"mode": gpu.mode}
-                )
-            ],
-        )
-    count = deployment.gpu_count or 1
-    others = [
-        g
-        for g in Gpu.objects.select_for_update()
-        .filter(host_id=gpu.host_id, mode=SharingMode.DEDICATED)
-        .exclude(pk=gpu.pk)
-        .order_by("index")
-        if not gpu_is_schedulable(g)
-    ]
-    chosen: list[Gpu] = []
-    for candidate in [gpu, *others]:
-        whole = candidate.partitions.filter(kind=PartitionKind.GPU).first()
-        if whole is None or whole.allocations.exists():
-            if candidate.pk == gpu.pk:
-                raise _refuse(
-                    f"{gpu} is already in use.",
-                    [Violation("placement.gpu_busy", f"{gpu} already runs a workload.")],
-                )
-            continue
-        if partition_id is not None and candidate.pk == gpu.pk and whole.pk != partition_id:
-            raise _refuse(
-                "That partition is not a whole GPU.",
-                [Violation("placement.mode_mismatch", "Not a whole-GPU partition.")],
-            )
-        chosen.append(candidate)
-        if len(chosen) == count:
-            break
-    if len(chosen) < count:
-        raise _refuse(
-            f"Host {gpu.host.name} has {len(chosen)} free dedicated GPU(s); "
-            f"{deployment.name} needs {count}.",
-            [
-                Violation(
-                    "placement.no_free_gpus",
-                    f"Needs {count} free GPUs on one host, found {len(chosen)}.",
-                    {"needed": count, "free": len(chosen)},
-                )
-            ],
-        )
-    allocations = []
-    for slot, target in enumerate(chosen):
-        whole = target.partitions.get(kind=PartitionKind.GPU)
-        allocations.append(
-            Allocation.objects.create(
-                deployment=deployment,
-                replica=replica,
-                gpu_slot=slot,
-                kind=RequestKind.GPU,
-                gpu=target,
-                partition=whole,
-                memory_mib=target.memory_mib,
-            )
-        )
-    return allocations
+    profile = product.profile(instance.profile_id) if product is not None else None
+    assert profile is not None  # the engine found it on this very product
+    partition = converters.mig_partition(gpu, profile, instance.start)
+    partition.save()
+    return partition
 
 
 @transaction.atomic
 def deployment_evict(
     *, deployment_id: int, replica: int | None = None, requested_by: Any = None
 ) -> list[Operation]:
-    """Release the deployment's allocations (all replicas, or one); its partitions stay."""
-    deployment = _lock_deployment(deployment_id)
-    allocations = deployment.allocations.all()
+    """Take the deployment's replicas (all, or one) off their slices; the partitions stay. A
+    replica whose workload may still run keeps its slice, ``releasing``, until the agent has
+    stopped it (:mod:`fleet.allocations.workloads`)."""
+    deployment = lock_deployment(deployment_id)
+    allocations = deployment.allocations.placed()
     if replica is not None:
         allocations = allocations.filter(replica=replica)
-    by_host: dict[int, list[Allocation]] = {}
-    for allocation in allocations.select_related("gpu", "partition"):
-        by_host.setdefault(allocation.gpu.host_id, []).append(allocation)
-    if not by_host:
+    if not allocations.exists():
         raise Conflict("deployment.not_placed", f"{deployment.name} has nothing placed to evict.")
+    return allocations_evict(
+        deployment=deployment, allocations=allocations, requested_by=requested_by
+    )
+
+
+def allocations_evict(
+    *, deployment: Deployment, allocations: QuerySet[Allocation], requested_by: Any = None
+) -> list[Operation]:
+    """Evict these allocations of ``deployment``: per host (locked in id order, as placements
+    lock them), release them, bump the desired generation, record an ``evict`` operation and
+    push on commit. Call inside a transaction holding the deployment's row lock
+    (:func:`lock_deployment`)."""
+    by_host: dict[int, list[Allocation]] = {}
+    for allocation in allocations.select_related("gpu__host", "partition", "deployment"):
+        by_host.setdefault(allocation.gpu.host_id, []).append(allocation)
     operations = []
     for host_id in sorted(by_host):
         Host.objects.select_for_update().get(pk=host_id)
         evicted = by_host[host_id]
-        Allocation.objects.filter(pk__in=[a.pk for a in evicted]).delete()
+        stopping = allocations_release(evicted)
         generation = host_bump_generation(host_id)
         replicas = sorted({a.replica for a in evicted})
         operations.append(
@@ -490,7 +418,11 @@ def deployment_evict(
                 host=Host.objects.get(pk=host_id),
                 deployment=deployment,
                 generation=generation,
-                payload={"replicas": replicas, "gpus": sorted({a.gpu_id for a in evicted})},
+                payload={
+                    "replicas": replicas,
+                    "gpus": sorted({a.gpu_id for a in evicted}),
+                    "stopping": sorted(a.pk for a in stopping),
+                },
             )
         )
         schedule_push(host_id)
@@ -499,8 +431,10 @@ def deployment_evict(
 
 @transaction.atomic
 def deployment_delete(*, deployment_id: int, requested_by: Any = None) -> None:
-    deployment = _lock_deployment(deployment_id)
-    if deployment.allocations.exists():
+    """Evict every replica and delete the deployment; while workloads still stop, it stays
+    (``deleting``, its name taken) and goes with its last releasing replica."""
+    deployment = lock_deployment(deployment_id)
+    if deployment.allocations.placed().exists():
         deployment_evict(deployment_id=deployment_id, requested_by=requested_by)
     operation_record(
         kind=OperationKind.DELETE_DEPLOYMENT,
@@ -509,4 +443,7 @@ def deployment_delete(*, deployment_id: int, requested_by: Any = None) -> None:
         status="succeeded",
         payload={"name": deployment.name},
     )
-    deployment.delete()
+    if deployment.allocations.exists():
+        Deployment.objects.filter(pk=deployment.pk).update(deleting=True)
+    else:
+        deployment.delete()

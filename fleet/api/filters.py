@@ -1,18 +1,17 @@
-"""FilterSets shared by the API lists (and later the dashboard's lists)."""
+"""FilterSets of the API lists. The GPU FilterSet lives in ``fleet.inventory.filters``: the fleet
+page filters with it too, and sends its vocabulary to the browser."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_filters
 
-from fleet.allocations.models import Allocation, Deployment, RequestKind
-from fleet.inventory.models import Gpu, GpuHealth, Host, HostStatus, SharingMode
-from fleet.partitioning.models import (
-    Operation,
-    OperationKind,
-    OperationStatus,
-    Partition,
-    PartitionKind,
-)
+from fleet.allocations.models import Allocation, Deployment, RequestKind, WorkloadState
+from fleet.core.filters import UtcIsoDateTimeFilter
+from fleet.core.models import AlertDelivery, DeliveryStatus
+from fleet.inventory.models import HealthEvent, HealthEventKind, Host, HostStatus
+from fleet.partitioning.models import Partition, PartitionKind
 
 
 class HostFilter(django_filters.FilterSet):
@@ -22,18 +21,6 @@ class HostFilter(django_filters.FilterSet):
     class Meta:
         model = Host
         fields = ["status", "name"]
-
-
-class GpuFilter(django_filters.FilterSet):
-    mode = django_filters.ChoiceFilter(choices=SharingMode.choices)
-    health = django_filters.ChoiceFilter(choices=GpuHealth.choices)
-    product = django_filters.CharFilter(field_name="product_name", lookup_expr="icontains")
-    host = django_filters.NumberFilter(field_name="host_id")
-    host_name = django_filters.CharFilter(field_name="host__name")
-
-    class Meta:
-        model = Gpu
-        fields = ["mode", "health", "cordoned", "mig_capable", "host", "uuid"]
 
 
 class PartitionFilter(django_filters.FilterSet):
@@ -49,13 +36,24 @@ class PartitionFilter(django_filters.FilterSet):
         fields = ["kind", "gpu", "profile_name", "mps_enabled"]
 
 
+def filter_team(queryset: Any, name: str, value: str) -> Any:
+    """``?team=`` takes a team's id or its slug."""
+    value = value.strip()
+    if value.isdigit() and len(value) <= 18:
+        return queryset.filter(team_id=int(value))
+    return queryset.filter(team__slug=value)
+
+
 class DeploymentFilter(django_filters.FilterSet):
     kind = django_filters.ChoiceFilter(choices=RequestKind.choices)
     q = django_filters.CharFilter(field_name="name", lookup_expr="icontains", label="Name contains")
+    team = django_filters.CharFilter(
+        method=filter_team, max_length=100, label="Team (its id or slug)"
+    )
 
     class Meta:
         model = Deployment
-        fields = ["kind", "profile", "name"]
+        fields = ["kind", "profile", "name", "team"]
 
 
 class AllocationFilter(django_filters.FilterSet):
@@ -63,20 +61,29 @@ class AllocationFilter(django_filters.FilterSet):
     gpu = django_filters.NumberFilter(field_name="gpu_id")
     host = django_filters.NumberFilter(field_name="gpu__host_id")
     partition = django_filters.NumberFilter(field_name="partition_id")
+    workload_state = django_filters.ChoiceFilter(choices=WorkloadState.choices)
 
     class Meta:
         model = Allocation
-        fields = ["deployment", "gpu", "partition", "kind", "state"]
+        fields = ["deployment", "gpu", "partition", "kind", "state", "workload_state"]
 
 
-class OperationFilter(django_filters.FilterSet):
-    kind = django_filters.ChoiceFilter(choices=OperationKind.choices)
-    status = django_filters.ChoiceFilter(choices=OperationStatus.choices)
+class HealthEventFilter(django_filters.FilterSet):
+    kind = django_filters.ChoiceFilter(choices=HealthEventKind.choices)
     host = django_filters.NumberFilter(field_name="host_id")
     gpu = django_filters.NumberFilter(field_name="gpu_id")
-    deployment = django_filters.NumberFilter(field_name="deployment_id")
-    requested_by = django_filters.CharFilter(field_name="requested_by__username")
+    since = UtcIsoDateTimeFilter(field_name="ts", lookup_expr="gte")
 
     class Meta:
-        model = Operation
-        fields = ["kind", "status", "host", "gpu", "deployment"]
+        model = HealthEvent
+        fields = ["kind", "host", "gpu", "since"]
+
+
+class DeliveryFilter(django_filters.FilterSet):
+    webhook = django_filters.NumberFilter(field_name="webhook_id")
+    status = django_filters.ChoiceFilter(choices=DeliveryStatus.choices)
+    event = django_filters.CharFilter(max_length=64)
+
+    class Meta:
+        model = AlertDelivery
+        fields = ["webhook", "status", "event"]

@@ -7,12 +7,24 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from fleet.allocations.models import Allocation, Deployment, RequestKind
+from fleet.allocations.maintenance import scheduled_drains
+from fleet.allocations.models import (
+    Allocation,
+    AllocationState,
+    Deployment,
+    RequestKind,
+    WorkloadState,
+)
 from fleet.allocations.selectors import allocation_environment
-from fleet.core.models import ApiToken
-from fleet.inventory.models import Gpu, Host, SharingMode
+from fleet.allocations.workloads import workload_of
+from fleet.api.serializers_mig import LayoutSerializer, ViolationSerializer
+from fleet.api.serializers_workloads import WorkloadSerializer
+from fleet.core.models import ApiToken, Operation
+from fleet.core.services import MAX_TOKEN_DAYS
+from fleet.inventory.labels import MAX_VALUE_CHARS, labels_problems
+from fleet.inventory.models import Gpu, HealthEvent, Host
 from fleet.inventory.selectors import latest_telemetry_of
-from fleet.partitioning.models import Operation, Partition
+from fleet.partitioning.models import Partition
 
 
 class ErrorSerializer(serializers.Serializer[Any]):
@@ -23,8 +35,16 @@ class ErrorSerializer(serializers.Serializer[Any]):
     )
 
 
+class HostDrainInfoSerializer(serializers.Serializer[Any]):
+    operation = serializers.IntegerField()
+    status = serializers.CharField(help_text="`pending` while scheduled, `dispatched` running.")
+    step = serializers.CharField()
+    at = serializers.DateTimeField(help_text="When it starts (or started).")
+
+
 class HostSerializer(serializers.ModelSerializer[Host]):
     gpu_count = serializers.IntegerField(read_only=True)
+    drain = serializers.SerializerMethodField()
 
     class Meta:
         model = Host
@@ -34,6 +54,8 @@ class HostSerializer(serializers.ModelSerializer[Host]):
             "hostname",
             "status",
             "labels",
+            "drain",
+            "runtime",
             "agent_version",
             "driver_version",
             "nvml_version",
@@ -46,10 +68,65 @@ class HostSerializer(serializers.ModelSerializer[Host]):
         ]
         read_only_fields = fields
 
+    @extend_schema_field(
+        HostDrainInfoSerializer(
+            allow_null=True, help_text="The host's drain, scheduled or running; null: none."
+        )
+    )
+    def get_drain(self, obj: Host) -> dict[str, Any] | None:
+        drains = self.context.get("drains")
+        if drains is None:
+            drains = scheduled_drains([obj.pk])
+        operation = drains.get(obj.pk)
+        if operation is None:
+            return None
+        return {
+            "operation": operation.pk,
+            "status": operation.status,
+            "step": operation.payload.get("step", ""),
+            "at": operation.payload.get("at"),
+        }
+
+
+class LabelsField(serializers.DictField):
+    """A label map: at most 32 labels, Kubernetes-like keys of at most 63 characters, values
+    of at most 63 printable characters (:mod:`fleet.inventory.labels`)."""
+
+    child = serializers.CharField(max_length=MAX_VALUE_CHARS, allow_blank=True)
+
+    def to_internal_value(self, data: Any) -> dict[str, str]:
+        problems = labels_problems(data)
+        if problems:
+            raise serializers.ValidationError(problems[:20])
+        return dict(super().to_internal_value(data))
+
 
 class HostCreateSerializer(serializers.Serializer[Any]):
     name = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$", max_length=200)
-    labels = serializers.DictField(child=serializers.CharField(max_length=200), required=False)
+    labels = LabelsField(required=False)
+
+
+class HostUpdateSerializer(serializers.Serializer[Any]):
+    labels = LabelsField(help_text="The host's labels, replacing the current ones.")
+
+
+class HostDrainSerializer(serializers.Serializer[Any]):
+    at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="Start the drain at this time (in the future, at most 30 days ahead); "
+        "absent: now.",
+    )
+    force = serializers.BooleanField(
+        default=False,
+        help_text="Stop (evict) the replicas that have nowhere to go instead of reporting them.",
+    )
+    timeout_s = serializers.FloatField(
+        default=1800.0,
+        min_value=10.0,
+        max_value=86400.0,
+        help_text="How long the moves may take once the drain starts.",
+    )
 
 
 class HostCreatedSerializer(HostSerializer):
@@ -146,31 +223,66 @@ class PartitionSerializer(serializers.ModelSerializer[Partition]):
 
 class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
     placed_replicas = serializers.SerializerMethodField()
+    running_replicas = serializers.SerializerMethodField()
     status = serializers.SerializerMethodField()
+    workload = WorkloadSerializer(read_only=True)
+    team_slug = serializers.CharField(source="team.slug", read_only=True)
 
     class Meta:
         model = Deployment
         fields = [
             "id",
             "name",
+            "team",
+            "team_slug",
             "kind",
             "profile",
             "memory_mib",
             "max_compute_percent",
             "gpu_count",
             "replicas",
+            "auto_place",
             "placed_replicas",
+            "running_replicas",
             "status",
+            "workload",
+            "host_labels",
+            "deleting",
             "created_at",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "host_labels": {
+                "help_text": "Labels every host of its replicas carries (rule "
+                "`placement.host_labels`); `{}`: any host."
+            },
+            "auto_place": {
+                "help_text": "Created with `auto`: the engine places every replica, those added "
+                "by scaling too."
+            },
+        }
 
     def _placed(self, obj: Deployment) -> int:
-        return len({a.replica for a in obj.allocations.all()})
+        return len(
+            {a.replica for a in obj.allocations.all() if a.state != AllocationState.RELEASING}
+        )
 
     @extend_schema_field(serializers.IntegerField())
     def get_placed_replicas(self, obj: Deployment) -> int:
         return self._placed(obj)
+
+    @extend_schema_field(
+        serializers.IntegerField(help_text="Replicas whose workload runs and passes its check.")
+    )
+    def get_running_replicas(self, obj: Deployment) -> int:
+        return len(
+            {
+                a.replica
+                for a in obj.allocations.all()
+                if a.state != AllocationState.RELEASING
+                and a.workload_state == WorkloadState.RUNNING
+            }
+        )
 
     @extend_schema_field(serializers.ChoiceField(choices=["pending", "partial", "placed"]))
     def get_status(self, obj: Deployment) -> str:
@@ -211,8 +323,22 @@ class DeploymentCreateSerializer(serializers.Serializer[Any]):
         help_text="Whole GPUs per replica, on one host.",
     )
     replicas = serializers.IntegerField(default=1, min_value=1, max_value=1000)
+    team = serializers.RegexField(
+        r"^[A-Za-z0-9_-]{1,100}$",
+        required=False,
+        help_text="The owning team, by id or slug; none given: the team you operate if there is "
+        "one only, or `default` for a fleet operator.",
+    )
+    workload = WorkloadSerializer(
+        required=False, help_text="What each replica runs; none given: nothing (runtime `none`)."
+    )
     auto = serializers.BooleanField(
         default=False, help_text="Let the placement engine place every replica."
+    )
+    host_labels = LabelsField(
+        required=False,
+        help_text='Labels every host of its replicas must carry, e.g. `{"zone": "a"}` '
+        "(at most 32; fixed at creation).",
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -247,12 +373,55 @@ class PlaceSerializer(serializers.Serializer[Any]):
         return attrs
 
 
+class RolloutSettingsSerializer(serializers.Serializer[Any]):
+    max_surge = serializers.IntegerField(
+        required=False, min_value=1, max_value=10, help_text="New copies on their way at once."
+    )
+    max_unavailable = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=10,
+        help_text="Replicas that may be stopped, then placed again, when their new copy has no "
+        "room beside them (0: never; the rollout fails instead).",
+    )
+    timeout_s = serializers.IntegerField(
+        required=False,
+        min_value=10,
+        max_value=3600,
+        help_text="How long a new copy has to run before the rollout rolls back.",
+    )
+
+
+class DeploymentUpdateSerializer(serializers.Serializer[Any]):
+    """The body of ``PATCH /deployments/{id}/`` (for the schema; the services check it: any
+    other field is refused)."""
+
+    replicas = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=1000,
+        help_text="The new replica count. Up: new replicas wait to be placed (auto-placed "
+        "deployments: placed by the engine at once, all or none). Down: the newest replicas "
+        "(highest index) stop first.",
+    )
+    workload = WorkloadSerializer(
+        required=False,
+        help_text="A new workload: a rolling update, one replica (max_surge) at a time, each new "
+        "copy running before its old one stops; a failure rolls back.",
+    )
+    rollout = RolloutSettingsSerializer(required=False)
+
+
 class EvictSerializer(serializers.Serializer[Any]):
     replica = serializers.IntegerField(required=False, min_value=0, max_value=999)
 
 
 class AllocationSerializer(serializers.ModelSerializer[Allocation]):
     deployment_name = serializers.CharField(source="deployment.name", read_only=True)
+    workload = serializers.SerializerMethodField()
+    message = serializers.CharField(
+        source="workload_message", read_only=True, help_text="The agent's word on the workload."
+    )
     environment = serializers.SerializerMethodField()
 
     @extend_schema_field(
@@ -263,6 +432,14 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
     )
     def get_environment(self, obj: Allocation) -> dict[str, str]:
         return allocation_environment(obj)
+
+    @extend_schema_field(
+        WorkloadSerializer(
+            help_text="What this copy runs (a rolling update's new copies run the new version)."
+        )
+    )
+    def get_workload(self, obj: Allocation) -> Any:
+        return workload_of(obj.deployment, obj)
 
     class Meta:
         model = Allocation
@@ -280,8 +457,50 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
             "state",
             "generation",
             "environment",
+            "workload",
+            "workload_state",
+            "started_at",
+            "exit_code",
+            "restarts",
+            "message",
+            "replaces",
             "created_at",
         ]
+        read_only_fields = fields
+        extra_kwargs = {
+            "replaces": {
+                "help_text": "A move's new copy: the allocation it replaces once it runs (null "
+                "otherwise)."
+            }
+        }
+
+
+class MoveRequestSerializer(serializers.Serializer[Any]):
+    partition = serializers.IntegerField(required=False, min_value=1)
+    gpu = serializers.IntegerField(required=False, min_value=1)
+    start = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=7,
+        help_text="On a MIG GPU without a free partition of the profile: where to create one.",
+    )
+    timeout_s = serializers.IntegerField(
+        required=False,
+        min_value=10,
+        max_value=3600,
+        help_text="How long the new copy has to run before the move is rolled back.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("partition" in attrs) == ("gpu" in attrs):
+            raise serializers.ValidationError("Give exactly one of 'partition' or 'gpu'.")
+        return attrs
+
+
+class HealthEventSerializer(serializers.ModelSerializer[HealthEvent]):
+    class Meta:
+        model = HealthEvent
+        fields = ["id", "host", "gpu", "kind", "xid", "gpu_instance_id", "detail", "ts"]
         read_only_fields = fields
 
 
@@ -312,101 +531,6 @@ class OperationSerializer(serializers.ModelSerializer[Operation]):
         read_only_fields = fields
 
 
-class MpsPolicySerializer(serializers.Serializer[Any]):
-    default_active_thread_percentage = serializers.IntegerField(
-        default=100, min_value=1, max_value=100
-    )
-    default_pinned_mem_limit_mib = serializers.IntegerField(
-        required=False, allow_null=True, min_value=1, max_value=10_000_000
-    )
-    max_clients = serializers.IntegerField(
-        required=False, allow_null=True, min_value=1, max_value=48
-    )
-
-
-class MigInstanceInputSerializer(serializers.Serializer[Any]):
-    profile = serializers.CharField(
-        max_length=32, help_text="Profile name (`3g.40gb`) or NVML profile id (`9`)."
-    )
-    start = serializers.IntegerField(
-        min_value=0, max_value=63, help_text="First memory slice of the placement."
-    )
-    mps = MpsPolicySerializer(
-        required=False, allow_null=True, help_text="Run an MPS daemon inside this instance."
-    )
-
-
-class LayoutSerializer(serializers.Serializer[Any]):
-    mode = serializers.ChoiceField(choices=SharingMode.choices)
-    instances = serializers.ListField(
-        child=MigInstanceInputSerializer(), required=False, max_length=16
-    )
-    mps = MpsPolicySerializer(required=False, allow_null=True)
-
-
-class MigValidateSerializer(serializers.Serializer[Any]):
-    product = serializers.CharField(
-        required=False, max_length=128, help_text="NVML product name, catalog key or PCI device id."
-    )
-    gpu = serializers.IntegerField(
-        required=False,
-        min_value=1,
-        help_text="Validate for this GPU (uses its reported placements).",
-    )
-    instances = serializers.ListField(child=MigInstanceInputSerializer(), max_length=16)
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if ("product" in attrs) == ("gpu" in attrs):
-            raise serializers.ValidationError("Give exactly one of 'product' or 'gpu'.")
-        return attrs
-
-
-class ViolationSerializer(serializers.Serializer[Any]):
-    code = serializers.CharField()
-    message = serializers.CharField()
-    details = serializers.DictField()
-
-
-class PlacementOutSerializer(serializers.Serializer[Any]):
-    profile = serializers.CharField()
-    profile_id = serializers.IntegerField()
-    start = serializers.IntegerField()
-    size = serializers.IntegerField()
-
-
-class MigValidateResultSerializer(serializers.Serializer[Any]):
-    valid = serializers.BooleanField()
-    product = serializers.CharField()
-    placements = PlacementOutSerializer(many=True)
-    violations = ViolationSerializer(many=True)
-
-
-class CatalogProfileSerializer(serializers.Serializer[Any]):
-    id = serializers.IntegerField()
-    name = serializers.CharField()
-    compute_slices = serializers.IntegerField()
-    memory_slices = serializers.IntegerField()
-    memory_mib = serializers.IntegerField()
-    max_instances = serializers.IntegerField()
-    media = serializers.CharField()
-    placements = serializers.ListField(
-        child=serializers.ListField(child=serializers.IntegerField())
-    )
-
-
-class CatalogProductSerializer(serializers.Serializer[Any]):
-    key = serializers.CharField()
-    name = serializers.CharField()
-    aliases = serializers.ListField(child=serializers.CharField())
-    pci_device_ids = serializers.ListField(child=serializers.CharField())
-    memory_mib = serializers.IntegerField()
-    mig_capable = serializers.BooleanField()
-    memory_slice_count = serializers.IntegerField()
-    compute_slice_count = serializers.IntegerField()
-    max_instances = serializers.IntegerField()
-    profiles = CatalogProfileSerializer(many=True)
-
-
 class MeSerializer(serializers.Serializer[Any]):
     username = serializers.CharField()
     role = serializers.CharField()
@@ -434,8 +558,22 @@ class InfeasibleTargetSerializer(serializers.Serializer[Any]):
 class TargetsSerializer(serializers.Serializer[Any]):
     deployment = serializers.IntegerField()
     strategy = serializers.CharField()
+    quota = ViolationSerializer(
+        many=True,
+        help_text="The team's limits the next replica would pass (`quota.exceeded`); not empty: "
+        "every target refuses it.",
+    )
     feasible = FeasibleTargetSerializer(many=True)
     infeasible = InfeasibleTargetSerializer(many=True)
+
+
+class PlaceAllSerializer(serializers.Serializer[Any]):
+    deployment = serializers.IntegerField()
+    placed = OperationSerializer(many=True)
+    unplaced = serializers.IntegerField(help_text="Replicas still unplaced.")
+    reasons = ViolationSerializer(
+        many=True, help_text="Why they do not fit now; `details.refusals`: how many GPUs said so."
+    )
 
 
 class DrainSerializer(serializers.Serializer[Any]):
@@ -446,14 +584,30 @@ class DrainSerializer(serializers.Serializer[Any]):
 
 
 class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
+    prefix = serializers.CharField(
+        read_only=True,
+        help_text="The token's public part (`fla_<prefix>_…`); empty on some older tokens: "
+        "tell those apart by id and created_at.",
+    )
+    expires_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="Refused from this time on; null: never."
+    )
+
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "created_at", "last_used_at"]
+        fields = ["id", "name", "prefix", "created_at", "expires_at", "last_used_at"]
         read_only_fields = fields
 
 
 class ApiTokenCreateSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=100)
+    expires_in_days = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=MAX_TOKEN_DAYS,
+        help_text="The token stops working after this many days; omit or null: never.",
+    )
 
 
 class ApiTokenCreatedSerializer(ApiTokenSerializer):

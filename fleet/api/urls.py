@@ -3,7 +3,17 @@ from __future__ import annotations
 from django.urls import include, path
 from rest_framework.routers import DynamicRoute, SimpleRouter
 
-from fleet.api import views, views_agent, views_mig
+from fleet.api import (
+    views,
+    views_agent,
+    views_alerts,
+    views_capacity,
+    views_logs,
+    views_mig,
+    views_rollouts,
+    views_teams,
+    views_usage,
+)
 
 
 class CommandRouter(SimpleRouter):
@@ -25,14 +35,27 @@ router.register("partitions", views.PartitionViewSet, basename="partition")
 router.register("deployments", views.DeploymentViewSet, basename="deployment")
 router.register("allocations", views.AllocationViewSet, basename="allocation")
 router.register("operations", views.OperationViewSet, basename="operation")
+router.register("events", views.HealthEventViewSet, basename="event")
 router.register("tokens", views.ApiTokenViewSet, basename="token")
+router.register("alerts/webhooks", views_alerts.WebhookViewSet, basename="webhook")
+router.register("alerts/deliveries", views_alerts.DeliveryViewSet, basename="delivery")
+router.register("teams", views_teams.TeamViewSet, basename="team")
 
 urlpatterns = [
     path("me", views.me, name="me"),
+    path("usage", views_usage.UsageView.as_view(), name="usage"),
+    path("capacity/", views_capacity.capacity, name="capacity"),
+    path("capacity/repack", views_capacity.capacity_repack, name="capacity-repack"),
+    path("capacity/advice", views_capacity.capacity_advice, name="capacity-advice"),
+    path("rollouts/", views_rollouts.rollouts, name="rollouts"),
+    path("rollouts/<int:pk>/", views_rollouts.rollout, name="rollout"),
+    path("rollouts/<int:pk>/resume", views_rollouts.rollout_resume, name="rollout-resume"),
+    path("rollouts/<int:pk>/abort", views_rollouts.rollout_abort, name="rollout-abort"),
     path("mig/catalog/", views_mig.catalog, name="mig-catalog"),
     path("mig/validate", views_mig.validate, name="mig-validate"),
     path("mig/migparted", views_mig.migparted_import, name="mig-migparted"),
     path("gpus/<int:pk>/migparted", views_mig.migparted_export, name="gpu-migparted"),
+    path("allocations/<int:pk>/logs", views_logs.allocation_logs, name="allocation-logs"),
     path("agent/enroll", views_agent.enroll, name="agent-enroll"),
     path("agent/desired-state", views_agent.desired_state, name="agent-desired-state"),
     path("agent/report", views_agent.report, name="agent-report"),

@@ -9,21 +9,24 @@ from rest_framework import authentication, exceptions, serializers, status
 from rest_framework.decorators import (
     api_view,
     authentication_classes,
+    parser_classes,
     permission_classes,
-    throttle_classes,
 )
 from rest_framework.permissions import AllowAny, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import AnonRateThrottle
 
+from fleet.agents.delivery import desired_document
+from fleet.agents.enrollment import host_authenticate, host_enroll
+from fleet.agents.guard import Refused, admit_parsed, rest_guard
+from fleet.agents.messages import handle_message
 from fleet.api import schema as _schema  # noqa: F401 - registers the OpenAPI auth scheme
+from fleet.api.limits import throttle_scope
+from fleet.api.parsers import EnrollJsonParser, ReportJsonParser
 from fleet.api.serializers import ErrorSerializer
-from fleet.inventory import agents
+from fleet.core.errors import ServiceError
+from fleet.inventory import refusals
 from fleet.inventory.models import Host
-from fleet.live.agent import handle_message
-from fleet.partitioning import delivery
-from fleet.partitioning.selectors import host_desired_state
 from hostagent import protocol
 
 
@@ -36,7 +39,7 @@ class HostTokenAuthentication(authentication.BaseAuthentication):
             return None
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Invalid token header.")
-        host = agents.host_authenticate(header[1].decode("latin-1"))
+        host = host_authenticate(header[1].decode("latin-1"))
         if host is None:
             raise exceptions.AuthenticationFailed("Invalid host token.")
         from django.contrib.auth.models import AnonymousUser
@@ -50,10 +53,6 @@ class HostTokenAuthentication(authentication.BaseAuthentication):
 class IsAgent(BasePermission):
     def has_permission(self, request: Request, view: Any) -> bool:
         return isinstance(request.auth, Host)
-
-
-class EnrollThrottle(AnonRateThrottle):
-    rate = "30/min"
 
 
 EnrollIn = inline_serializer(
@@ -81,13 +80,12 @@ ENROLL_ERRORS = {
 @api_view(["POST"])
 @authentication_classes([])
 @permission_classes([AllowAny])
-@throttle_classes([EnrollThrottle])
+@parser_classes([EnrollJsonParser])
+@throttle_scope("enroll")
 def enroll(request: Request) -> Response:
     """Trade a one-time enrollment token for the host's token (shown once, stored hashed)."""
     data = _validated(EnrollIn, request)
-    host, token = agents.host_enroll(
-        enrollment_token=data["enrollment_token"], hostname=data["hostname"]
-    )
+    host, token = host_enroll(enrollment_token=data["enrollment_token"], hostname=data["hostname"])
     return Response({"host_id": host.pk, "token": token}, status=status.HTTP_201_CREATED)
 
 
@@ -107,8 +105,7 @@ def desired_state(request: Request) -> Response:
     host = _host(request)
     if host.desired_generation == 0:
         return Response(status=status.HTTP_204_NO_CONTENT)
-    delivery.desired_state_push(host_id=host.pk)
-    return Response(host_desired_state(Host.objects.get(pk=host.pk)))
+    return Response(desired_document(host.pk))  # built once, recorded as dispatched
 
 
 ReportIn = inline_serializer(
@@ -128,6 +125,7 @@ ReportIn = inline_serializer(
 @api_view(["POST"])
 @authentication_classes([HostTokenAuthentication])
 @permission_classes([IsAgent])
+@parser_classes([ReportJsonParser])
 def report(request: Request) -> Response:
     """Up-messages (hello, telemetry, event, ack, pong) in the order they happened."""
     host = _host(request)
@@ -135,17 +133,30 @@ def report(request: Request) -> Response:
     messages = []
     for index, raw in enumerate(data["messages"]):
         try:
-            message = protocol.validate_message(raw)
-        except protocol.ProtocolError as error:
-            raise exceptions.ValidationError({"messages": {str(index): str(error)}}) from None
-        if message["type"] in ("desired_state", "ping"):
-            raise exceptions.ValidationError(
-                {"messages": {str(index): "only agent-to-server messages"}}
-            )
-        messages.append(message)
+            messages.append(admit_parsed(raw))
+        except Refused as refusal:
+            # The whole report is refused: nothing of it is applied, for this host or any.
+            refusals.refused(host.pk, refusal.reason, refusal.message)
+            refusals.flush()
+            raise ServiceError(
+                f"protocol.{refusal.reason}",
+                f"Message {index} was refused: {refusal.message}",
+                {"messages": {str(index): refusal.message}},
+            ) from None
+    # Past the host's budget (a backlog of ticks after an outage, an event storm) a message is
+    # skipped, not the report: the agent would only send the same report again.
+    guard = rest_guard(host.pk)
+    accepted = 0
     for message in messages:
-        handle_message(host.pk, message)  # type: ignore[arg-type]
-    return Response({"accepted": len(messages)})
+        try:
+            guard.check_rate(message)
+        except Refused as refusal:
+            refusals.refused(host.pk, refusal.reason, refusal.message)
+            continue
+        handle_message(host.pk, message)
+        accepted += 1
+    refusals.flush()
+    return Response({"accepted": accepted})
 
 
 def _host(request: Request) -> Host:

@@ -14,6 +14,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from fleet.api import serializers as s
+from fleet.api import serializers_mig as sm
+from fleet.api.limits import throttle_scope
 from fleet.api.views import READ_ERRORS, _errors, _valid
 from fleet.core.errors import NotFound, ServiceError
 from fleet.core.permissions import AnyRole
@@ -30,8 +32,11 @@ from fleet.mig import (
     parse_migparted,
     product_by_key,
     render_migparted,
+    resolve_instances,
     validate_layout,
 )
+from fleet.mig.migparted import MAX_TEXT_CHARS
+from fleet.mig.planning import too_many_instances
 from fleet.partitioning import converters
 
 
@@ -61,7 +66,7 @@ def product_as_dict(product: Product) -> dict[str, Any]:
     }
 
 
-@extend_schema(responses={200: s.CatalogProductSerializer(many=True), **_errors(401, 403)})
+@extend_schema(responses={200: sm.CatalogProductSerializer(many=True), **_errors(401, 403)})
 @api_view(["GET"])
 def catalog(request: Request) -> Response:
     """Every GPU product Fleet knows, with its MIG profiles and their allowed placements."""
@@ -80,17 +85,18 @@ def lookup_product(ref: str) -> Product | None:
 
 
 @extend_schema(
-    request=s.MigValidateSerializer,
-    responses={200: s.MigValidateResultSerializer, **READ_ERRORS},
+    request=sm.MigValidateSerializer,
+    responses={200: sm.MigValidateResultSerializer, **READ_ERRORS},
     description=(
         "Validate a MIG layout without changing anything. `valid: false` lists every violation."
     ),
 )
 @api_view(["POST"])
 @permission_classes([AnyRole])
+@throttle_scope("mig")
 def validate(request: Request) -> Response:
     """Dry run of a MIG layout for a product or for one GPU (whose reported placements count)."""
-    data = _valid(s.MigValidateSerializer, request)
+    data = _valid(sm.MigValidateSerializer, request)
     if "gpu" in data:
         gpu = Gpu.objects.filter(pk=data["gpu"]).first()
         if gpu is None:
@@ -108,26 +114,20 @@ def validate(request: Request) -> Response:
             f"Unknown GPU product {label!r}.",
             {"known_products": [p.name for p in PRODUCTS]},
         )
-    instances: list[Instance] = []
-    violations: list[Violation] = []
-    for raw in data["instances"]:
-        ref = int(raw["profile"]) if raw["profile"].isdigit() else raw["profile"]
-        profile = product.profile(ref)
-        if profile is None:
-            violations.append(
-                Violation(
-                    "mig.unknown_profile",
-                    f"{product.name} has no profile {raw['profile']!r}.",
-                    {
-                        "profile": raw["profile"],
-                        "known_profiles": [p.name for p in product.profiles],
-                    },
-                )
-            )
-            continue
-        instances.append(Instance(profile_id=profile.id, start=raw["start"]))
-    if not violations:
-        violations.extend(validate_layout(product, instances))
+    too_many = too_many_instances(product, len(data["instances"]))
+    if too_many is not None:  # refused before any per-instance or pairwise work
+        return Response(
+            {
+                "valid": False,
+                "product": product.name,
+                "placements": [],
+                "violations": [too_many.as_dict()],
+            }
+        )
+    instances, unknown = resolve_instances(
+        product, [(raw["profile"], raw["start"]) for raw in data["instances"]]
+    )
+    violations = list(unknown) or list(validate_layout(product, instances))
     placements = []
     for instance in instances:
         profile = product.profile(instance.profile_id)
@@ -155,7 +155,10 @@ MigPartedIn = inline_serializer(
     "MigPartedImport",
     {
         "yaml": serializers.CharField(
-            max_length=200_000, help_text="An nvidia-mig-parted config file (version v1)."
+            max_length=MAX_TEXT_CHARS,
+            help_text=(
+                "An nvidia-mig-parted config file (version v1), without YAML anchors or aliases."
+            ),
         ),
         "config": serializers.CharField(
             max_length=200, help_text="The config name (`apply -c NAME`)."
@@ -167,10 +170,10 @@ MigPartedOut = inline_serializer(
     "MigPartedLayout",
     {
         "valid": serializers.BooleanField(),
-        "layout": s.LayoutSerializer(
+        "layout": sm.LayoutSerializer(
             allow_null=True, help_text="Ready for `PUT /gpus/{id}/layout`."
         ),
-        "violations": s.ViolationSerializer(many=True),
+        "violations": sm.ViolationSerializer(many=True),
     },
 )
 
@@ -186,6 +189,7 @@ MigPartedOut = inline_serializer(
 )
 @api_view(["POST"])
 @permission_classes([AnyRole])
+@throttle_scope("mig")
 def migparted_import(request: Request) -> Response:
     data = _valid(MigPartedIn.__class__, request)
     gpu = Gpu.objects.filter(pk=data["gpu"]).first()

@@ -40,42 +40,17 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fleet.bench import seed
 from fleet.bench.browsers import DROP_AFTER_S, Browser, measure
+from fleet.bench.options import Options
 from fleet.bench.processes import terminate
 from fleet.bench.stack import ROOT, Stack, cpu_seconds
 
 SWARM = [sys.executable, "-m", "hostagent.swarm"]
-
-
-@dataclass
-class Options:
-    hosts: int
-    gpus_per_host: int = 8
-    seconds: float = 30.0
-    servers: int = 1
-    enrolled: bool = True  # the hosts' GPUs are known: the agents' hellos are reconnects
-    browsers: int = 2
-    swarms: int = 0  # 0: one agent process per 400 hosts
-    product: str = "h100-sxm5-80gb"
-    interval_s: float = 1.0
-    urls: list[str] = field(default_factory=list)  # connect to a running stack instead
-    database_url: str = ""
-    warmup_timeout_s: float = 120.0
-    channel_capacity: int | None = None
-    live_batch_s: float | None = None
-    workdir: Path | None = None
-    server_pids: list[int] = field(default_factory=list)
-    log: Callable[[str], None] = print
-
-
-def default_servers() -> int:
-    """One ASGI process per CPU core, at most 4 (the production topology in the README)."""
-    return max(1, min(4, os.cpu_count() or 1))
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -120,16 +95,12 @@ def run_bench(options: Options) -> dict[str, Any]:
             stack.stop()
         elif options.urls:
             with contextlib.suppress(Exception):
-                from fleet.bench.seed import cleanup
-
-                cleanup(run)
+                seed.cleanup(run)
     return result
 
 
 def _seed_here(options: Options, run: str) -> dict[str, Any]:
-    from fleet.bench.seed import setup
-
-    return setup(
+    return seed.setup(
         hosts=options.hosts,
         gpus_per_host=options.gpus_per_host,
         product_key=options.product,
@@ -351,9 +322,7 @@ def _sent_by_host(
 
 def _gpu_map(stack: Stack | None, host_ids: list[int], workdir: Path) -> dict[int, list[int]]:
     if stack is None:
-        from fleet.bench.seed import gpu_map
-
-        raw = gpu_map(host_ids)
+        raw = seed.gpu_map(host_ids)
     else:
         source, out = workdir / "host-ids.json", workdir / "gpu-map.json"
         source.write_text(json.dumps(host_ids))

@@ -1,7 +1,9 @@
 """Fleet state for a live load test: hosts with per-host tokens, a viewer with a session.
 
 Runs inside the stack's database: ``python -m fleet.bench.seed setup N GPUS PRODUCT OUT.json``
-(a fresh process with the stack's environment) or in-process with ``--url``.
+(a fresh process with the stack's environment) or in-process with ``--url``. Its functions
+import Django and the apps inside themselves: the module is imported (``python -m``) before
+Django is set up for the stack's database.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ def setup(
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.sessions.backends.db import SessionStore
 
+    from fleet.agents.discovery import gpus_adopt
+    from fleet.agents.enrollment import host_issue_token
     from fleet.core.roles import Role
     from fleet.core.services import user_create
-    from fleet.inventory.agents import gpus_adopt, host_issue_token
     from fleet.inventory.services import host_create
     from fleet.inventory.simulation import simulated_spec
     from fleet.mig import product_by_key

@@ -23,7 +23,7 @@ from fleet.bench.processes import (
 )
 
 if TYPE_CHECKING:
-    from fleet.bench.live import Options
+    from fleet.bench.options import Options
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

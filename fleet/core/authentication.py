@@ -9,7 +9,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from fleet.core.models import ApiToken
-from fleet.core.tokens import hash_token, token_prefix
+from fleet.core.tokens import hash_token
 
 USER_TOKEN_KIND = "fla"
 
@@ -33,14 +33,13 @@ class ApiTokenAuthentication(authentication.TokenAuthentication):
         return self._lookup(key)
 
     def _lookup(self, key: str) -> tuple[Any, ApiToken]:
-        token = (
-            ApiToken.objects.select_related("user")
-            .filter(prefix=token_prefix(key), key_hash=hash_token(key))
-            .first()
-        )
+        # By the unique hash alone: rows issued before the prefix fix store an empty prefix.
+        token = ApiToken.objects.select_related("user").filter(key_hash=hash_token(key)).first()
         if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid token.")
         now = timezone.now()
+        if token.expired(now):
+            raise exceptions.AuthenticationFailed("Token expired; create a new one.")
         if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         return token.user, token

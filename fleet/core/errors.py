@@ -53,13 +53,15 @@ class Conflict(ServiceError):
 
 
 class RuleViolation(ServiceError):
-    """The pure rules refused the change; ``details.violations`` lists every broken rule."""
+    """The pure rules refused the change; ``details.violations`` lists every broken rule and
+    ``code`` is the first one's (stable: the same refusal has the same code however many other
+    rules it broke)."""
 
     status_code: int = status.HTTP_422_UNPROCESSABLE_ENTITY
 
     def __init__(self, message: str, violations: Iterable[Violation], **details: Any) -> None:
         listed = [v.as_dict() for v in violations]
-        code = listed[0]["code"] if len(listed) == 1 else "rules.violated"
+        code = listed[0]["code"] if listed else "rules.violated"
         super().__init__(code, message, {"violations": listed, **details})
 
 

@@ -6,7 +6,9 @@ Two audiences:
 * **Browsers** listen (through their consumer, which coalesces) on :data:`FLEET_GROUP` for
   :class:`TelemetryEvent` (``live.telemetry``: the latest values of one host's GPUs) and
   :class:`ChangedEvent` (``live.changed``: ids of rows that changed; the browser re-reads them
-  through the REST API or re-renders the fragment).
+  through the REST API or re-renders the fragment). Each browser socket also listens on its
+  user's group (:func:`user_group`) for :class:`UserRevokedEvent` (``user.revoked``: the user
+  signed out, was deactivated or lost every role; the socket closes).
 
 Pushed messages are hints that can be lost (channels-redis drops messages to a full channel);
 the truth stays in the database and every receiver can re-sync.
@@ -15,6 +17,7 @@ the truth stays in the database and every receiver can re-sync.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from typing import Any, Literal, TypedDict
 
@@ -64,8 +67,28 @@ class ChangedEvent(TypedDict):
     ids: list[int]
 
 
+class UserRevokedEvent(TypedDict):
+    type: Literal["user.revoked"]
+    code: int  # the WebSocket close code: CLOSE_SIGNED_OUT or CLOSE_NO_ROLE
+    session: str  # session_fingerprint() of the session that ended; "" for every session
+
+
+# WebSocket close codes a browser understands (static/web/core.js): sign in again / no access.
+CLOSE_SIGNED_OUT = 4401
+CLOSE_NO_ROLE = 4403
+
+
 def agent_group(host_id: int) -> str:
     return f"agent.host.{host_id}"
+
+
+def user_group(user_id: int) -> str:
+    return f"user.{user_id}"
+
+
+def session_fingerprint(session_key: str) -> str:
+    """Names a session in channel messages without sending its key (a bearer secret)."""
+    return hashlib.sha256(session_key.encode("utf-8")).hexdigest()[:32]
 
 
 _home_loop: asyncio.AbstractEventLoop | None = None
@@ -110,3 +133,9 @@ def publish_changed(kind: ChangedKind, ids: list[int]) -> None:
         return
     event: ChangedEvent = {"type": "live.changed", "kind": kind, "ids": sorted(set(ids))}
     transaction.on_commit(lambda: publish(FLEET_GROUP, "live.changed", dict(event)))
+
+
+def publish_user_revoked(user_id: int, code: int, session: str = "") -> bool:
+    """Close the user's browser sockets (those of one session when ``session`` is given)."""
+    event: UserRevokedEvent = {"type": "user.revoked", "code": code, "session": session}
+    return publish(user_group(user_id), "user.revoked", dict(event))

@@ -8,6 +8,7 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
 from fleet.core.roles import Role, role_of
+from fleet.core.teams import operated_teams
 
 
 class RolePermission(BasePermission):
@@ -23,6 +24,21 @@ class RolePermission(BasePermission):
         if required is None:
             required = Role.VIEWER if request.method in SAFE_METHODS else Role.OPERATOR
         return role >= required
+
+
+class TeamRolePermission(RolePermission):
+    """Deployments: viewers read; fleet operators act on every deployment, a team operator on
+    its team's (the view checks the deployment's team: :func:`fleet.core.teams.can_operate_team`).
+    """
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if super().has_permission(request, view):
+            return True
+        return (
+            request.method not in SAFE_METHODS
+            and getattr(view, "action", None) in getattr(view, "team_actions", ())
+            and bool(operated_teams(request.user))
+        )
 
 
 class IsAdminRole(BasePermission):

@@ -1,12 +1,15 @@
 """Roles: viewer (sees), operator (acts on GPUs and deployments), admin (hosts, users, tokens).
 
-Roles are Django groups so that the admin can assign them; a superuser is always an admin.
+Roles are Django groups so that the admin can assign them; a superuser is always an admin. A
+member of a team (:mod:`fleet.core.teams`) without a fleet role sees the fleet as a viewer.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
 from typing import Any
+
+from fleet.core.models import TeamMembership
 
 
 class Role(IntEnum):
@@ -37,5 +40,11 @@ def role_of(user: Any) -> Role:
     for candidate, group_name in GROUP_NAMES.items():
         if group_name in names and candidate > role:
             role = candidate
+    if role is Role.NONE and _in_a_team(user):
+        role = Role.VIEWER
     user._fleet_role = role
     return role
+
+
+def _in_a_team(user: Any) -> bool:
+    return TeamMembership.objects.filter(user=user).exists()

@@ -15,8 +15,22 @@ def new_token(kind: str) -> str:
 
 
 def token_prefix(token: str) -> str:
+    """The public part that tells tokens apart in lists (``3f9c1a2b``); ``""`` if malformed."""
+    # At most two splits: the url-safe random part may itself contain "_".
+    parts = token.split("_", 2)
+    return parts[1] if len(parts) == 3 else ""
+
+
+def legacy_token_prefix(token: str) -> str:
+    """The prefix stored before the fix above: ``""`` whenever the random part held a ``_``
+    (about half of the tokens issued then). Lookups by prefix accept both."""
     parts = token.split("_")
     return parts[1] if len(parts) == 3 else ""
+
+
+def token_lookup_prefixes(token: str) -> list[str]:
+    """Every prefix a row holding ``token`` may have stored (current and legacy)."""
+    return sorted({token_prefix(token), legacy_token_prefix(token)})
 
 
 def hash_token(token: str) -> str:

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from fleet.inventory.labels import labels_problems
 from fleet.inventory.models import Gpu, Host
-from fleet.inventory.services import host_issue_enrollment
+from fleet.inventory.services import host_issue_enrollment, host_revoke_token
 
 
 class GpuInline(admin.TabularInline[Gpu, Host]):
@@ -17,20 +19,39 @@ class GpuInline(admin.TabularInline[Gpu, Host]):
     readonly_fields = fields
 
 
+HOST_FIELDS = (
+    "name",
+    "labels",
+    "status",
+    "hostname",
+    "agent_version",
+    "driver_version",
+    "last_seen_at",
+    "desired_generation",
+    "applied_generation",
+)
+
+
+class HostAdminForm(forms.ModelForm[Host]):
+    """The admin's host form: labels bounded as the API bounds them."""
+
+    class Meta:
+        model = Host
+        fields = HOST_FIELDS
+
+    def clean_labels(self) -> Any:
+        labels = self.cleaned_data.get("labels") or {}
+        problems = labels_problems(labels)
+        if problems:
+            raise forms.ValidationError(problems[:5])
+        return labels
+
+
 @admin.register(Host)
 class HostAdmin(admin.ModelAdmin[Host]):
-    actions = ["issue_enrollment_token"]
-    fields = (
-        "name",
-        "labels",
-        "status",
-        "hostname",
-        "agent_version",
-        "driver_version",
-        "last_seen_at",
-        "desired_generation",
-        "applied_generation",
-    )
+    form = HostAdminForm
+    actions = ["issue_enrollment_token", "revoke_agent_token"]
+    fields = HOST_FIELDS
 
     def save_model(self, request: HttpRequest, obj: Host, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
@@ -41,6 +62,12 @@ class HostAdmin(admin.ModelAdmin[Host]):
     def issue_enrollment_token(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
         for host in queryset:
             self._show_token(request, host, host_issue_enrollment(host))
+
+    @admin.action(description="Revoke the agent token (closes its connections now)")
+    def revoke_agent_token(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
+        for host in queryset:
+            host_revoke_token(host_id=host.pk, requested_by=request.user)
+        messages.success(request, f"Revoked the agent token of {queryset.count()} host(s).")
 
     def _show_token(self, request: HttpRequest, host: Host, token: str) -> None:
         messages.warning(

@@ -9,11 +9,28 @@ from fleet.core.models import TimeStampedModel
 
 
 class HostStatus(models.TextChoices):
+    """``cordoned``: takes no new replicas (an operator's word); ``draining``: its replicas are
+    moving off (a host drain); ``maintenance``: drained, takes nothing until uncordoned."""
+
     READY = "ready", "Ready"
     CORDONED = "cordoned", "Cordoned"
     DRAINING = "draining", "Draining"
+    MAINTENANCE = "maintenance", "Maintenance"
     UNHEALTHY = "unhealthy", "Unhealthy"
     OFFLINE = "offline", "Offline"
+
+
+# The statuses an operator set: the host takes no new replicas, whatever its agent says.
+HELD_STATUSES = (HostStatus.CORDONED, HostStatus.DRAINING, HostStatus.MAINTENANCE)
+
+
+class AgentRuntime(models.TextChoices):
+    """What the host's agent can run (``hello.runtime``): containers and processes, processes
+    only, or nothing (reservations only)."""
+
+    DOCKER = "docker", "Docker"
+    PROCESS = "process", "Processes"
+    NONE = "none", "None"
 
 
 class Host(TimeStampedModel):
@@ -26,6 +43,8 @@ class Host(TimeStampedModel):
     name = models.CharField(max_length=200, unique=True)
     hostname = models.CharField(max_length=255, blank=True)
     status = models.CharField(max_length=16, choices=HostStatus.choices, default=HostStatus.OFFLINE)
+    # A small string-to-string map (fleet.inventory.labels bounds it); deployments may require
+    # some (Deployment.host_labels, rule placement.host_labels).
     labels = models.JSONField(default=dict, blank=True)
     enrollment_token_hash = models.CharField(max_length=64, blank=True)
     enrollment_expires_at = models.DateTimeField(null=True, blank=True)
@@ -34,7 +53,14 @@ class Host(TimeStampedModel):
     agent_version = models.CharField(max_length=64, blank=True)
     driver_version = models.CharField(max_length=64, blank=True)
     nvml_version = models.CharField(max_length=64, blank=True)
+    runtime = models.CharField(
+        max_length=16, choices=AgentRuntime.choices, default=AgentRuntime.NONE
+    )
     last_seen_at = models.DateTimeField(null=True, blank=True)
+    # When the host went quiet (set with ``offline``, cleared by the beat once it is back): its
+    # replicas keep their places until FLEET_EVICT_OFFLINE_AFTER_SECONDS have passed since
+    # (unreachable is not failed: fleet.allocations.offline).
+    offline_since = models.DateTimeField(null=True, blank=True)
     desired_generation = models.PositiveBigIntegerField(default=0)
     applied_generation = models.PositiveBigIntegerField(default=0)
     dispatched_generation = models.PositiveBigIntegerField(default=0)
@@ -180,6 +206,9 @@ class HealthEventKind(models.TextChoices):
     GPU_BACK = "gpu_back", "GPU back"
     HOST_OFFLINE = "host_offline", "Host offline"
     HOST_ONLINE = "host_online", "Host online"
+    AGENT_REPLACED = "agent_replaced", "Agent connection replaced"
+    CRASHLOOP = "crashloop", "Workload crash loop"
+    ORPHAN_STOPPED = "orphan_stopped", "Orphan workload stopped"
 
 
 class HealthEvent(models.Model):
@@ -198,7 +227,11 @@ class HealthEvent(models.Model):
 
     class Meta:
         ordering = ["-ts", "-id"]
-        indexes = [models.Index(fields=["gpu", "-ts"]), models.Index(fields=["host", "-ts"])]
+        indexes = [
+            models.Index(fields=["gpu", "-ts"]),
+            models.Index(fields=["host", "-ts"]),
+            models.Index(fields=["ts"], name="healthevent_ts"),  # retention deletes by age
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} on {self.gpu or self.host}"

@@ -98,3 +98,32 @@ def _raw_points(
             )
     points.sort(key=lambda p: p["ts"])
     return points
+
+
+# The windows a GPU's history is served for, and the most points one answer holds.
+HISTORY_WINDOWS = {"1h": 3600, "24h": 86400, "7d": 7 * 86400}
+HISTORY_MAX_POINTS = 720  # as a replica's series (fleet.allocations.telemetry)
+
+
+def gpu_history_series(
+    gpu_id: int, *, seconds: int, max_points: int = HISTORY_MAX_POINTS, now: float | None = None
+) -> tuple[int, list[Point]]:
+    """The last ``seconds`` of the GPU's telemetry in at most ``max_points`` buckets of equal
+    size (returned with them): every bucket of the window is there, its values the means of the
+    points kept in it, ``None`` where none had a value.
+
+    Past the raw window the buckets are whole minutes (the per-minute means they are made of).
+    """
+    now = time.time() if now is None else now
+    bucket_s = max(1, -(-seconds // max_points))
+    if seconds > telemetry.store_raw_seconds(telemetry.get_store()):
+        bucket_s = -(-bucket_s // ROLLUP_SECONDS) * ROLLUP_SECONDS
+    means = telemetry.mean_points(gpu_history(gpu_id, seconds=seconds, now=now), bucket_s)
+    by_bucket = {int(p["ts"] // bucket_s): p for p in means}
+    last = int(now // bucket_s)
+    first = last - seconds // bucket_s + 1
+    empty = dict.fromkeys(telemetry.METRICS)
+    return bucket_s, [
+        by_bucket.get(i) or Point(ts=float(i * bucket_s), **empty)  # type: ignore[typeddict-item]
+        for i in range(first, last + 1)
+    ]

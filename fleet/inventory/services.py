@@ -5,14 +5,17 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.core.errors import Conflict
+from fleet.core.errors import Conflict, NotFound
+from fleet.core.events import agent_group, publish, publish_changed
+from fleet.core.models import OperationKind, OperationStatus
+from fleet.core.operations import operation_record
 from fleet.core.tokens import hash_token, new_token
-from fleet.inventory.models import Gpu, Host, HostStatus
-from fleet.partitioning.models import OperationKind, OperationStatus
-from fleet.partitioning.services import operation_record
+from fleet.inventory.labels import labels_checked
+from fleet.inventory.models import Gpu, HealthEvent, Host, HostStatus
 
 HOST_TOKEN_KIND = "flh"
 ENROLLMENT_TOKEN_KIND = "fle"
@@ -24,6 +27,7 @@ def host_create(
     *, name: str, labels: dict[str, str] | None = None, requested_by: Any = None
 ) -> tuple[Host, str]:
     """A new host waiting for its agent; returns the one-time enrollment token (never stored)."""
+    labels = labels_checked(labels or {})
     if Host.objects.filter(name=name).exists():
         raise Conflict("host.name_taken", f"A host named {name!r} already exists.", {"name": name})
     host = Host.objects.create(name=name, labels=labels or {}, status=HostStatus.OFFLINE)
@@ -78,3 +82,62 @@ def gpu_upsert(
         },
     )
     return gpu
+
+
+def health_events_prune(now: Any = None) -> int:
+    """Delete health events past ``FLEET_HEALTH_EVENTS_KEEP_DAYS``; returns how many went."""
+    now = now or timezone.now()
+    keep = timedelta(days=int(settings.FLEET_HEALTH_EVENTS_KEEP_DAYS))
+    deleted, _ = HealthEvent.objects.filter(ts__lt=now - keep).delete()
+    return deleted
+
+
+@transaction.atomic
+def host_set_labels(*, host_id: int, labels: Any, requested_by: Any = None) -> Host:
+    """Replace the host's labels (bounded: :mod:`fleet.inventory.labels`). Replicas already
+    placed stay; placements from now on see the new labels (rule ``placement.host_labels``)."""
+    checked = labels_checked(labels)
+    host = Host.objects.select_for_update().filter(pk=host_id).first()
+    if host is None:
+        raise NotFound("host.not_found", f"Host {host_id} does not exist.", {"host": host_id})
+    before = dict(host.labels or {})
+    if before == checked:
+        return host
+    host.labels = checked
+    host.save(update_fields=["labels", "updated_at"])
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(checked.items())) or "none"
+    operation_record(
+        kind=OperationKind.SET_LABELS,
+        summary=f"Labels of {host.name}: {shown}",
+        requested_by=requested_by,
+        host=host,
+        status=OperationStatus.SUCCEEDED,
+        payload={"before": before, "after": checked},
+    )
+    publish_changed("host", [host.pk])
+    return host
+
+
+def host_revoke_token(*, host_id: int, requested_by: Any = None) -> Host:
+    """The host's agent token stops working at once: new requests are refused, its open sockets
+    are closed within a second, and the host needs a new enrollment token to come back."""
+    host = Host.objects.filter(pk=host_id).first()
+    if host is None:
+        raise NotFound("host.not_found", f"Host {host_id} does not exist.", {"host": host_id})
+    with transaction.atomic():
+        Host.objects.filter(pk=host_id).update(token_prefix="", token_hash="")
+        operation_record(
+            kind=OperationKind.ENROLL_HOST,
+            summary=f"Agent token of {host.name} revoked",
+            host=host,
+            status=OperationStatus.SUCCEEDED,
+            requested_by=requested_by,
+        )
+        host_close_agent_sockets(host_id)
+    host.refresh_from_db()
+    return host
+
+
+def host_close_agent_sockets(host_id: int) -> None:
+    """After commit, every socket of the host re-checks its token (and closes if it is gone)."""
+    transaction.on_commit(lambda: publish(agent_group(host_id), "agent.revoke", {}))

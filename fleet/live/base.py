@@ -9,8 +9,9 @@ behind it, browsers included). Fleet's handlers touch the database only through
 ``database_sync_to_async``, which closes stale connections in its own thread, around each call,
 so the per-message hop does nothing for them and is skipped here.
 
-JSON goes through orjson (frames of thousands of GPUs, a thousand agent ticks a second), and a
-message that is not JSON is logged and ignored instead of closing the socket.
+JSON goes through orjson (frames of thousands of GPUs), and a message that is not JSON, or is
+over :attr:`LoopConsumer.MAX_MESSAGE_BYTES`, is logged and ignored instead of closing the
+socket. (The agent socket reads its messages itself: :mod:`fleet.agents.guard`.)
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ logger = logging.getLogger(__name__)
 
 
 class LoopConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+    # What a client may send in one message; bigger ones are ignored unread. The server's own
+    # frame limit (daphne: 1 MiB, ``--websocket-max-message-size``) applies first.
+    MAX_MESSAGE_BYTES = 64 * 1024
+
     async def dispatch(self, message: dict[str, Any]) -> None:
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
@@ -36,6 +41,9 @@ class LoopConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         raw = text_data if text_data is not None else bytes_data
         if not raw:
             raise ValueError("No text section for incoming WebSocket frame!")
+        if len(raw) > self.MAX_MESSAGE_BYTES:
+            logger.warning("%s: a message of %d bytes was ignored", self.scope["path"], len(raw))
+            return
         try:
             content = orjson.loads(raw)
         except orjson.JSONDecodeError as error:

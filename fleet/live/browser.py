@@ -15,6 +15,10 @@ Frames sent::
      "changed": {"gpu": [1, 2], "operation": [9]},
      "fleet": {"utilization_percent": 41.5, "reporting": 996}}
 
+The socket also joins its user's group and closes on ``user.revoked``: 4401 when the user
+signs out (only that session's sockets), is deactivated or deleted; 4403 when the user loses
+every role.
+
 Messages accepted::
 
     {"type": "subscribe", "gpus": [1, 2, 3]}   # or "gpus": null for every GPU (the default)
@@ -30,14 +34,21 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from fleet.core.events import FLEET_GROUP, register_home_loop
+from fleet.core.events import (
+    CLOSE_NO_ROLE,
+    CLOSE_SIGNED_OUT,
+    FLEET_GROUP,
+    register_home_loop,
+    session_fingerprint,
+    user_group,
+)
 from fleet.core.roles import Role, role_of
 from fleet.live.base import LoopConsumer
 
 logger = logging.getLogger(__name__)
 
-CLOSE_UNAUTHENTICATED = 4401
-CLOSE_FORBIDDEN = 4403
+CLOSE_UNAUTHENTICATED = CLOSE_SIGNED_OUT
+CLOSE_FORBIDDEN = CLOSE_NO_ROLE
 MAX_SUBSCRIBED = 5000
 
 
@@ -54,8 +65,14 @@ class BrowserConsumer(LoopConsumer):
         if user is None or not getattr(user, "is_authenticated", False):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        self.session = _session_of(self.scope)
+        self.flush_task: asyncio.Task[None] | None = None
+        # The user's group first, then the role check: a revocation between the two still
+        # reaches this socket.
+        await self._join(user_group(user.pk))
         role = await database_sync_to_async(role_of)(user)
         if role < Role.VIEWER:
+            await self._leave()
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.seq = 0
@@ -64,10 +81,8 @@ class BrowserConsumer(LoopConsumer):
         self.fleet_util: dict[str, float | None] = {}
         self.subscribed: set[str] | None = None
         self.last_flush = 0.0
-        self.flush_task: asyncio.Task[None] | None = None
-        self.joined = True
         register_home_loop(asyncio.get_running_loop())
-        await self.channel_layer.group_add(FLEET_GROUP, self.channel_name)
+        await self._join(FLEET_GROUP)
         await self.send_json(
             {
                 "type": "hello",
@@ -79,9 +94,17 @@ class BrowserConsumer(LoopConsumer):
         )
 
     async def disconnect(self, code: int) -> None:
-        if getattr(self, "joined", False):
-            await self.channel_layer.group_discard(FLEET_GROUP, self.channel_name)
-            self.joined = False
+        await self._leave()
+
+    async def _join(self, group: str) -> None:
+        self.groups_joined: list[str] = [*getattr(self, "groups_joined", []), group]
+        await self.channel_layer.group_add(group, self.channel_name)
+
+    async def _leave(self) -> None:
+        """Stop listening (idempotent: a revoked socket leaves before it closes)."""
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+        self.groups_joined = []
         task = getattr(self, "flush_task", None)
         if task is not None and not task.done():
             task.cancel()
@@ -97,6 +120,18 @@ class BrowserConsumer(LoopConsumer):
                 self.subscribed = None
             elif isinstance(gpus, list):
                 self.subscribed = {str(g) for g in gpus[:MAX_SUBSCRIBED] if isinstance(g, int)}
+
+    async def user_revoked(self, event: dict[str, Any]) -> None:
+        """The user signed out (this session, or every one), was deactivated or lost every role:
+        what this socket was allowed to see at connect no longer holds."""
+        session = event.get("session")
+        if session and session != self.session:
+            return  # another session of the same user signed out
+        code = event.get("code")
+        await self._leave()
+        await self.close(
+            code=code if code in (CLOSE_SIGNED_OUT, CLOSE_NO_ROLE) else CLOSE_SIGNED_OUT
+        )
 
     async def live_telemetry(self, event: dict[str, Any]) -> None:
         gpus = event.get("gpus")
@@ -165,3 +200,9 @@ class BrowserConsumer(LoopConsumer):
         values = [v for v in self.fleet_util.values() if v is not None]
         mean = round(sum(values) / len(values), 1) if values else None
         return {"utilization_percent": mean, "reporting": len(self.fleet_util)}
+
+
+def _session_of(scope: dict[str, Any]) -> str:
+    """The fingerprint of the socket's session (Channels' session middleware), or ``""``."""
+    key = getattr(scope.get("session"), "session_key", None)
+    return session_fingerprint(key) if isinstance(key, str) and key else ""

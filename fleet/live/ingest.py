@@ -2,17 +2,20 @@
 
 A socket hands its telemetry here and goes back to reading at once (no thread hop, no Redis
 round trip per message). Every :func:`window_seconds` (default 0.1 s) the ticks gathered from
-all sockets of the process go to a worker thread as one batch (:mod:`fleet.inventory.ingest`):
+all sockets of the process go to a worker thread as one batch (:mod:`fleet.agents.ingest`):
 
-* the batch is mapped to GPUs (:func:`~fleet.inventory.ingest.prepare`) and one
+* the batch is mapped to GPUs (:func:`~fleet.agents.ingest.prepare`) and one
   ``live.telemetry`` group message carries every GPU of it to the browsers;
-* then it is stored (:func:`~fleet.inventory.ingest.persist`), and hosts whose agent is behind
+* then it is stored (:func:`~fleet.agents.ingest.persist`), and hosts whose agent is behind
   the desired generation (and whose redelivery backoff is over) are re-synced through their
   own socket (heartbeats double as re-sync, as before).
 
 Batches never overlap: while one is being stored the next one gathers, so under load batches
-grow and the cost per tick falls. A failed batch (database or Redis down) is logged and
-dropped: telemetry is a stream, the next tick carries the same values.
+grow and the cost per tick falls. One host's tick that cannot be mapped or stored is dropped
+alone (:mod:`fleet.agents.ingest`); the hosts' ``last_seen_at`` is written before the hot
+store is, so a Redis outage loses points, never heartbeats. A batch that fails whole (the
+database down) is logged and dropped: telemetry is a stream, the next tick carries the same
+values.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from fleet.agents.ingest import Ingested, Prepared, Tick, persist, prepare
 from fleet.core.events import FLEET_GROUP
-from fleet.inventory.ingest import Ingested, Prepared, Tick, persist, prepare
+from fleet.inventory import refusals
 from fleet.partitioning.delivery import hosts_to_redeliver
 from hostagent import protocol
 
@@ -50,6 +54,8 @@ def window_seconds() -> float:
 def _persist(prepared: Prepared) -> list[int]:
     """In a worker thread: store the batch, and find the hosts to re-sync."""
     persist(prepared)
+    if refusals.pending():
+        refusals.flush()
     ids = prepared.done.host_ids
     return hosts_to_redeliver(hosts=ids) if ids else []
 

@@ -6,29 +6,8 @@ Django.
 
 from __future__ import annotations
 
+from fleet.mig.capacity import ProfileCapacity, max_new_instances, profile_capacity
 from fleet.mig.catalog import PRODUCTS, Placement, Product, Profile, find_product, product_by_key
-from fleet.mig.layout import (
-    DEVICE_FILTER_MISMATCH,
-    DOES_NOT_FIT,
-    MEDIA_EXTENSION_LIMIT,
-    NOT_SUPPORTED,
-    OVERLAP,
-    PLACEMENT_NOT_ALLOWED,
-    TOO_MANY_INSTANCES,
-    UNKNOWN_PRODUCT,
-    UNKNOWN_PROFILE,
-    Instance,
-    LayoutPlan,
-    UnknownProfileError,
-    free_placements,
-    maximal_layouts,
-    occupied_slices,
-    plan_layout,
-    resolve_profiles,
-    suggest_layout,
-    valid_layouts,
-    validate_layout,
-)
 from fleet.mig.migparted import (
     MigConfigSpec,
     MigPartedConfig,
@@ -40,6 +19,33 @@ from fleet.mig.migparted import (
     render_migparted,
 )
 from fleet.mig.notation import NotationError, format_instances, parse_instances
+from fleet.mig.planning import (
+    LayoutPlan,
+    UnknownProfileError,
+    maximal_layouts,
+    plan_layout,
+    resolve_profiles,
+    suggest_layout,
+    valid_layouts,
+)
+from fleet.mig.rules import (
+    DEVICE_FILTER_MISMATCH,
+    DOES_NOT_FIT,
+    MEDIA_EXTENSION_LIMIT,
+    NOT_SUPPORTED,
+    OVERLAP,
+    PLACEMENT_NOT_ALLOWED,
+    TOO_MANY_INSTANCES,
+    UNKNOWN_PRODUCT,
+    UNKNOWN_PROFILE,
+    Instance,
+    free_placements,
+    instance_sort_key,
+    occupied_slices,
+    resolve_instances,
+    unknown_profile,
+    validate_layout,
+)
 
 __all__ = [
     "DEVICE_FILTER_MISMATCH",
@@ -61,12 +67,15 @@ __all__ = [
     "Placement",
     "Product",
     "Profile",
+    "ProfileCapacity",
     "UnknownProfileError",
     "device_filter_id",
     "find_product",
     "format_instances",
     "free_placements",
+    "instance_sort_key",
     "layout_to_migparted",
+    "max_new_instances",
     "maximal_layouts",
     "migparted_to_layout",
     "occupied_slices",
@@ -74,9 +83,12 @@ __all__ = [
     "parse_migparted",
     "plan_layout",
     "product_by_key",
+    "profile_capacity",
     "render_migparted",
+    "resolve_instances",
     "resolve_profiles",
     "suggest_layout",
+    "unknown_profile",
     "valid_layouts",
     "validate_layout",
 ]

@@ -13,26 +13,33 @@ Schema (facts §5.1)::
 mig-parted keeps counts, not placements: ``nvidia-mig-parted apply`` recreates every instance and
 lets the driver place them. :func:`migparted_to_layout` chooses placements with
 :func:`fleet.mig.planning.plan_layout` instead.
+
+Documents come from users, so their size is bounded before any work: the text length, the number
+of configs, entries, devices and profiles, and each count (no GPU holds more than
+:data:`MAX_COUNT` instances). YAML anchors and aliases are refused: an alias lets a short text
+stand for a huge document.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import yaml
 
 from fleet.domain import Violation
+from fleet.mig.catalog import PRODUCTS
 from fleet.mig.model import Product
-from fleet.mig.planning import plan_layout
+from fleet.mig.planning import plan_layout, too_many_instances
 from fleet.mig.rules import (
     DEVICE_FILTER_MISMATCH,
     NOT_SUPPORTED,
-    UNKNOWN_PROFILE,
     Instance,
     resolve,
+    unknown_profile,
     validate_layout,
 )
 
@@ -43,6 +50,21 @@ _PROFILE_RE = re.compile(r"^(?:\d+c\.)?\d+g\.\d+gb(?:\+me\.all|\+me|\+gfx|-me)?$
 _FILTER_RE = re.compile(r"^0x[0-9A-F]{8}$")
 _SPEC_KEYS = frozenset({"devices", "mig-enabled", "mig-devices", "device-filter"})
 _NVIDIA_VENDOR = "10DE"
+
+# Bounds on a document. NVIDIA's own default config (deployments/systemd/config-default.yaml) is
+# about 9.5 KB with 70 configs of at most 10 entries, so these leave ample room.
+MAX_TEXT_CHARS = 65_536
+MAX_CONFIGS = 256
+MAX_ENTRIES = 64
+MAX_DEVICES = 64
+MAX_PROFILES = 32
+MAX_COUNT = max(product.max_instances for product in PRODUCTS)
+
+# libyaml when the wheel has it: about five times faster than the pure-Python parser.
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_MAX_SLOW_FLOW_DEPTH = 32
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+_NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 class MigPartedError(ValueError):
@@ -120,12 +142,15 @@ def parse_migparted(text: str) -> MigPartedConfig:
 
     Raises:
         MigPartedError: bad YAML, unknown version, a missing or unknown key, a wrong type,
-            ``mig-devices`` on a MIG-disabled entry, or a malformed profile or device filter.
+            ``mig-devices`` on a MIG-disabled entry, a malformed profile or device filter, YAML
+            anchors or aliases, or a document past one of the bounds (``MAX_*``).
     """
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise MigPartedError(f"Not valid YAML: {exc}", {}) from exc
+    if len(text) > MAX_TEXT_CHARS:
+        raise MigPartedError(
+            f"The config is {len(text)} characters long; at most {MAX_TEXT_CHARS} are accepted.",
+            {"max_chars": MAX_TEXT_CHARS},
+        )
+    document = _load(text)
     if not isinstance(document, dict):
         raise MigPartedError(
             "A mig-parted config must be a mapping with 'version' and 'mig-configs'."
@@ -143,9 +168,52 @@ def parse_migparted(text: str) -> MigPartedConfig:
     configs = document.get("mig-configs")
     if not isinstance(configs, dict) or not configs:
         raise MigPartedError("'mig-configs' must be a non-empty mapping of config names.")
+    _check_length(configs, MAX_CONFIGS, "'mig-configs' has {n} configs", {})
     return MigPartedConfig(
         tuple((str(name), _parse_entries(str(name), entries)) for name, entries in configs.items())
     )
+
+
+def _load(text: str) -> Any:
+    """The YAML document, refused at its first anchor or alias, before it is built."""
+    try:
+        try:
+            return _load_with(text, _FAST_LOADER)
+        except yaml.YAMLError:
+            # libyaml refuses a few documents PyYAML reads (``{mig-devices:}``), so PyYAML has
+            # the last word, except on deep flow nesting, which takes it seconds to refuse.
+            if _FAST_LOADER is yaml.SafeLoader or _flow_depth(text) > _MAX_SLOW_FLOW_DEPTH:
+                raise
+            return _load_with(text, yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        raise MigPartedError(f"Not valid YAML: {exc}", {}) from exc
+    except RecursionError:  # the pure-Python composer recurses once per nesting level
+        raise MigPartedError("Not valid YAML: nested too deeply.", {}) from None
+
+
+def _load_with(text: str, loader: Any) -> Any:
+    # An anchor or alias needs "&" or "*": most files have neither and are parsed once.
+    events = yaml.parse(text, Loader=loader) if "&" in text or "*" in text else ()
+    for event in events:
+        if isinstance(event, yaml.NodeEvent) and event.anchor is not None:
+            raise MigPartedError(
+                "YAML anchors and aliases (&name, *name, <<) are not accepted; "
+                "write every entry out.",
+                {"line": event.start_mark.line + 1 if event.start_mark else None},
+            )
+    return yaml.load(text, Loader=loader)  # a safe loader (CSafeLoader or SafeLoader)
+
+
+def _flow_depth(text: str) -> int:
+    """How deeply ``[`` and ``{`` nest; an estimate (brackets in strings and comments count)."""
+    brackets = _NOT_BRACKETS.sub("", text)
+    return max(accumulate(_NESTING[c] for c in brackets), default=0)
+
+
+def _check_length(items: Sized, limit: int, what: str, where: dict[str, Any]) -> None:
+    if len(items) > limit:
+        message = what.format(n=len(items)) + f"; at most {limit} are accepted."
+        raise MigPartedError(message, {**where, "limit": limit})
 
 
 def _parse_entries(name: str, entries: object) -> tuple[MigConfigSpec, ...]:
@@ -153,6 +221,7 @@ def _parse_entries(name: str, entries: object) -> tuple[MigConfigSpec, ...]:
         raise MigPartedError(
             f"Config {name!r} must be a non-empty list of entries.", {"config": name}
         )
+    _check_length(entries, MAX_ENTRIES, f"Config {name!r} has {{n}} entries", {"config": name})
     return tuple(
         _parse_spec(entry, {"config": name, "entry": i}) for i, entry in enumerate(entries)
     )
@@ -182,6 +251,8 @@ def _parse_spec(entry: object, where: dict[str, Any]) -> MigConfigSpec:
 def _parse_devices(devices: object, at: str, where: dict[str, Any]) -> str | tuple[int, ...]:
     if devices == "all":
         return "all"
+    if isinstance(devices, list):
+        _check_length(devices, MAX_DEVICES, f"In {at}: 'devices' lists {{n}} GPUs", where)
     if (
         isinstance(devices, list)
         and devices
@@ -208,6 +279,7 @@ def _parse_mig_devices(
         raise MigPartedError(f"In {at}: 'mig-devices' must map profiles to counts.", where)
     if devices and not enabled:
         raise MigPartedError(f"In {at}: 'mig-devices' must be empty when MIG is disabled.", where)
+    _check_length(devices, MAX_PROFILES, f"In {at}: 'mig-devices' names {{n}} profiles", where)
     pairs = []
     for profile, count in devices.items():
         if not isinstance(profile, str) or not _PROFILE_RE.match(profile):
@@ -220,6 +292,11 @@ def _parse_mig_devices(
             raise MigPartedError(
                 f"In {at}: the count of {profile!r} must be a whole number >= 0.",
                 {**where, "profile": profile},
+            )
+        if count > MAX_COUNT:
+            raise MigPartedError(
+                f"In {at}: {count} instances of {profile!r}; no GPU holds more than {MAX_COUNT}.",
+                {**where, "profile": profile, "count": count, "max_count": MAX_COUNT},
             )
         pairs.append((profile, count))
     return tuple(pairs)
@@ -347,18 +424,16 @@ def migparted_to_layout(
         return ()
     if not product.mig_capable:
         return (Violation(NOT_SUPPORTED, f"{product.name} does not support MIG.", {}),)
+    # Counted before the list of instances is built: a spec made in code has no parse bounds.
+    too_many = too_many_instances(product, sum(count for _, count in spec.mig_devices))
+    if too_many is not None:
+        return (too_many,)
     wanted: list[int | str] = []
     unknown = []
     for name, count in spec.mig_devices:
         profile = product.profile(name)
         if profile is None:
-            unknown.append(
-                Violation(
-                    UNKNOWN_PROFILE,
-                    f"{product.name} has no GPU-instance profile {name!r}.",
-                    {"profile": name, "product": product.key},
-                )
-            )
+            unknown.append(unknown_profile(product, name))
         else:
             wanted += [profile.id] * count
     if unknown:

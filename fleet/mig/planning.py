@@ -19,7 +19,7 @@ from fleet.mig.rules import (
     MEDIA_EXTENSION_LIMIT,
     MEDIA_RULE,
     NOT_SUPPORTED,
-    UNKNOWN_PROFILE,
+    TOO_MANY_INSTANCES,
     Instance,
     Placed,
     can_add,
@@ -27,6 +27,7 @@ from fleet.mig.rules import (
     instance_sort_key,
     media_conflict,
     resolve,
+    unknown_profile,
     validate_layout,
 )
 
@@ -82,6 +83,8 @@ def plan_layout(
     Like :func:`suggest_layout`, but never raises and explains a failure: ``mig.unknown_profile``,
     ``mig.not_supported``, the existing layout's own violations, ``mig.too_many_instances`` and
     ``mig.media_extension_limit`` for counts that can never fit, else ``mig.does_not_fit``.
+    More wanted profiles than the product has instances are refused before any pairwise check,
+    so the cost stays linear in ``wanted`` however long it is; the media rule is reported once.
 
     Args:
         product: the GPU product.
@@ -95,10 +98,9 @@ def plan_layout(
         return _failed([Violation(NOT_SUPPORTED, f"{product.name} does not support MIG.", {})])
     unknown = [ref for ref in wanted if product.profile(ref) is None]
     if unknown:
-        return _failed(
-            Violation(UNKNOWN_PROFILE, str(UnknownProfileError(product, ref)), {"profile": ref})
-            for ref in unknown
-        )
+        return _failed(unknown_profile(product, ref) for ref in unknown)
+    if len(wanted) > product.max_instances:
+        return _failed(count_violations(product, resolve_profiles(product, wanted)))
     current = validate_layout(product, existing)
     if current:
         return _failed(current)
@@ -112,6 +114,28 @@ def plan_layout(
         return _failed([_does_not_fit(product, placed, profiles)])
     new = [Instance(profile.id, where.start) for profile, where in found]
     return LayoutPlan(tuple(sorted(new, key=instance_sort_key)), ())
+
+
+def too_many_instances(product: Product, count: int) -> Violation | None:
+    """``mig.too_many_instances`` when ``count`` GPU instances are more than the product holds.
+
+    Takes a number, not a list, so that a request for millions of instances is refused before
+    anything of its size is built.
+
+    Args:
+        product: the GPU product (``nvidia-smi mig -lgip`` instance count of the full GPU).
+        count: how many GPU instances are asked for.
+
+    Returns:
+        The violation, or ``None`` when ``count`` is within the product's limit.
+    """
+    if count <= product.max_instances:
+        return None
+    return Violation(
+        TOO_MANY_INSTANCES,
+        f"{count} GPU instances; {product.name} allows at most {product.max_instances}.",
+        {"count": count, "max_instances": product.max_instances},
+    )
 
 
 def suggest_layout(
@@ -226,17 +250,30 @@ def _impossible_counts(
     """Counts that no placement can satisfy: per profile, per GPU, and the media rules."""
     everything = [p for p, _ in placed] + list(wanted)
     found = count_violations(product, everything)
-    for index, profile in enumerate(everything):
-        for other in everything[index + 1 :]:
-            if media_conflict(profile, other):
-                found.append(
-                    Violation(
-                        MEDIA_EXTENSION_LIMIT,
-                        f"{profile.name} and {other.name} cannot share a GPU: {MEDIA_RULE}",
-                        {"first": profile.name, "second": other.name},
-                    )
-                )
+    media = _media_violation(everything)
+    if media is not None:
+        found.append(media)
     return found
+
+
+def _media_violation(profiles: Sequence[Profile]) -> Violation | None:
+    """One ``mig.media_extension_limit`` for the whole set, naming the first conflicting pair and
+    every profile in a conflict (one per pair would grow with the square of the count)."""
+    pairs = [
+        (profile, other)
+        for index, profile in enumerate(profiles)
+        for other in profiles[index + 1 :]
+        if media_conflict(profile, other)
+    ]
+    if not pairs:
+        return None
+    first, second = pairs[0]
+    involved = sorted({p.name for pair in pairs for p in pair})
+    return Violation(
+        MEDIA_EXTENSION_LIMIT,
+        f"{first.name} and {second.name} cannot share a GPU: {MEDIA_RULE}",
+        {"first": first.name, "second": second.name, "profiles": involved},
+    )
 
 
 def _does_not_fit(

@@ -171,12 +171,58 @@ def validate_layout(product: Product, instances: Sequence[Instance]) -> tuple[Vi
 
 
 def _unknown(product: Product, instance: Instance) -> Violation:
-    known = ", ".join(f"{p.id} ({p.name})" for p in product.profiles)
+    return unknown_profile(product, instance.profile_id, start=instance.start)
+
+
+def unknown_profile(product: Product, ref: int | str, **details: Any) -> Violation:
+    """``mig.unknown_profile``: ``ref`` (an id or a name) is not a profile of ``product``; the
+    message and ``details.known_profiles`` list the ones it has.
+
+    Args:
+        product: the GPU product.
+        ref: the reference that was not found.
+        **details: more context for the violation's details (``start``, say).
+
+    Returns:
+        The violation.
+    """
+    known = [p.name for p in product.profiles]
+    listed = ", ".join(f"{p.id} ({p.name})" for p in product.profiles)
     return Violation(
         UNKNOWN_PROFILE,
-        f"{product.name} has no MIG profile {instance.profile_id}; known profiles: {known}.",
-        {"profile_id": instance.profile_id, "start": instance.start, "product": product.key},
+        f"{product.name} has no MIG profile {ref!r}; known profiles: {listed}.",
+        {
+            "profile": ref,
+            "profile_id": ref if isinstance(ref, int) else None,
+            "product": product.key,
+            "known_profiles": known,
+            **details,
+        },
     )
+
+
+def resolve_instances(
+    product: Product, wanted: Iterable[tuple[int | str, int]]
+) -> tuple[tuple[Instance, ...], tuple[Violation, ...]]:
+    """The one resolver of profile references: instances for ``(profile id or name, start)``
+    pairs, and a ``mig.unknown_profile`` violation for every reference the product lacks.
+
+    Args:
+        product: the GPU product (with its agent-reported placements, where known).
+        wanted: profile references with their start slices, in order.
+
+    Returns:
+        The instances of the known references (in order), and the violations of the others.
+    """
+    instances: list[Instance] = []
+    violations: list[Violation] = []
+    for ref, start in wanted:
+        profile = product.profile(ref)
+        if profile is None:
+            violations.append(unknown_profile(product, ref, start=start))
+        else:
+            instances.append(Instance(profile_id=profile.id, start=start))
+    return tuple(instances), tuple(violations)
 
 
 def _facts(profile: Profile, where: Placement) -> dict[str, Any]:

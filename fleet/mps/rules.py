@@ -18,51 +18,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fleet.domain import Violation
-from fleet.mps.daemon import client_environment, daemon_commands
 from fleet.mps.values import (
-    COMPUTE_PERCENT_OUT_OF_RANGE,
     EXCEEDS_POLICY_LIMIT,
-    MAX_CLIENTS_PER_GPU,
     MAX_COMPUTE_PERCENT,
     MEMORY_EXCEEDS_DEVICE,
-    MEMORY_INVALID,
     MEMORY_OVERCOMMIT,
-    POLICY_MAX_CLIENTS_OUT_OF_RANGE,
-    POLICY_MEMORY_LIMIT_EXCEEDS_DEVICE,
-    POLICY_MEMORY_LIMIT_INVALID,
-    POLICY_THREAD_PERCENTAGE_OUT_OF_RANGE,
     TOO_MANY_CLIENTS,
     MpsDevice,
     MpsPolicy,
     MpsRequest,
-    validate_policy,
     validate_request,
 )
-
-__all__ = [
-    "COMPUTE_PERCENT_OUT_OF_RANGE",
-    "EXCEEDS_POLICY_LIMIT",
-    "MAX_CLIENTS_PER_GPU",
-    "MAX_COMPUTE_PERCENT",
-    "MEMORY_EXCEEDS_DEVICE",
-    "MEMORY_INVALID",
-    "MEMORY_OVERCOMMIT",
-    "POLICY_MAX_CLIENTS_OUT_OF_RANGE",
-    "POLICY_MEMORY_LIMIT_EXCEEDS_DEVICE",
-    "POLICY_MEMORY_LIMIT_INVALID",
-    "POLICY_THREAD_PERCENTAGE_OUT_OF_RANGE",
-    "TOO_MANY_CLIENTS",
-    "MpsDevice",
-    "MpsPolicy",
-    "MpsRequest",
-    "check_fit",
-    "client_environment",
-    "daemon_commands",
-    "free_memory_mib",
-    "max_clients",
-    "validate_policy",
-    "validate_request",
-]
 
 
 def free_memory_mib(device: MpsDevice, existing: Sequence[MpsRequest]) -> int:

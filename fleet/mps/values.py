@@ -5,7 +5,9 @@ Stdlib only: importing this module never boots Django.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from fleet.domain import Violation
 
@@ -138,6 +140,26 @@ class MpsPolicy:
     default_active_thread_percentage: int = MAX_COMPUTE_PERCENT
     default_pinned_mem_limit_mib: int | None = None
     max_clients: int | None = None
+
+    def as_dict(self) -> dict[str, int | None]:
+        """The one JSON form of a policy (the layout API's ``mps`` object)."""
+        return {
+            "default_active_thread_percentage": self.default_active_thread_percentage,
+            "default_pinned_mem_limit_mib": self.default_pinned_mem_limit_mib,
+            "max_clients": self.max_clients,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> MpsPolicy:
+        """The policy a JSON form describes; absent keys take the driver's defaults (100 %, no
+        memory limit, the device's client limit) and unknown keys are ignored."""
+        return cls(
+            default_active_thread_percentage=raw.get(
+                "default_active_thread_percentage", MAX_COMPUTE_PERCENT
+            ),
+            default_pinned_mem_limit_mib=raw.get("default_pinned_mem_limit_mib"),
+            max_clients=raw.get("max_clients"),
+        )
 
 
 def validate_request(request: MpsRequest) -> tuple[Violation, ...]:

@@ -1,8 +1,9 @@
-"""Delivery of desired state to agents: push, record as dispatched, complete on ack, re-push
-with backoff, expire what never completes.
+"""Delivery bookkeeping on the host rows: record a generation as dispatched, find the hosts due a
+re-push (with backoff), expire operations nobody completed, take quiet hosts offline.
 
 State changes are compare-and-set on the host's generation counters, so duplicate or late acks
-and racing workers are harmless.
+and racing workers are harmless. Pushing and acknowledging are the agents app's
+(:mod:`fleet.agents.delivery`).
 """
 
 from __future__ import annotations
@@ -12,38 +13,18 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from fleet.allocations.models import Allocation, AllocationState
-from fleet.core.events import agent_group, publish, publish_changed
-from fleet.inventory.models import Gpu, Host, HostStatus
-from fleet.partitioning.models import FINAL_STATUSES, Operation, OperationStatus
-from fleet.partitioning.selectors import host_desired_state
-from hostagent import protocol
+from fleet.core import alerts
+from fleet.core.alerts import alert_operation_ended
+from fleet.core.events import publish_changed
+from fleet.core.models import Operation, OperationStatus
+from fleet.inventory.models import Host, HostStatus
 
 logger = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 60.0
-
-
-def desired_state_push(*, host_id: int) -> bool:
-    """Send the current generation to the agent's socket group; mark it dispatched.
-
-    Safe to run twice or out of order: the dispatched generation only grows.
-    """
-    host = Host.objects.filter(pk=host_id).first()
-    if host is None:
-        return False
-    document = host_desired_state(host)
-    generation = document["generation"]
-    if generation <= host.applied_generation:
-        return False
-    sent = publish(agent_group(host_id), "agent.desired_state", {"message": dict(document)})
-    desired_state_dispatched(host_id=host_id, generation=generation)
-    logger.debug("pushed generation %s to host %s (layer accepted: %s)", generation, host_id, sent)
-    return sent
 
 
 def desired_state_dispatched(*, host_id: int, generation: int) -> None:
@@ -60,80 +41,6 @@ def desired_state_dispatched(*, host_id: int, generation: int) -> None:
     ids = list(dispatched.values_list("pk", flat=True))
     dispatched.update(status=OperationStatus.DISPATCHED, dispatched_at=now)
     publish_changed("operation", ids)
-
-
-def _failed_items(items: list[protocol.ItemResult]) -> dict[str, list[protocol.ItemResult]]:
-    failed: dict[str, list[protocol.ItemResult]] = {}
-    for item in items:
-        if item["status"] != "ok":
-            failed.setdefault(item["gpu_uuid"], []).append(item)
-    return failed
-
-
-def _reason(items: list[protocol.ItemResult]) -> str:
-    parts = []
-    for item in items:
-        pids = f" (pids {', '.join(map(str, item['pids']))})" if item["pids"] else ""
-        parts.append(f"{item['status']}: {item['message'] or item['key']}{pids}")
-    return "; ".join(parts)[:2000]
-
-
-@transaction.atomic
-def agent_ack(*, host: Host, ack: protocol.Ack) -> list[int]:
-    """Complete or fail the operations the acknowledged generation covers.
-
-    An operation fails when an item on its GPU failed (``in_use`` with the PIDs, ``failed``,
-    ``refused``, ``needs_reset``); the others succeed. Allocations up to that generation become
-    active unless their GPU failed. Returns the ids of the operations finished.
-    """
-    from fleet.inventory.agents import gpus_observed
-
-    generation = int(ack["generation"])
-    host = Host.objects.select_for_update().get(pk=host.pk)
-    if generation > host.desired_generation:
-        logger.warning(
-            "host %s acked generation %s beyond desired %s",
-            host.pk,
-            generation,
-            host.desired_generation,
-        )
-        return []
-    gpus_observed(host=host, gpus=ack["observed"])
-    if generation > host.applied_generation:
-        Host.objects.filter(pk=host.pk).update(
-            applied_generation=generation, dispatch_attempts=0, last_seen_at=timezone.now()
-        )
-    failed = _failed_items(ack["items"])
-    failed_gpu_ids = dict(Gpu.objects.filter(host=host, uuid__in=failed).values_list("pk", "uuid"))
-    now = timezone.now()
-    finished: list[int] = []
-    open_ops = (
-        Operation.objects.select_for_update()
-        .filter(host=host, generation__lte=generation)
-        .exclude(status__in=FINAL_STATUSES)
-    )
-    for operation in open_ops:
-        uuid = failed_gpu_ids.get(operation.gpu_id) if operation.gpu_id else None
-        if uuid is None and operation.gpu_id is None and failed:
-            uuid = next(iter(failed))
-        if uuid is not None:
-            operation.status = OperationStatus.FAILED
-            operation.reason = _reason(failed[uuid])
-            operation.result = {"items": [dict(i) for i in failed[uuid]], "generation": generation}
-        else:
-            operation.status = OperationStatus.SUCCEEDED
-            operation.result = {"generation": generation}
-        operation.finished_at = now
-        operation.save(update_fields=["status", "reason", "result", "finished_at", "updated_at"])
-        finished.append(operation.pk)
-    Allocation.objects.filter(
-        gpu__host=host, generation__lte=generation, state=AllocationState.PENDING
-    ).exclude(gpu_id__in=list(failed_gpu_ids)).update(state=AllocationState.ACTIVE)
-    publish_changed("operation", finished)
-    publish_changed("host", [host.pk])
-    transaction.on_commit(lambda: _advance_drains(host.pk))
-    publish_changed("gpu", list(Gpu.objects.filter(host=host).values_list("pk", flat=True)))
-    return finished
 
 
 def backoff_seconds(attempts: int) -> float:
@@ -174,7 +81,8 @@ def operations_expire(now: Any = None) -> list[int]:
             status__in=[OperationStatus.PENDING, OperationStatus.DISPATCHED],
             created_at__lt=deadline,
         )
-        .exclude(kind="drain")  # a drain has its own deadline and rollback
+        # These have their own deadline and rollback.
+        .exclude(kind__in=["drain", "move", "rollout", "defrag", "drain_host", "layout_rollout"])
         .select_related("host")
     )
     expired = []
@@ -193,12 +101,17 @@ def operations_expire(now: Any = None) -> list[int]:
         )
         if changed:
             expired.append(operation.pk)
+            alert_operation_ended(operation, status=OperationStatus.EXPIRED, reason=reason)
     publish_changed("operation", expired)
     return expired
 
 
 def hosts_mark_offline(now: Any = None) -> list[int]:
-    """Hosts whose agent missed the configured number of heartbeats go offline."""
+    """Hosts whose agent missed the configured number of heartbeats go offline, and remember
+    since when (their replicas stay put for a grace period: :mod:`fleet.allocations.offline`).
+
+    A host back from offline (any agent message brings it back) forgets when it went quiet.
+    """
     now = now or timezone.now()
     limit = float(settings.FLEET_HEARTBEAT_SECONDS) * int(settings.FLEET_OFFLINE_AFTER_MISSED)
     # Only ready hosts go offline: a cordoned or draining host keeps the operator's state.
@@ -207,12 +120,22 @@ def hosts_mark_offline(now: Any = None) -> list[int]:
         | Q(last_seen_at__isnull=True, token_hash__gt="")
     )
     ids = list(stale.values_list("pk", flat=True))
-    stale.update(status=HostStatus.OFFLINE)
+    # The same filter again in the UPDATE (compare-and-set): a hello in between keeps it ready.
+    stale.filter(pk__in=ids).update(status=HostStatus.OFFLINE, offline_since=now)
+    if ids:
+        names = Host.objects.filter(pk__in=ids).values_list("pk", "name")
+        alerts.alert_emit_each(
+            event=alerts.HOST_OFFLINE,
+            items=[
+                (
+                    f"Host {n} is offline: no agent message for {int(limit)} s",
+                    {"host": {"id": pk, "name": n}},
+                )
+                for pk, n in names
+            ],
+        )
+    Host.objects.exclude(status=HostStatus.OFFLINE).filter(offline_since__isnull=False).update(
+        offline_since=None
+    )
     publish_changed("host", ids)
     return ids
-
-
-def _advance_drains(host_id: int) -> None:
-    from fleet.allocations.drain import drains_advance  # drains wait for acks like this one
-
-    drains_advance(host_id)

@@ -1,14 +1,12 @@
-"""Desired state: partitions (MIG instances, or the whole GPU) with their MPS policy, and the
-operations that change them (the audit trail)."""
+"""Desired state: partitions (MIG instances, or the whole GPU) with their MPS policy."""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
 from fleet.core.models import TimeStampedModel
-from fleet.inventory.models import Gpu, Host
+from fleet.inventory.models import Gpu
 
 
 class PartitionKind(models.TextChoices):
@@ -74,81 +72,3 @@ class Partition(TimeStampedModel):
         if self.kind == PartitionKind.MIG:
             return f"{self.profile_name}@{self.start}:{self.size} on {self.gpu}"
         return f"whole {self.gpu}"
-
-
-class OperationKind(models.TextChoices):
-    SET_LAYOUT = "set_layout", "Set layout"
-    PLACE = "place", "Place"
-    EVICT = "evict", "Evict"
-    CREATE_DEPLOYMENT = "create_deployment", "Create deployment"
-    DELETE_DEPLOYMENT = "delete_deployment", "Delete deployment"
-    CORDON = "cordon", "Cordon"
-    UNCORDON = "uncordon", "Uncordon"
-    CREATE_HOST = "create_host", "Create host"
-    ENROLL_HOST = "enroll_host", "Enroll host"
-    HEALTH = "health", "Health change"
-    REPLACE = "replace", "Re-place replica"
-    DRAIN = "drain", "Drain and reshape"
-
-
-class OperationStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    DISPATCHED = "dispatched", "Dispatched"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    EXPIRED = "expired", "Expired"
-
-
-FINAL_STATUSES = (OperationStatus.SUCCEEDED, OperationStatus.FAILED, OperationStatus.EXPIRED)
-
-
-class Operation(TimeStampedModel):
-    """One change, from request to outcome: the audit trail (who, what, when, status, reason).
-
-    Changes that an agent must realise carry the host's desired ``generation``; they complete
-    when the agent acknowledges that generation (or a later one).
-    """
-
-    kind = models.CharField(max_length=32, choices=OperationKind.choices)
-    status = models.CharField(
-        max_length=16, choices=OperationStatus.choices, default=OperationStatus.PENDING
-    )
-    requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    host = models.ForeignKey(
-        Host, null=True, blank=True, on_delete=models.SET_NULL, related_name="operations"
-    )
-    gpu = models.ForeignKey(
-        Gpu, null=True, blank=True, on_delete=models.SET_NULL, related_name="operations"
-    )
-    deployment = models.ForeignKey(
-        "allocations.Deployment",
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="operations",
-    )
-    generation = models.PositiveBigIntegerField(null=True, blank=True)
-    summary = models.CharField(max_length=255)
-    payload = models.JSONField(default=dict, blank=True)
-    result = models.JSONField(default=dict, blank=True)
-    reason = models.TextField(blank=True)
-    dispatched_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["status", "host"]), models.Index(fields=["-created_at"])]
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(status__in=OperationStatus.values), name="operation_status_valid"
-            ),
-            models.CheckConstraint(
-                condition=Q(finished_at__isnull=True) | Q(status__in=FINAL_STATUSES),
-                name="operation_finished_only_when_final",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.kind} #{self.pk} ({self.status})"

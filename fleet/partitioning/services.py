@@ -9,27 +9,22 @@ desired generation, records an :class:`Operation`, and schedules the push on com
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
-from django.utils import timezone
 
-from fleet.core.errors import Conflict, NotFound, RuleViolation, ServiceError
-from fleet.core.events import publish_changed
+from fleet.core.errors import Conflict, RuleViolation, ServiceError
+from fleet.core.models import Operation, OperationKind, OperationStatus
+from fleet.core.operations import operation_record
 from fleet.domain import Violation
-from fleet.inventory.models import Gpu, GpuHealth, Host, SharingMode
-from fleet.mig import Instance, Product, validate_layout
+from fleet.inventory.models import Gpu, SharingMode
+from fleet.mig import Instance, Product, resolve_instances, validate_layout
 from fleet.mps import MpsDevice, MpsPolicy, validate_policy
 from fleet.partitioning import converters
-from fleet.partitioning.models import (
-    Operation,
-    OperationKind,
-    OperationStatus,
-    Partition,
-    PartitionKind,
-)
+from fleet.partitioning.desired import host_bump_generation, lock_gpu, schedule_push
+from fleet.partitioning.models import Partition, PartitionKind
 
 logger = logging.getLogger(__name__)
 
@@ -45,72 +40,44 @@ class MigInstanceSpec:
 
 @dataclass(frozen=True)
 class LayoutSpec:
+    """A GPU's wanted layout. Its one JSON form is the layout API's body
+    (``{"mode", "instances": [{"profile", "start", "mps"}], "mps"}``): :meth:`from_json` reads
+    it (the API, a drain's stored payload), :meth:`as_json` writes it."""
+
     mode: str
     instances: tuple[MigInstanceSpec, ...] = ()
     mps: MpsPolicy | None = None
 
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> LayoutSpec:
+        """The spec a JSON layout describes (profile ids stay integers, names strings)."""
+        return cls(
+            mode=raw["mode"],
+            instances=tuple(
+                MigInstanceSpec(i["profile"], i["start"], _policy_from(i.get("mps")))
+                for i in raw.get("instances") or ()
+            ),
+            mps=_policy_from(raw.get("mps")),
+        )
 
-def lock_gpu(gpu_id: int) -> Gpu:
-    """Lock the GPU's host, then the GPU, for the rest of the transaction."""
-    host_id = Gpu.objects.filter(pk=gpu_id).values_list("host_id", flat=True).first()
-    if host_id is None:
-        raise NotFound("gpu.not_found", f"GPU {gpu_id} does not exist.", {"gpu": gpu_id})
-    Host.objects.select_for_update().get(pk=host_id)
-    return Gpu.objects.select_for_update().select_related("host").get(pk=gpu_id)
-
-
-def host_bump_generation(host_id: int) -> int:
-    """Increment the host's desired generation (inside the caller's transaction) and return it."""
-    Host.objects.filter(pk=host_id).update(desired_generation=F("desired_generation") + 1)
-    return int(Host.objects.values_list("desired_generation", flat=True).get(pk=host_id))
-
-
-def schedule_push(host_id: int) -> None:
-    """After commit, ask a worker to push the host's current desired state to its agent."""
-
-    def enqueue() -> None:
-        from fleet.tasks import push_desired_state  # the thin task layer; imported late
-
-        push_desired_state.delay(host_id)
-
-    transaction.on_commit(enqueue)
+    def as_json(self) -> dict[str, Any]:
+        """The JSON layout that recreates this spec."""
+        return {
+            "mode": self.mode,
+            "instances": [
+                {"profile": i.profile, "start": i.start, "mps": _policy_json(i.mps)}
+                for i in self.instances
+            ],
+            "mps": _policy_json(self.mps),
+        }
 
 
-def operation_record(
-    *,
-    kind: str,
-    summary: str,
-    requested_by: Any = None,
-    gpu: Gpu | None = None,
-    host: Host | None = None,
-    deployment: Any = None,
-    generation: int | None = None,
-    payload: dict[str, Any] | None = None,
-    status: str = OperationStatus.PENDING,
-    reason: str = "",
-) -> Operation:
-    final = status in (OperationStatus.SUCCEEDED, OperationStatus.FAILED, OperationStatus.EXPIRED)
-    operation = Operation.objects.create(
-        kind=kind,
-        summary=summary[:255],
-        requested_by=requested_by if getattr(requested_by, "is_authenticated", False) else None,
-        gpu=gpu,
-        host=host or (gpu.host if gpu is not None else None),
-        deployment=deployment,
-        generation=generation,
-        payload=payload or {},
-        status=status,
-        reason=reason,
-        finished_at=timezone.now() if final else None,
-    )
-    publish_changed("operation", [operation.pk])
-    if operation.gpu_id is not None:
-        publish_changed("gpu", [operation.gpu_id])
-    if operation.deployment_id is not None:
-        publish_changed("deployment", [operation.deployment_id])
-    if operation.host_id is not None:
-        publish_changed("host", [operation.host_id])
-    return operation
+def _policy_from(raw: Mapping[str, Any] | None) -> MpsPolicy | None:
+    return MpsPolicy.from_dict(raw) if raw is not None else None
+
+
+def _policy_json(policy: MpsPolicy | None) -> dict[str, int | None] | None:
+    return policy.as_dict() if policy is not None else None
 
 
 def _require_product(gpu: Gpu) -> Product:
@@ -124,27 +91,14 @@ def _require_product(gpu: Gpu) -> Product:
 
 
 def _resolve_instances(product: Product, specs: tuple[MigInstanceSpec, ...]) -> list[Instance]:
-    unknown = [s.profile for s in specs if product.profile(s.profile) is None]
+    instances, unknown = resolve_instances(product, [(s.profile, s.start) for s in specs])
     if unknown:
-        known = ", ".join(p.name for p in product.profiles)
         raise RuleViolation(
-            f"{product.name} has no MIG profile {unknown[0]!r} (known: {known}).",
-            [
-                Violation(
-                    "mig.unknown_profile",
-                    f"Unknown profile {ref!r} on {product.name}.",
-                    {"profile": ref},
-                )
-                for ref in unknown
-            ],
+            f"{product.name} has no MIG profile {unknown[0].details['profile']!r}.",
+            unknown,
             known_profiles=[p.name for p in product.profiles],
         )
-    resolved = []
-    for spec in specs:
-        profile = product.profile(spec.profile)
-        assert profile is not None
-        resolved.append(Instance(profile_id=profile.id, start=spec.start))
-    return resolved
+    return list(instances)
 
 
 def _busy_partitions(partitions: list[Partition]) -> list[dict[str, Any]]:
@@ -163,6 +117,8 @@ def _check_mps_policy(device: MpsDevice, policy: MpsPolicy, where: str) -> None:
 
 
 def _apply_mps(partition: Partition, policy: MpsPolicy | None) -> None:
+    """Write a policy on the partition's row (the one policy -> row; row -> policy is
+    :func:`converters.mps_policy`)."""
     partition.mps_enabled = policy is not None
     effective = policy or MpsPolicy()
     partition.mps_default_active_thread_percentage = effective.default_active_thread_percentage
@@ -194,6 +150,22 @@ def _check_mps_allocations_still_fit(
             f"{len(allocations)} running client(s).",
             {"clients": len(allocations), "max_clients": limit},
         )
+
+
+def layout_disturbed_partitions(*, gpu_id: int, spec: LayoutSpec) -> set[int]:
+    """The partitions of the GPU that a change to ``spec`` would destroy or give another MPS
+    policy: their replicas must leave before it is applied. The others (same profile and start,
+    same policy) keep theirs through the change. Raises as :func:`gpu_set_layout` would for a
+    layout that is not valid here."""
+    gpu = Gpu.objects.get(pk=gpu_id)
+    partitions = list(gpu.partitions.all())
+    if spec.mode == SharingMode.MIG:
+        keep, _, drop = _plan_mig(gpu, spec, partitions)
+    else:
+        keep, _, drop = _plan_whole(gpu, spec, partitions, converters.product_of(gpu))
+    if gpu.mode != spec.mode:
+        return {p.pk for p in partitions}
+    return {p.pk for p in drop} | {p.pk for p, policy in keep if _mps_changed(p, policy)}
 
 
 @transaction.atomic
@@ -301,16 +273,7 @@ def _plan_mig(
         if key in existing:
             keep.append((existing[key], instance_spec.mps))
             continue
-        partition = Partition(
-            gpu=gpu,
-            kind=PartitionKind.MIG,
-            profile_id=profile.id,
-            profile_name=profile.name,
-            start=instance.start,
-            size=profile.placement_at(instance.start).size,
-            compute_slices=profile.compute_slices,
-            memory_mib=profile.memory_mib,
-        )
+        partition = converters.mig_partition(gpu, profile, instance.start)
         _apply_mps(partition, instance_spec.mps)
         create.append(partition)
     drop = [
@@ -389,23 +352,3 @@ def gpu_set_cordon(
         reason=reason,
         payload={"cordoned": cordoned},
     )
-
-
-def gpu_is_schedulable(gpu: Gpu) -> list[Violation]:
-    """Why new work may not land on this GPU (empty when it may)."""
-    reasons = []
-    if gpu.cordoned:
-        reasons.append(
-            Violation("placement.cordoned", f"{gpu} is cordoned.", {"reason": gpu.cordon_reason})
-        )
-    if gpu.health in (GpuHealth.UNHEALTHY, GpuHealth.LOST):
-        reasons.append(
-            Violation(
-                "placement.unhealthy", f"{gpu} is {gpu.health}.", {"reason": gpu.health_reason}
-            )
-        )
-    if gpu.host.status in ("cordoned", "draining", "unhealthy", "offline"):
-        reasons.append(
-            Violation("placement.host_unavailable", f"Host {gpu.host.name} is {gpu.host.status}.")
-        )
-    return reasons

@@ -1,9 +1,10 @@
-"""Pure placement engine: fleet snapshots, the fit function, strategies and the trace benchmark.
+"""Pure placement engine: fleet snapshots, the fit function, its strategies and defrag plans.
 
-Stdlib only (OR-Tools is imported lazily by :func:`repack`, which falls back to a heuristic
-without it): importing this package never boots Django. The product API is :func:`rank`;
-:mod:`fleet.placement.bench` replays the Alibaba traces under the published FGD protocol and
-:mod:`fleet.placement.migbench` their MIG variant; :mod:`fleet.placement.defrag` plans moves.
+Stdlib only: importing this package never boots Django. The product API is :func:`rank` (and
+:func:`check` for the commit, :func:`place_in_turn` for how many replicas fit now); the default
+strategy, ``product``, measures fragmentation against the fleet's :class:`RequestMix`.
+:mod:`fleet.placement.defrag` plans moves. The trace benchmarks that measure the engine live in
+:mod:`fleet.placement.benchmarks`.
 """
 
 from __future__ import annotations
@@ -16,43 +17,64 @@ from fleet.placement.fit import (
     Refusal,
     Strategy,
     Target,
+    check,
+    gpu_options,
     rank,
 )
-from fleet.placement.repack import RepackResult, repack
+from fleet.placement.mix import NEUTRAL_MIX, MixLearner, RequestMix, RequestShape, shape_of
+from fleet.placement.mixfit import rank_host_only
+from fleet.placement.simulate import Reason, Turns, apply_target, main_reasons, place_in_turn
 from fleet.placement.snapshot import (
+    Demand,
     FleetSnapshot,
     GpuMode,
     GpuState,
+    HostGroup,
     HostState,
     MigPartition,
     MigRequest,
     MpsRequest,
+    MpsShare,
     PlacementRequest,
     WholeGpuRequest,
 )
 
 __all__ = [
     "DEFAULT_STRATEGY",
+    "NEUTRAL_MIX",
     "STRATEGIES",
+    "Demand",
     "FleetSnapshot",
     "FreePlan",
     "GpuMode",
     "GpuState",
+    "HostGroup",
     "HostState",
     "MigPartition",
     "MigRequest",
+    "MixLearner",
     "Move",
     "MovePlan",
     "MpsRequest",
+    "MpsShare",
     "PlacementRequest",
     "Ranking",
+    "Reason",
     "Refusal",
-    "RepackResult",
+    "RequestMix",
+    "RequestShape",
     "Strategy",
     "Target",
+    "Turns",
     "WholeGpuRequest",
+    "apply_target",
+    "check",
+    "gpu_options",
+    "main_reasons",
+    "place_in_turn",
     "plan_free_gpus",
     "plan_moves",
     "rank",
-    "repack",
+    "rank_host_only",
+    "shape_of",
 ]

@@ -12,6 +12,7 @@ not moved.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Literal
@@ -19,6 +20,7 @@ from typing import Literal
 from fleet.mig import Instance
 from fleet.placement.fit import DEFAULT_STRATEGY, Strategy, Target, rank
 from fleet.placement.snapshot import (
+    Demand,
     FleetSnapshot,
     GpuState,
     MigPartition,
@@ -29,6 +31,7 @@ from fleet.placement.snapshot import (
 )
 
 DEFAULT_MAX_MOVES = 3
+CONSOLIDATION_STRATEGY: Strategy = "best_fit"
 
 
 @dataclass(frozen=True)
@@ -36,9 +39,10 @@ class Move:
     """One step of a plan.
 
     Attributes:
-        kind: ``mig`` (a partition) or ``mps`` (a client reservation).
-        allocation_id: the MIG partition id, or the MPS reservation's id (its index when the
-            snapshot has no ``mps_reservation_ids``).
+        kind: ``mig`` (a partition), ``mps`` (a client reservation) or ``gpu`` (a whole-GPU
+            replica; only repack plans move these, :mod:`fleet.placement.repack`).
+        allocation_id: the MIG partition id, the MPS reservation's id (its index when the
+            snapshot has no ``mps_reservation_ids``), or the whole GPU's partition id.
         from_gpu: where it is now.
         to_gpu: where it goes; ``None`` destroys an idle MIG partition.
         to_partition_id: an existing idle partition at the destination that it takes over.
@@ -46,7 +50,7 @@ class Move:
         occupied: whether a workload moves (``False`` for an idle partition).
     """
 
-    kind: Literal["mig", "mps"]
+    kind: Literal["mig", "mps", "gpu"]
     allocation_id: int
     from_gpu: int
     to_gpu: int | None
@@ -94,25 +98,31 @@ def plan_moves(
     *,
     max_moves: int = DEFAULT_MAX_MOVES,
     strategy: Strategy = DEFAULT_STRATEGY,
+    demand: Demand | None = None,
+    requests: Mapping[tuple[str, int], PlacementRequest] | None = None,
 ) -> MovePlan:
     """The fewest moves (at most ``max_moves``) after which ``request`` fits somewhere.
 
     Tries every set of allocations on one GPU the request could use, smallest sets first; a set
     works when the request fits on that GPU without them and each can be placed elsewhere in
     turn. Among the smallest working sets, the fewest workload moves win, then snapshot order.
+    ``demand`` applies to ``request`` only (the replicas moved out of its way carry none);
+    ``requests``: the moved replicas' requests as their deployments declare them, by
+    ``(kind, allocation_id)`` (default: the MIG profile id each holds, which names another
+    profile on another product).
 
     Returns:
         The plan; no moves when the request fits already, ``target`` ``None`` when no plan of at
         most ``max_moves`` moves exists (and always for whole-GPU requests that do not fit).
     """
-    best = rank(snapshot, request, strategy=strategy).best
+    best = rank(snapshot, request, strategy=strategy, demand=demand).best
     if best is not None or isinstance(request, WholeGpuRequest):
         return MovePlan((), best, snapshot)
-    sources = [g for g in snapshot.gpus if _could_host(snapshot, g, request)]
+    sources = [g for g in snapshot.gpus if _could_host(snapshot, g, request, demand)]
     for size in range(1, max_moves + 1):
         found: list[tuple[int, int, MovePlan]] = []
         for order, gpu in enumerate(sources):
-            plan = _first_plan(snapshot, gpu, request, size, strategy)
+            plan = _first_plan(snapshot, gpu, request, size, strategy, demand, requests)
             if plan is not None:
                 workload = sum(1 for m in plan.moves if m.occupied)
                 found.append((workload, order, plan))
@@ -122,20 +132,35 @@ def plan_moves(
 
 
 def plan_free_gpus(
-    snapshot: FleetSnapshot, count: int, *, strategy: Strategy = DEFAULT_STRATEGY
+    snapshot: FleetSnapshot,
+    count: int,
+    *,
+    strategy: Strategy = CONSOLIDATION_STRATEGY,
+    sources: Collection[int] | None = None,
+    demands: Mapping[tuple[str, int], Demand] | None = None,
+    requests: Mapping[tuple[str, int], PlacementRequest] | None = None,
 ) -> FreePlan:
     """Moves that empty ``count`` GPUs holding MIG or MPS allocations, fewest moves first.
 
     Greedy: the GPU with the fewest allocations that can be fully evacuated onto GPUs already in
     use (emptying one GPU by filling another gains nothing) goes first; a GPU that received moves
-    is not emptied later (nothing moves twice).
+    is not emptied later (nothing moves twice). Moves go where ``strategy`` ranks best: by
+    default ``best_fit``, the fullest GPU, since the plan's aim is to consolidate (the product
+    strategy keeps room for the request mix instead, which can spread the moves).
+
+    ``sources``: the GPUs that may be emptied (default: any); ``demands``: what each replica
+    needs beside its share, by ``(kind, allocation_id)`` as in :class:`Move` (default: none);
+    ``requests``: each replica's request as its deployment declares it (default: the MIG
+    profile id it holds, which names another profile on another product).
     """
     moves: list[Move] = []
     freed: list[int] = []
     current = snapshot
     while len(freed) < count:
         received = {m.to_gpu for m in moves if m.to_gpu is not None}
-        emptied = _cheapest_evacuation(current, received, strategy)
+        emptied = _cheapest_evacuation(
+            current, received, strategy, sources, demands or {}, requests or {}
+        )
         if emptied is None:
             break
         gpu_id, more, current = emptied
@@ -145,24 +170,37 @@ def plan_free_gpus(
 
 
 def _cheapest_evacuation(
-    snapshot: FleetSnapshot, received: set[int], strategy: Strategy
+    snapshot: FleetSnapshot,
+    received: set[int],
+    strategy: Strategy,
+    sources: Collection[int] | None,
+    demands: Mapping[tuple[str, int], Demand],
+    requests: Mapping[tuple[str, int], PlacementRequest],
 ) -> tuple[int, list[Move], FleetSnapshot] | None:
-    busy = [g for g in snapshot.gpus if _allocations(g) and g.id not in received]
+    busy = [
+        g
+        for g in snapshot.gpus
+        if _allocations(g) and g.id not in received and (sources is None or g.id in sources)
+    ]
     for gpu in sorted(busy, key=lambda g: len(_allocations(g))):
         keep_out = {g.id for g in snapshot.gpus if not _allocations(g)} | {gpu.id}
-        evacuated = _evacuate(snapshot, gpu.id, _allocations(gpu), keep_out, strategy)
+        evacuated = _evacuate(
+            snapshot, gpu.id, _allocations(gpu), keep_out, strategy, demands, requests
+        )
         if evacuated is not None:
             return gpu.id, *evacuated
     return None
 
 
-def _could_host(snapshot: FleetSnapshot, gpu: GpuState, request: PlacementRequest) -> bool:
+def _could_host(
+    snapshot: FleetSnapshot, gpu: GpuState, request: PlacementRequest, demand: Demand | None
+) -> bool:
     """Whether ``request`` would fit on ``gpu`` were it empty (and it has something to move)."""
     if not _allocations(gpu):
         return False
     empty = replace(gpu, partitions=(), mps_reservations=(), mps_reservation_ids=())
     alone = FleetSnapshot(snapshot.hosts, (empty,))
-    return rank(alone, request).best is not None
+    return rank(alone, request, demand=demand).best is not None
 
 
 def _first_plan(
@@ -171,6 +209,8 @@ def _first_plan(
     request: PlacementRequest,
     size: int,
     strategy: Strategy,
+    demand: Demand | None,
+    requests: Mapping[tuple[str, int], PlacementRequest] | None = None,
 ) -> MovePlan | None:
     allocations = _allocations(gpu)
     # Idle partitions first: among sets of one size, the first to work moves the fewest workloads.
@@ -178,13 +218,13 @@ def _first_plan(
     for chosen in combinations(allocations, size):
         without = _without(gpu, chosen)
         alone = FleetSnapshot(snapshot.hosts, (without,))
-        if rank(alone, request, strategy=strategy).best is None:
+        if rank(alone, request, strategy=strategy, demand=demand).best is None:
             continue
-        evacuated = _evacuate(snapshot, gpu.id, list(chosen), {gpu.id}, strategy)
+        evacuated = _evacuate(snapshot, gpu.id, list(chosen), {gpu.id}, strategy, requests=requests)
         if evacuated is None:
             continue
         moves, after = evacuated
-        target = rank(after, request, strategy=strategy).best
+        target = rank(after, request, strategy=strategy, demand=demand).best
         if target is not None:
             return MovePlan(tuple(moves), target, after)
     return None
@@ -196,6 +236,8 @@ def _evacuate(
     chosen: list[_Allocation],
     keep_out: set[int],
     strategy: Strategy,
+    demands: Mapping[tuple[str, int], Demand] | None = None,
+    requests: Mapping[tuple[str, int], PlacementRequest] | None = None,
 ) -> tuple[list[Move], FleetSnapshot] | None:
     """Move ``chosen`` off ``gpu_id`` one by one, never onto ``keep_out``; ``None`` if stuck."""
     current = _replace_gpu(snapshot, _without(_gpu(snapshot, gpu_id), chosen))
@@ -204,7 +246,10 @@ def _evacuate(
         if not allocation.occupied:
             moves.append(Move("mig", allocation.allocation_id, gpu_id, None, occupied=False))
             continue
-        ranking = rank(current, allocation.request, strategy=strategy)
+        key = (allocation.kind, allocation.allocation_id)
+        demand = (demands or {}).get(key)
+        request = (requests or {}).get(key, allocation.request)
+        ranking = rank(current, request, strategy=strategy, demand=demand)
         target = next((t for t in ranking.feasible if t.gpu_id not in keep_out), None)
         if target is None:
             return None

@@ -15,6 +15,7 @@ import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from fleet.settings.env import env, env_bool, env_float, env_int, env_list, require
+from fleet.settings.secret_key import embedded_secret_key
 
 # Lets admin.ModelAdmin[Model] and friends be subscripted at run time, as the type stubs expect.
 django_stubs_ext.monkeypatch()
@@ -31,10 +32,16 @@ if PRODUCTION:
     DATABASE_URL = require("FLEET_DATABASE_URL")
     REDIS_URL = require("FLEET_REDIS_URL")
     ALLOWED_HOSTS = env_list("FLEET_ALLOWED_HOSTS", []) or require("FLEET_ALLOWED_HOSTS").split(",")
-    DEBUG = env_bool("FLEET_DEBUG", False)
+    if env_bool("FLEET_DEBUG", False):
+        # Debug pages show settings, source and SQL to anyone who can make a request fail.
+        raise ImproperlyConfigured(
+            "FLEET_DEBUG=true is refused when FLEET_MODE=production: debug pages expose settings "
+            "and code. Unset it, or debug in the embedded mode."
+        )
+    DEBUG = False
 else:
-    # Embedded mode only ever listens on loopback; this key protects nothing else.
-    SECRET_KEY = env("FLEET_SECRET_KEY", "fleet-embedded-insecure-key-change-me-in-production")
+    # Generated once per data directory (below) unless FLEET_SECRET_KEY is set.
+    SECRET_KEY = env("FLEET_SECRET_KEY", "")
     DATABASE_URL = env("FLEET_DATABASE_URL", "")
     REDIS_URL = env("FLEET_REDIS_URL", "")
     ALLOWED_HOSTS = env_list(
@@ -43,6 +50,8 @@ else:
     DEBUG = env_bool("FLEET_DEBUG", False)
 
 FLEET_DATA_DIR = Path(env("FLEET_DATA_DIR", str(BASE_DIR / "var")))
+if not SECRET_KEY:
+    SECRET_KEY = embedded_secret_key(FLEET_DATA_DIR)
 
 INSTALLED_APPS = [
     "daphne",
@@ -63,10 +72,12 @@ INSTALLED_APPS = [
     "fleet.allocations",
     "fleet.api",
     "fleet.web",
+    "fleet.commands",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "fleet.core.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -74,6 +85,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "fleet.core.middleware.LoginLockoutMiddleware",
 ]
 
 ROOT_URLCONF = "fleet.urls"
@@ -90,6 +102,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "fleet.web.context_processors.mass_offline",
             ],
         },
     },
@@ -140,6 +153,53 @@ CSRF_COOKIE_HTTPONLY = False  # the dashboard's JavaScript reads it to send X-CS
 SESSION_COOKIE_SECURE = PRODUCTION and env_bool("FLEET_SECURE_COOKIES", True)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 CSRF_TRUSTED_ORIGINS = env_list("FLEET_CSRF_TRUSTED_ORIGINS", [])
+SESSION_COOKIE_AGE = env_int("FLEET_SESSION_SECONDS", 12 * 3600)
+# Messages live in the session, not in a signed (readable) cookie: the admin shows one-time
+# enrollment tokens as messages.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
+
+# HTTPS. HSTS is sent on HTTPS responses only (behind a TLS-terminating load balancer, set
+# FLEET_SECURE_PROXY_SSL_HEADER so Django knows a request came over HTTPS).
+SECURE_HSTS_SECONDS = env_int("FLEET_HSTS_SECONDS", 365 * 86400 if PRODUCTION else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("FLEET_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("FLEET_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = env_bool("FLEET_SSL_REDIRECT", False)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # load balancers probe over plain HTTP
+_proxy_ssl = env_list("FLEET_SECURE_PROXY_SSL_HEADER", [])
+if _proxy_ssl and len(_proxy_ssl) != 2:
+    raise ImproperlyConfigured(
+        "FLEET_SECURE_PROXY_SSL_HEADER must be 'HEADER,value', e.g. 'HTTP_X_FORWARDED_PROTO,https'"
+    )
+SECURE_PROXY_SSL_HEADER = (_proxy_ssl[0], _proxy_ssl[1]) if _proxy_ssl else None
+# check --deploy warns when these are off; they are the operator's choice, not a default:
+# includeSubDomains and preload bind every host of the domain, and TLS usually ends (and
+# redirects) at the load balancer (FLEET_SSL_REDIRECT makes Fleet redirect too).
+SILENCED_SYSTEM_CHECKS = ["security.W005", "security.W021", "security.W008"]
+
+# Scripts only from our own origin (the templates have no inline script and no event handler
+# attribute); inline styles stay allowed for the grid placements in style="" attributes.
+FLEET_CONTENT_SECURITY_POLICY = env(
+    "FLEET_CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'self'; "
+    "form-action 'self'",
+)
+
+# Sign-in lockout (fleet.core.login_throttle), failed sign-ins kept for the admins, API tokens.
+FLEET_LOGIN_FREE_FAILURES = env_int("FLEET_LOGIN_FREE_FAILURES", 5)
+FLEET_LOGIN_MAX_LOCKOUT_SECONDS = env_int("FLEET_LOGIN_MAX_LOCKOUT_SECONDS", 900)
+FLEET_LOGIN_FAILURES_KEEP_DAYS = env_int("FLEET_LOGIN_FAILURES_KEEP_DAYS", 30)
+FLEET_MAX_API_TOKENS_PER_USER = env_int("FLEET_MAX_API_TOKENS_PER_USER", 50)
+
+
+def _throttle_rate(name: str, default: str) -> str:
+    """A DRF rate such as ``120/min`` from ``name``; a malformed one stops the start."""
+    rate = env(name, default)
+    count, _, period = rate.partition("/")
+    if not (count.isdigit() and period[:1] in {"s", "m", "h", "d"}):
+        raise ImproperlyConfigured(f"{name} must look like 120/min (per s, min, hour or day)")
+    return rate
+
 
 REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -154,15 +214,58 @@ REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_PAGINATION_CLASS": "fleet.api.pagination.BoundedPagination",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "fleet.core.errors.api_exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "fleet.api.schema.LimitedAutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "fleet.api.negotiation.Negotiation",
+    "DEFAULT_PARSER_CLASSES": ["fleet.api.parsers.JsonParser"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # Throttles (fleet.api.limits): per user, per agent host, per client address, and per view
+    # scope. Rates are "<count>/<s|min|hour|day>"; the defaults leave people and scripts alone
+    # and stop a loop. The client address is the NUM_PROXIES-th from the right of
+    # X-Forwarded-For (0: the socket's peer; set it to the number of reverse proxies).
+    "DEFAULT_THROTTLE_CLASSES": [
+        "fleet.api.limits.UserThrottle",
+        "fleet.api.limits.AgentThrottle",
+        "fleet.api.limits.AnonThrottle",
+        "fleet.api.limits.ScopedThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": _throttle_rate("FLEET_THROTTLE_USER", "1200/min"),
+        "agent": _throttle_rate("FLEET_THROTTLE_AGENT", "600/min"),
+        "anon": _throttle_rate("FLEET_THROTTLE_ANON", "120/min"),
+        "enroll": _throttle_rate("FLEET_THROTTLE_ENROLL", "30/min"),
+        "mig": _throttle_rate("FLEET_THROTTLE_MIG", "300/min"),
+        "expensive": _throttle_rate("FLEET_THROTTLE_EXPENSIVE", "60/min"),
+    },
+    "NUM_PROXIES": env_int("FLEET_NUM_PROXIES", 0),
 }
 if DEBUG:
     REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"].append(
         "rest_framework.renderers.BrowsableAPIRenderer"
     )
+
+# Throttle counters live in the cache: Redis when there is one, so that every ASGI process counts
+# together; process memory in the embedded mode (one process). Short socket timeouts: a throttle
+# lets requests through when Redis is unreachable, and must not wait long to find out.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "fleet",
+            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# Request bodies: the ASGI cap on any request (fleet.api.limits.BodySizeLimit, before Django
+# spools it), then the JSON parsers' caps (fleet.api.parsers). Behind a reverse proxy, set its
+# own cap (nginx client_max_body_size) to FLEET_MAX_REQUEST_BYTES or less.
+FLEET_MAX_REQUEST_BYTES = env_int("FLEET_MAX_REQUEST_BYTES", 8 * 1024 * 1024)
+FLEET_MAX_JSON_BYTES = env_int("FLEET_MAX_JSON_BYTES", 1024 * 1024)
+FLEET_MAX_ENROLL_BYTES = env_int("FLEET_MAX_ENROLL_BYTES", 64 * 1024)
+FLEET_MAX_REPORT_BYTES = env_int("FLEET_MAX_REPORT_BYTES", 4 * 1024 * 1024)
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Fleet API",
@@ -179,14 +282,17 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/api/v1",
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # The schema and the docs are for users holding a role, like the API they describe.
+    "SERVE_PERMISSIONS": ["fleet.core.permissions.RolePermission"],
     "ENUM_NAME_OVERRIDES": {
         "HostStatusEnum": "fleet.inventory.models.HostStatus",
         "SharingModeEnum": "fleet.inventory.models.SharingMode",
+        "AgentRuntimeEnum": "fleet.inventory.models.AgentRuntime",
+        "WorkloadRuntimeEnum": ["container", "process", "none"],
         "GpuHealthEnum": "fleet.inventory.models.GpuHealth",
         "PartitionKindEnum": "fleet.partitioning.models.PartitionKind",
-        "OperationKindEnum": "fleet.partitioning.models.OperationKind",
-        "OperationStatusEnum": "fleet.partitioning.models.OperationStatus",
+        "OperationKindEnum": "fleet.core.models.OperationKind",
+        "OperationStatusEnum": "fleet.core.models.OperationStatus",
         "RequestKindEnum": "fleet.allocations.models.RequestKind",
         "AllocationStateEnum": "fleet.allocations.models.AllocationState",
         "DeploymentStatusEnum": ["pending", "partial", "placed"],
@@ -202,10 +308,15 @@ if REDIS_URL:
             "CONFIG": {
                 # redis-py's asyncio pool raises (does not wait) past max_connections (default
                 # 100): hundreds of agent sockets re-joining their groups at once exceed it.
+                # redis-py 8 times socket reads out after 5 s by default, exactly channels-redis'
+                # 5 s BZPOPMIN: reads then time out at random and drop sockets
+                # (django/channels_redis#422). A longer timeout still finds a dead Redis.
                 "hosts": [
                     {
                         "address": REDIS_URL,
                         "max_connections": env_int("FLEET_REDIS_MAX_CONNECTIONS", 2000),
+                        "socket_timeout": 15,
+                        "socket_connect_timeout": 5,
                     }
                 ],
                 "capacity": env_int("FLEET_CHANNEL_CAPACITY", 1000),
@@ -235,20 +346,44 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "redeliver": {"task": "fleet.redeliver", "schedule": env_float("FLEET_REDELIVER_EVERY", 2.0)},
     "expire-operations": {"task": "fleet.expire_operations", "schedule": 10.0},
-    "mark-offline-hosts": {"task": "fleet.mark_offline_hosts", "schedule": 5.0},
+    # A run that waited past the next one is dropped: runs piled up behind a stopped worker must
+    # not evict (or record a mass offline) side by side.
+    "mark-offline-hosts": {
+        "task": "fleet.mark_offline_hosts",
+        "schedule": 5.0,
+        "options": {"expires": 5.0},
+    },
     "recover-quiet-gpus": {"task": "fleet.recover_quiet_gpus", "schedule": 10.0},
     "advance-drains": {"task": "fleet.advance_drains", "schedule": 3.0},
+    "advance-moves": {"task": "fleet.advance_moves", "schedule": 3.0},
     "retry-replicas": {"task": "fleet.retry_replicas", "schedule": 10.0},
     "telemetry-rollup": {"task": "fleet.telemetry_rollup", "schedule": 60.0},
     "telemetry-retention": {"task": "fleet.telemetry_retention", "schedule": 3600.0},
+    "prune-login-failures": {"task": "fleet.prune_login_failures", "schedule": 3600.0},
+    "prune-health-events": {"task": "fleet.prune_health_events", "schedule": 3600.0},
+    "retry-alerts": {"task": "fleet.retry_alerts", "schedule": 5.0},
+    "prune-alert-deliveries": {"task": "fleet.prune_alert_deliveries", "schedule": 3600.0},
 }
 
 # Delivery of desired state to agents.
 FLEET_PUSH_RETRY_SECONDS = env_float("FLEET_PUSH_RETRY_SECONDS", 5.0)
 FLEET_OPERATION_TIMEOUT_SECONDS = env_float("FLEET_OPERATION_TIMEOUT_SECONDS", 300.0)
+# A move's new copy must run within this, or the move is rolled back (the old copy stays).
+FLEET_MOVE_TIMEOUT_SECONDS = env_float("FLEET_MOVE_TIMEOUT_SECONDS", 300.0)
+# CP-SAT's wall-clock limit for a repack proposal (the greedy plan answers past it).
+FLEET_REPACK_TIME_LIMIT_SECONDS = env_float("FLEET_REPACK_TIME_LIMIT_SECONDS", 3.0)
 FLEET_HEARTBEAT_SECONDS = env_float("FLEET_HEARTBEAT_SECONDS", 1.0)
 FLEET_OFFLINE_AFTER_MISSED = env_int("FLEET_OFFLINE_AFTER_MISSED", 10)
 FLEET_XID_RECOVERY_SECONDS = env_float("FLEET_XID_RECOVERY_SECONDS", 300.0)
+# Unreachable is not failed (fleet.allocations.offline): an offline host's
+# replicas keep their places this long (Kubernetes' default toleration, 300 s); nothing is evicted
+# while more than this share of enrolled hosts is offline (its --unhealthy-zone-threshold); and
+# at most this share of a GPU product's hosts (one below 10 hosts) has its replicas re-placed per
+# window (its --node-eviction-rate, counted per product as it counts per zone).
+FLEET_EVICT_OFFLINE_AFTER_SECONDS = env_float("FLEET_EVICT_OFFLINE_AFTER_SECONDS", 300.0)
+FLEET_MASS_OFFLINE_FRACTION = env_float("FLEET_MASS_OFFLINE_FRACTION", 0.55)
+FLEET_EVICT_RATE_FRACTION = env_float("FLEET_EVICT_RATE_FRACTION", 0.2)
+FLEET_EVICT_RATE_WINDOW_SECONDS = env_float("FLEET_EVICT_RATE_WINDOW_SECONDS", 60.0)
 
 # Telemetry: the hot store's 1 s window, how long per-minute means are kept, how long a
 # process caches a host's GPU map, and the agent sockets' batch window (fleet.live.ingest).
@@ -256,6 +391,22 @@ FLEET_TELEMETRY_RAW_SECONDS = env_int("FLEET_TELEMETRY_RAW_SECONDS", 3600)
 FLEET_TELEMETRY_KEEP_SECONDS = env_int("FLEET_TELEMETRY_KEEP_SECONDS", 7 * 86400)
 FLEET_TELEMETRY_GPU_CACHE_SECONDS = env_float("FLEET_TELEMETRY_GPU_CACHE_SECONDS", 60.0)
 FLEET_LIVE_BATCH_SECONDS = env_float("FLEET_LIVE_BATCH_SECONDS", 0.1)
+
+# What one agent may send (fleet.agents.guard): GPUs per host, bytes per message (daphne's own
+# WebSocket limit is the same 1 MiB by default: --websocket-max-message-size), and how long
+# health events are kept.
+FLEET_AGENT_MAX_GPUS = env_int("FLEET_AGENT_MAX_GPUS", 64)
+FLEET_AGENT_MAX_MESSAGE_BYTES = env_int("FLEET_AGENT_MAX_MESSAGE_BYTES", 1024 * 1024)
+DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE = FLEET_AGENT_MAX_MESSAGE_BYTES  # manage.py runserver
+FLEET_HEALTH_EVENTS_KEEP_DAYS = env_int("FLEET_HEALTH_EVENTS_KEEP_DAYS", 30)
+
+# Alert webhooks (fleet.core.alerts): one POST per attempt with this timeout; a failed attempt
+# is tried again after FLEET_ALERT_RETRY_SECONDS, doubling each time (at most an hour), until
+# FLEET_ALERT_MAX_ATTEMPTS; the delivery log is kept FLEET_ALERT_DELIVERIES_KEEP_DAYS.
+FLEET_ALERT_TIMEOUT_SECONDS = env_float("FLEET_ALERT_TIMEOUT_SECONDS", 5.0)
+FLEET_ALERT_RETRY_SECONDS = env_float("FLEET_ALERT_RETRY_SECONDS", 10.0)
+FLEET_ALERT_MAX_ATTEMPTS = env_int("FLEET_ALERT_MAX_ATTEMPTS", 8)
+FLEET_ALERT_DELIVERIES_KEEP_DAYS = env_int("FLEET_ALERT_DELIVERIES_KEEP_DAYS", 30)
 
 LOGGING = {
     "version": 1,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from fleet.settings.base import *  # noqa: F403
 from fleet.settings.base import DATABASES, FLEET_DATA_DIR
+from fleet.settings.env import env
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
@@ -20,3 +21,10 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 
 # In-process tests run tasks eagerly; tests that need a real worker start one (marked e2e).
 CELERY_TASK_ALWAYS_EAGER = True
+
+# Two suites on one PostgreSQL server (two checkouts, two developers) each name their own test
+# database; pytest-django creates and drops it.
+if not DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    _test_name = env("FLEET_TEST_DATABASE_NAME", "")
+    if _test_name:
+        DATABASES["default"]["TEST"] = {"NAME": _test_name}

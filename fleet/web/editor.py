@@ -7,6 +7,7 @@ from typing import Any
 
 from fleet.inventory.models import Gpu, SharingMode
 from fleet.mig import Product, Profile, suggest_layout
+from fleet.partitioning import converters
 from fleet.partitioning.models import Partition, PartitionKind
 
 # Presets in compute slices per instance; each becomes the profiles of the product with that many
@@ -92,13 +93,7 @@ def profile_dict(profile: Profile) -> dict[str, Any]:
 def _mps_policy(partition: Partition) -> dict[str, int | None] | None:
     """The MPS policy inside a MIG instance as the layout API takes it, ``None`` without MPS
     (the editor sends it back for kept instances, so applying a layout never drops it)."""
-    if not partition.mps_enabled:
-        return None
-    return {
-        "default_active_thread_percentage": partition.mps_default_active_thread_percentage,
-        "default_pinned_mem_limit_mib": partition.mps_default_pinned_mem_limit_mib,
-        "max_clients": partition.mps_max_clients,
-    }
+    return converters.mps_policy(partition).as_dict() if partition.mps_enabled else None
 
 
 def editor_model(gpu: Gpu, product: Product | None) -> dict[str, Any]:

@@ -3,15 +3,23 @@ server-rendered markup stays the single source of truth for every card and row."
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from fleet.core.roles import Role
 from fleet.partitioning import converters
-from fleet.web import charts, editor, presenters, selectors
-from fleet.web.views import HISTORY_BUCKET_S, _gpu_or_404, detail_context, page_context
+from fleet.web import charts, editor, hosts, selectors
+from fleet.web.access import role_required
+from fleet.web.tray import tray_context
+from fleet.web.views import (
+    HISTORY_BUCKET_S,
+    _gpu_or_404,
+    detail_context,
+    hosts_context,
+    page_context,
+)
 
 MAX_IDS = 2000
 
@@ -23,13 +31,17 @@ def _ids(request: HttpRequest, name: str) -> list[int]:
 
 @never_cache
 @require_GET
-@login_required
+@role_required(Role.VIEWER)
 def cards(request: HttpRequest) -> HttpResponse:
     """GPU cards (and their host headers) for changed GPUs, partitions, allocations or hosts;
-    ``?all=1`` for every card (the re-sync after a reconnect)."""
+    ``?all=1`` for every card (the re-sync after a reconnect). ``?drawn=`` (a page that draws
+    host groups as they scroll into view): only these hosts' cards, the others' headers. GPU
+    filters in the query keep only the GPUs they match (drawing a filtered page's hosts)."""
     host_ids = _ids(request, "host")
+    drawn = set(_ids(request, "drawn")) if "drawn" in request.GET else None
     if request.GET.get("all"):
         gpu_ids: set[int] | None = None
+        scope: set[int] | None = None
     else:
         gpu_ids = selectors.gpu_ids_touched(
             gpu_ids=_ids(request, "gpu"),
@@ -37,27 +49,36 @@ def cards(request: HttpRequest) -> HttpResponse:
             allocation_ids=_ids(request, "allocation"),
             host_ids=host_ids,
         )
-    gpus = list(selectors.fleet_gpus(gpu_ids=gpu_ids))
-    hosts = list(selectors.fleet_hosts(host_ids={g.host_id for g in gpus} | set(host_ids)))
-    groups = presenters.host_groups(
-        gpus, hosts, selectors.gpus_applying(gpu_ids), selectors.latest_samples(gpus)
+        scope = selectors.host_ids_of(gpu_ids) | set(host_ids)
+    view = hosts.hosts_view(
+        request.GET, host_ids=scope, gpu_ids=gpu_ids, drawn=drawn, lazy_after=None
     )
-    context = {**page_context(request, "fleet"), "groups": groups, "na_title": presenters.NA_TITLE}
+    context = {**page_context(request, "fleet"), **hosts_context(view)}
     return render(request, "web/fragments/cards.html", context)
 
 
 @never_cache
 @require_GET
-@login_required
+@role_required(Role.VIEWER)
+def host_groups(request: HttpRequest) -> HttpResponse:
+    """The fleet view's host groups for the GPU filters in the query, as the page draws them:
+    what a search or a filter shows, matched by the server across the whole fleet."""
+    view = hosts.hosts_view(request.GET)
+    context = {**page_context(request, "fleet"), **hosts_context(view)}
+    return render(request, "web/fragments/hosts.html", context)
+
+
+@never_cache
+@require_GET
+@role_required(Role.VIEWER)
 def tray(request: HttpRequest) -> HttpResponse:
-    deployments = [presenters.deployment_card(d) for d in selectors.tray_deployments()]
-    context = {**page_context(request, "fleet"), "deployments": deployments}
+    context = {**page_context(request, "fleet"), **tray_context(request)}
     return render(request, "web/fragments/tray.html", context)
 
 
 @never_cache
 @require_GET
-@login_required
+@role_required(Role.VIEWER)
 def operation_rows(request: HttpRequest) -> HttpResponse:
     ids = _ids(request, "id")
     context = {"operations": selectors.operations_feed(ids=ids, limit=len(ids) or 1)}
@@ -66,7 +87,7 @@ def operation_rows(request: HttpRequest) -> HttpResponse:
 
 @never_cache
 @require_GET
-@login_required
+@role_required(Role.VIEWER)
 def gpu_panel(request: HttpRequest, gpu_id: int) -> HttpResponse:
     """The GPU detail's header, partitions, events and operations, re-rendered after a change."""
     gpu = _gpu_or_404(gpu_id)
@@ -76,7 +97,7 @@ def gpu_panel(request: HttpRequest, gpu_id: int) -> HttpResponse:
 
 @never_cache
 @require_GET
-@login_required
+@role_required(Role.VIEWER)
 def gpu_history(request: HttpRequest, gpu_id: int) -> JsonResponse:
     """The last hour of the GPU's telemetry in 5-second means (``null`` where NVML had none)."""
     gpu = _gpu_or_404(gpu_id)
@@ -86,7 +107,7 @@ def gpu_history(request: HttpRequest, gpu_id: int) -> JsonResponse:
 
 @never_cache
 @require_GET
-@login_required
+@role_required(Role.VIEWER)
 def gpu_editor_model(request: HttpRequest, gpu_id: int) -> JsonResponse:
     """The layout editor's model (profiles, current instances and their workloads, presets)."""
     gpu = _gpu_or_404(gpu_id)

@@ -8,14 +8,24 @@ fragment the live updates fetch.
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
+from fleet.core.ratelimit import OncePer, cut
 from fleet.inventory.models import Gpu, GpuHealth, Host, HostStatus, SharingMode
 from fleet.mig import Product
 from fleet.partitioning import converters
 from fleet.partitioning.models import Partition, PartitionKind
+
+if TYPE_CHECKING:
+    from fleet.web.tray import TrayFit
+
+logger = logging.getLogger(__name__)
+
+UNHEALTHY = (GpuHealth.UNHEALTHY, GpuHealth.LOST)
+"""The health states a card flags and the summary counts as unhealthy."""
 
 NA_TITLE = "Not available (NVML reports no utilisation for MIG instances on this GPU)"
 
@@ -77,10 +87,20 @@ class AllocationView:
     compute_percent: int | None
     pending: bool
     width_percent: float = 0.0
+    workload_state: str = "none"
+    releasing: bool = False
+    workload_message: str = ""
 
     @property
     def label(self) -> str:
         return f"{self.name}[{self.replica}]"
+
+    @property
+    def status(self) -> str:
+        """What the slice shows: the workload's state, ``stopping`` while it releases."""
+        if self.releasing:
+            return "stopping"
+        return "" if self.workload_state == "none" else self.workload_state
 
 
 @dataclass(frozen=True)
@@ -136,6 +156,7 @@ class GpuCard:
     compute_reserved_percent: int
     memory_reserved_mib: int
     mps_enabled: bool
+    allocation_count: int = 0
 
     @property
     def product_short(self) -> str:
@@ -143,7 +164,7 @@ class GpuCard:
 
     @property
     def unhealthy(self) -> bool:
-        return self.health in (GpuHealth.UNHEALTHY, GpuHealth.LOST)
+        return self.health in UNHEALTHY
 
     @property
     def offline(self) -> bool:
@@ -171,12 +192,9 @@ class GpuCard:
 
     @property
     def free(self) -> bool:
-        """Has room for new work (a free MIG slice or instance, MPS memory, an idle GPU)."""
-        if self.is_mig:
-            return bool(self.free_cells) or any(not s.allocations for s in self.slices)
-        if self.is_mps:
-            return self.memory_reserved_mib < self.memory_mib
-        return not self.shares
+        """No allocation on the GPU: the meaning of the ``free`` GPU filter
+        (``fleet.inventory.filters``), which the browser applies to ``data-free``."""
+        return self.allocation_count == 0
 
     @property
     def deployments(self) -> list[str]:
@@ -224,6 +242,9 @@ def _allocation_view(allocation: Allocation, whole_memory_mib: int) -> Allocatio
         compute_percent=allocation.compute_percent,
         pending=allocation.state == AllocationState.PENDING,
         width_percent=round(min(100.0, width), 2),
+        workload_state=allocation.workload_state,
+        releasing=allocation.state == AllocationState.RELEASING,
+        workload_message=allocation.workload_message,
     )
 
 
@@ -278,7 +299,7 @@ def gpu_card(
     product = _product(gpu) if gpu.mode == SharingMode.MIG else None
     slice_count = product.memory_slice_count if product is not None else 0
     slices = tuple(_slice_view(p, live, applying, gpu.memory_mib) for p in mig_parts)
-    occupied = {i for s in slices for i in range(s.start, s.start + s.size)}
+    occupied = {i for s in slices for i in range(s.start, min(s.start + s.size, slice_count))}
     shares: tuple[AllocationView, ...] = ()
     if whole is not None and gpu.mode != SharingMode.MIG:
         shares = tuple(_allocation_view(a, gpu.memory_mib) for a in whole.allocations.all())
@@ -306,7 +327,53 @@ def gpu_card(
         compute_reserved_percent=min(100, sum(a.compute_percent or 0 for a in shares)),
         memory_reserved_mib=sum(a.memory_mib for a in shares),
         mps_enabled=bool(whole and whole.mps_enabled),
+        allocation_count=sum(len(p.allocations.all()) for p in partitions),
     )
+
+
+def safe_gpu_card(
+    gpu: Gpu,
+    *,
+    applying: bool = False,
+    host: Host | None = None,
+    sample: dict[str, Any] | None = None,
+) -> GpuCard:
+    """:func:`gpu_card`, or, if this GPU's stored state cannot be drawn, a plain card that says
+    so: one GPU's bad data never costs anyone the rest of the page."""
+    try:
+        return gpu_card(gpu, applying=applying, host=host, sample=sample)
+    except Exception as error:
+        if _card_warned(gpu.pk):
+            logger.warning("GPU %s cannot be drawn: %s", gpu.pk, cut(error))
+    host = host or gpu.host
+    return GpuCard(
+        id=gpu.pk,
+        host_id=gpu.host_id,
+        host_name=host.name,
+        host_status=host.status,
+        index=gpu.index,
+        uuid=gpu.uuid,
+        product_name=gpu.product_name,
+        mode=gpu.mode,
+        health=gpu.health,
+        health_reason=gpu.health_reason or "its stored state cannot be drawn",
+        cordoned=gpu.cordoned,
+        cordon_reason=gpu.cordon_reason,
+        memory_mib=gpu.memory_mib,
+        applying=applying,
+        live=Live(),
+        slice_count=0,
+        slices=(),
+        free_cells=(),
+        whole_partition_id=None,
+        shares=(),
+        compute_reserved_percent=0,
+        memory_reserved_mib=0,
+        mps_enabled=False,
+    )
+
+
+_card_warned = OncePer(60.0)
 
 
 def _slice_view(partition: Partition, live: Live, applying: bool, gpu_memory: int) -> SliceView:
@@ -353,7 +420,7 @@ def host_groups(
         if gpu.host_id in by_host:
             found = samples.get(gpu.pk)
             by_host[gpu.host_id].append(
-                gpu_card(
+                safe_gpu_card(
                     gpu,
                     applying=gpu.pk in applying,
                     host=host_of[gpu.host_id],
@@ -373,17 +440,29 @@ class FleetSummary:
     mean_utilization: float | None
 
 
-def fleet_summary(groups: list[HostGroup]) -> FleetSummary:
-    cards = [c for g in groups for c in g.cards]
-    utils = [c.live.utilization_percent for c in cards if c.live.utilization_percent is not None]
-    by_mode = {mode: sum(1 for c in cards if c.mode == mode) for mode in SharingMode.values}
+def utilization_value(raw: Any) -> float | None:
+    """A utilisation as stored or sent (a number, or the text SQL extracts from JSON), or
+    ``None`` where there is none or it is not a number."""
+    if isinstance(raw, str):
+        try:
+            return float(raw)
+        except ValueError:
+            return None
+    return _number(raw)
+
+
+def fleet_summary(gpus: list[Gpu], utilization: dict[int, Any]) -> FleetSummary:
+    """The whole fleet in numbers; ``utilization`` from
+    :func:`fleet.web.selectors.gpu_utilization`."""
+    utils = [utilization_value(utilization.get(g.pk)) for g in gpus]
+    known = [u for u in utils if u is not None]
     return FleetSummary(
-        hosts=len(groups),
-        gpus=len(cards),
-        by_mode=by_mode,
-        unhealthy=sum(1 for c in cards if c.unhealthy),
-        cordoned=sum(1 for c in cards if c.cordoned),
-        mean_utilization=round(sum(utils) / len(utils), 1) if utils else None,
+        hosts=len({g.host_id for g in gpus}),
+        gpus=len(gpus),
+        by_mode={mode: sum(1 for g in gpus if g.mode == mode) for mode in SharingMode.values},
+        unhealthy=sum(1 for g in gpus if g.health in UNHEALTHY),
+        cordoned=sum(1 for g in gpus if g.cordoned),
+        mean_utilization=round(sum(known) / len(known), 1) if known else None,
     )
 
 
@@ -397,6 +476,14 @@ class DeploymentCard:
     placed: int
     pending: int
     targets: list[str]
+    runtime: str = "none"
+    running: int = 0
+    stopping: int = 0
+    failing: int = 0
+    deleting: bool = False
+    fit: TrayFit | None = None  # what fits now of the unplaced replicas (the tray says it)
+    team_id: int = 0
+    team: str = ""  # its team's slug
 
     @property
     def status(self) -> str:
@@ -406,7 +493,7 @@ class DeploymentCard:
 
     @property
     def placeable(self) -> bool:
-        return self.placed < self.replicas
+        return self.placed < self.replicas and not self.deleting
 
     @property
     def placed_percent(self) -> float:
@@ -415,7 +502,20 @@ class DeploymentCard:
     @property
     def signature(self) -> str:
         state = repr(
-            (self.name, self.request, self.replicas, self.placed, self.pending, self.targets)
+            (
+                self.name,
+                self.request,
+                self.replicas,
+                self.placed,
+                self.pending,
+                self.targets,
+                self.running,
+                self.stopping,
+                self.failing,
+                self.deleting,
+                self.team,
+                self.fit.signature if self.fit is not None else None,
+            )
         )
         return hashlib.blake2s(state.encode(), digest_size=6).hexdigest()
 
@@ -431,10 +531,15 @@ def describe_request(deployment: Deployment) -> str:
     return f"{count} whole GPU{'s' if count != 1 else ''}"
 
 
+FAILING_STATES = frozenset({"failed", "crashloop", "exited"})
+
+
 def deployment_card(deployment: Deployment) -> DeploymentCard:
-    allocations = list(deployment.allocations.all())
+    held = list(deployment.allocations.all())
+    allocations = [a for a in held if a.state != AllocationState.RELEASING]
     replicas = {a.replica for a in allocations}
     pending = {a.replica for a in allocations if a.state == AllocationState.PENDING}
+    runtime = str((deployment.workload or {}).get("runtime", "none"))
     targets = sorted(
         {f"{a.gpu.host.name}/gpu{a.gpu.index}" for a in allocations if a.gpu_id is not None}
     )
@@ -447,6 +552,13 @@ def deployment_card(deployment: Deployment) -> DeploymentCard:
         placed=len(replicas),
         pending=len(pending),
         targets=targets,
+        runtime=runtime,
+        running=len({a.replica for a in allocations if a.workload_state == "running"}),
+        stopping=len(held) - len(allocations),
+        failing=len({a.replica for a in allocations if a.workload_state in FAILING_STATES}),
+        deleting=deployment.deleting,
+        team_id=deployment.team_id,
+        team=deployment.team.slug,
     )
 
 
@@ -489,13 +601,19 @@ def _processes_by_partition(
     owners = _partition_of_instance(gpu, partitions)
     whole = next((p.pk for p in partitions if p.kind == PartitionKind.GPU), None)
     found: dict[int, list[dict[str, Any]]] = {}
+    replicas = {
+        a.pk: f"replica {a.replica} of {a.deployment.name}"
+        for p in partitions
+        for a in p.allocations.all()
+    }
     for process in raw or []:
         if not isinstance(process, dict):
             continue
         gi = process.get("gpu_instance_id")
         target = owners.get(gi) if gi is not None else whole
         if target is not None:
-            found.setdefault(target, []).append(process)
+            owner = replicas.get(process.get("allocation_id"))  # type: ignore[arg-type]
+            found.setdefault(target, []).append({**process, "owner": owner})
     return found
 
 

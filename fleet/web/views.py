@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render, resolve_url
+from django.utils.functional import SimpleLazyObject
 
+from fleet.allocations.models import Deployment
+from fleet.core.forms import ThrottledAuthenticationForm, locked_seconds
+from fleet.core.models import OperationKind, OperationStatus
 from fleet.core.roles import Role, role_of
-from fleet.inventory.models import SharingMode
+from fleet.core.teams import operated_teams
+from fleet.inventory.filters import GPU_FILTER_NAMES
 from fleet.partitioning import converters
-from fleet.partitioning.models import OperationKind, OperationStatus
-from fleet.web import charts, editor, presenters, selectors
+from fleet.web import charts, editor, hosts, presenters, selectors, tray, vocabulary
+from fleet.web.access import role_required
+from fleet.web.presenters_fleet_hosts import LAZY_AFTER_GPUS
 
 CHART_SPECS = (
     charts.ChartSpec("utilization_percent", "Utilisation", "%", 100),
@@ -27,76 +33,82 @@ HISTORY_BUCKET_S = 5.0
 
 
 class LoginView(auth_views.LoginView):
+    """Sign-in; failures count towards a lockout (429, ``fleet.core.login_throttle``)."""
+
     template_name = "web/login.html"
     redirect_authenticated_user = True
+    authentication_form = ThrottledAuthenticationForm
 
     def get_default_redirect_url(self) -> str:
         return resolve_url("web:fleet")
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["login_wait_s"] = locked_seconds(context.get("form"))
+        return context
 
 
 class LogoutView(auth_views.LogoutView):
     next_page = "web:login"
 
 
-def page_context(request: HttpRequest, section: str) -> dict[str, Any]:
+def page_context(request: HttpRequest, section: str, **config: Any) -> dict[str, Any]:
+    """The context every page shares, with its one config object for the scripts
+    (``page_config``: the UI vocabulary of ``fleet.web.vocabulary`` plus ``config``)."""
     role = role_of(request.user)
+    can_operate = role >= Role.OPERATOR
+    # Deployments: fleet operators act on all, a team operator on its teams' (the API checks).
+    teams = operated_teams(request.user)
+    can_deploy = can_operate or bool(teams)
     return {
         "section": section,
         "role": role.label,
-        "can_operate": role >= Role.OPERATOR,
+        "can_operate": can_operate,
+        "can_deploy": can_deploy,
+        "operated_teams": teams,
+        # A team operator moves its teams' replicas (lazy: only the GPU cards ask).
+        "operable_deployments": SimpleLazyObject(
+            lambda: set(Deployment.objects.filter(team_id__in=teams).values_list("pk", flat=True))
+        )
+        if teams and not can_operate
+        else frozenset(),
+        "page_config": {
+            **vocabulary.base_config(
+                role=role.label, can_operate=can_operate, can_deploy=can_deploy
+            ),
+            **config,
+        },
     }
 
 
-FILTER_KEYS = ("q", "mode", "product", "health", "cordoned", "free")
-
-
-def _filters(request: HttpRequest) -> dict[str, str]:
-    return {key: request.GET.get(key, "").strip() for key in FILTER_KEYS}
-
-
-def _matches(card: presenters.GpuCard, filters: dict[str, str]) -> bool:
-    q = filters["q"].lower()
-    checks = (
-        not q or all(term in card.search_text for term in q.split()),
-        not filters["mode"] or card.mode == filters["mode"],
-        not filters["product"] or card.product_name == filters["product"],
-        filters["health"] != "unhealthy" or card.unhealthy,
-        not filters["cordoned"] or card.cordoned,
-        not filters["free"] or card.free,
-    )
-    return all(checks)
-
-
-@login_required
+@role_required(Role.VIEWER)
 def fleet(request: HttpRequest) -> HttpResponse:
-    """Every host and GPU, and the deployments tray."""
-    filters = _filters(request)
-    gpus = list(selectors.fleet_gpus())
-    groups = presenters.host_groups(
-        gpus,
-        list(selectors.fleet_hosts()),
-        selectors.gpus_applying(),
-        selectors.latest_samples(gpus),
-    )
-    summary = presenters.fleet_summary(groups)
-    products = sorted({g.product_name for g in gpus})
-    if any(filters.values()):
-        groups = [
-            presenters.HostGroup(host=g.host, cards=[c for c in g.cards if _matches(c, filters)])
-            for g in groups
-        ]
-        groups = [g for g in groups if g.cards]
+    """Every host and GPU, and the deployments tray. The GPU filters narrow the GPUs shown (the
+    same FilterSet as the API's); the summary and the product list describe the whole fleet.
+    Past a few hundred GPUs only the first screen's cards are drawn (``fleet.web.hosts``)."""
+    filters = {name: request.GET.get(name, "").strip() for name in GPU_FILTER_NAMES}
+    view = hosts.hosts_view(request.GET)
+    products = sorted({g.product_name for g in view.rows})
+    gpu_filters = vocabulary.gpu_filters(products)
     context = {
-        **page_context(request, "fleet"),
-        "groups": groups,
-        "summary": summary,
+        **page_context(request, "fleet", gpu_filters=gpu_filters),
+        **hosts_context(view),
+        "summary": presenters.fleet_summary(view.rows, view.utilization),
         "filters": filters,
-        "products": products,
-        "modes": SharingMode.choices,
-        "deployments": [presenters.deployment_card(d) for d in selectors.tray_deployments()],
-        "na_title": presenters.NA_TITLE,
+        "gpu_filters": {f["name"]: f for f in gpu_filters},
+        **tray.tray_context(request),
     }
     return render(request, "web/fleet.html", context)
+
+
+def hosts_context(view: hosts.HostsView) -> dict[str, Any]:
+    """What ``web/partials/hosts.html`` draws: the groups, and the counts the browser reads."""
+    return {
+        "fleet_hosts": view,
+        "groups": view.groups,
+        "lazy_after": LAZY_AFTER_GPUS,
+        "na_title": presenters.NA_TITLE,
+    }
 
 
 def _gpu_or_404(gpu_id: int) -> Any:
@@ -108,7 +120,8 @@ def _gpu_or_404(gpu_id: int) -> Any:
 
 def _card(gpu: Any) -> tuple[presenters.GpuCard, dict[str, Any] | None, Any]:
     sample, received_at = selectors.latest_samples([gpu]).get(gpu.pk, (None, None))
-    card = presenters.gpu_card(gpu, applying=bool(selectors.gpus_applying([gpu.pk])), sample=sample)
+    applying = bool(selectors.gpus_applying([gpu.pk]))
+    card = presenters.safe_gpu_card(gpu, applying=applying, sample=sample)
     return card, sample, received_at
 
 
@@ -125,7 +138,7 @@ def detail_context(gpu: Any) -> dict[str, Any]:
     }
 
 
-@login_required
+@role_required(Role.VIEWER)
 def gpu_detail(request: HttpRequest, gpu_id: int) -> HttpResponse:
     """Live charts, partitions with their workloads and processes, events and operations."""
     gpu = _gpu_or_404(gpu_id)
@@ -145,14 +158,14 @@ def gpu_detail(request: HttpRequest, gpu_id: int) -> HttpResponse:
     return render(request, "web/gpu_detail.html", context)
 
 
-@login_required
+@role_required(Role.VIEWER)
 def layout_editor(request: HttpRequest, gpu_id: int) -> HttpResponse:
     """The MIG layout editor of one GPU (and its MPS / dedicated modes)."""
     gpu = _gpu_or_404(gpu_id)
     product = converters.product_of(gpu)
     card, _, _ = _card(gpu)
     context = {
-        **page_context(request, "fleet"),
+        **page_context(request, "fleet", **vocabulary.editor_config(gpu.memory_mib)),
         "gpu": gpu,
         "card": card,
         "model": editor.editor_model(gpu, product),
@@ -163,17 +176,30 @@ def layout_editor(request: HttpRequest, gpu_id: int) -> HttpResponse:
     return render(request, "web/layout_editor.html", context)
 
 
-@login_required
+OPERATIONS_PAGE = 200
+OPERATION_FILTERS = ("status", "kind", "user", "since", "until")
+
+
+@role_required(Role.VIEWER)
 def operations(request: HttpRequest) -> HttpResponse:
-    """The audit trail: who asked for what, when, and how it ended."""
-    status = request.GET.get("status", "")
-    kind = request.GET.get("kind", "")
+    """The audit trail: who asked for what, when, and how it ended; filtered as the API filters,
+    200 rows a page (older pages by a ``before`` cursor), and the same rows as CSV."""
+    page = selectors.operations_page(request.GET, size=OPERATIONS_PAGE)
+    filters = {name: request.GET.get(name, "")[:150] for name in OPERATION_FILTERS}
+    query = urlencode({k: v for k, v in filters.items() if v})
     context = {
         **page_context(request, "operations"),
-        "operations": selectors.operations_feed(status=status, kind=kind, limit=200),
+        "operations": page.rows,
+        "errors": page.errors,
+        "older": f"?{query}&before={page.older}" if page.older else "",
+        "newest": f"?{query}" if request.GET.get("before") else "",
+        "csv": f"/api/v1/operations/?{query}&format=csv"
+        if query
+        else "/api/v1/operations/?format=csv",
+        # Live rows join only the first page of a feed that can still grow.
+        "live": not request.GET.get("before") and not filters["until"],
         "statuses": OperationStatus.choices,
         "kinds": OperationKind.choices,
-        "status": status,
-        "kind": kind,
+        **filters,
     }
     return render(request, "web/operations.html", context)

@@ -10,8 +10,9 @@ class escapes a backend.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from hostagent.protocol import EventKind, GpuStatus
 
@@ -102,14 +103,23 @@ class MigInstance:
     memory_mib: int | None = None
 
 
+ProcessKind = Literal["compute", "mps_server", "mps_client"]
+"""``compute``: a process of its own on the GPU; ``mps_server``: ``nvidia-cuda-mps-server``, which
+NVML lists among the compute processes (type C) although it is MPS itself, not a workload;
+``mps_client``: a process running through MPS (``nvmlDeviceGetMPSComputeRunningProcesses``,
+``M+C`` in ``nvidia-smi``)."""
+
+
 @dataclass(frozen=True)
 class ProcessSample:
-    """A compute process (``nvmlDeviceGetComputeRunningProcesses``)."""
+    """A process on the GPU: compute processes (``nvmlDeviceGetComputeRunningProcesses``) and MPS
+    clients (``nvmlDeviceGetMPSComputeRunningProcesses``), told apart by ``kind``."""
 
     pid: int
     used_memory_mib: int | None
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    kind: ProcessKind = "compute"
 
 
 @dataclass(frozen=True)
@@ -154,10 +164,43 @@ class GpuEvent:
 
 
 class MigModeResult(NamedTuple):
-    """Outcome of ``set_mig_mode``: ``ok`` if accepted, ``needs_reset`` if pending a GPU reset."""
+    """Outcome of ``set_mig_mode``: ``ok`` if accepted, ``needs_reset`` if pending a GPU reset.
+
+    ``message`` says why a change is pending, naming what holds the GPU where NVML can tell
+    (on A100/A30 any other NVML client does: nvidia-persistenced, DCGM, this agent).
+    """
 
     ok: bool
     needs_reset: bool
+    message: str = ""
+
+
+# ------------------------------------------------------------------------------------------------
+# Helpers shared by the backends and the agent (no NVML needed)
+# ------------------------------------------------------------------------------------------------
+
+_DRIVER_BRANCH = re.compile(r"^\s*(\d{3,4})(?:\.\d+)*\s*$")
+_MIG_PREFIX = re.compile(r"^\s*mig[\s-]+", re.IGNORECASE)
+
+
+def driver_branch(version: str | None) -> int | None:
+    """The driver branch of an ``nvmlSystemGetDriverVersion`` string: ``"535.183.01"`` → 535.
+
+    ``None`` for anything that is not a dotted driver version (a missing or odd answer), so a
+    caller enforcing a minimum driver can tell "too old" from "unknown".
+    """
+    match = _DRIVER_BRANCH.match(version or "")
+    return int(match.group(1)) if match else None
+
+
+def normalize_profile_name(raw: str) -> str:
+    """A GPU-instance profile name as ``nvidia-smi mig -lgip`` shows it: ``"MIG 1g.10gb"`` →
+    ``"1g.10gb"``.
+
+    ``nvmlGpuInstanceProfileInfo_v2_t.name`` may carry a ``"MIG "`` prefix (review D18; third-party
+    NVML code strips it too); the control plane's catalog keys have none.
+    """
+    return _MIG_PREFIX.sub("", raw).strip()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -186,16 +229,23 @@ class GpuBackend(Protocol):
         """``nvmlSystemGetNVMLVersion``; ``None`` when unavailable."""
 
     def list_gpus(self) -> list[GpuDevice]:
-        """Every GPU, lost ones included with ``status="lost"``."""
+        """Every GPU; one that does not answer is listed with ``status="lost"`` (or
+        ``"unavailable"`` without permission) while the others report."""
 
     def possible_placements(self, gpu: str) -> list[ProfilePlacements]:
-        """Profiles and placements (``nvidia-smi mig -lgipp``); ``[]`` if not MIG capable."""
+        """Profiles and placements (``nvidia-smi mig -lgipp``); ``[]`` if not MIG capable, and
+        ``[]`` while a driver hides them (MIG off on R535-era drivers): ask again after enabling
+        MIG. Names are normalised (:func:`normalize_profile_name`)."""
 
     def mig_instances(self, gpu: str) -> list[MigInstance]:
         """Current GPU and compute instances, ordered by ``start``."""
 
     def set_mig_mode(self, gpu: str, enabled: bool) -> MigModeResult:
-        """``nvmlDeviceSetMigMode``; raise :class:`InUse` if the GPU is busy."""
+        """``nvmlDeviceSetMigMode``; raise :class:`InUse` with the PIDs if processes run.
+
+        A change left pending (A100/A30: a GPU reset is needed and another NVML client holds
+        the GPU) is ``needs_reset=True`` with a ``message`` saying why; see :meth:`reset_gpu`.
+        """
 
     def create_gpu_instance(self, gpu: str, profile_id: int, start: int) -> MigInstance:
         """``nvmlDeviceCreateGpuInstanceWithPlacement`` (``nvidia-smi mig -cgi ID:START``)."""
@@ -215,7 +265,24 @@ class GpuBackend(Protocol):
         """One telemetry sample; a lost GPU yields ``status="lost"`` rather than an error."""
 
     def processes(self, gpu: str) -> list[ProcessSample]:
-        """Compute processes on the GPU (all MIG instances included)."""
+        """Processes on the GPU (all MIG instances included): workloads, the
+        ``nvidia-cuda-mps-server`` and MPS clients, told apart by ``kind``, each PID once."""
 
     def wait_events(self, timeout_ms: int) -> list[GpuEvent]:
         """Wait up to ``timeout_ms`` for health events (``nvmlEventSetWait``); ``[]`` on timeout."""
+
+    def reset_gpu(self, gpu: str) -> None:
+        """Reset one GPU (``nvidia-smi -r -i <uuid>``), releasing this backend's own handles on it
+        first (an NVML client holding it makes the reset fail); re-discover it afterwards.
+        Raise :class:`InUse` when other processes hold it, :class:`BackendError` otherwise."""
+
+    def set_compute_mode(self, gpu: str, exclusive_process: bool) -> None:
+        """``nvmlDeviceSetComputeMode``: ``EXCLUSIVE_PROCESS`` for a GPU shared by MPS (NVIDIA's
+        recommendation), ``DEFAULT`` otherwise. Not supported in MIG mode (raise
+        :class:`NotSupported`)."""
+
+    def probe(self) -> dict[str, Any]:
+        """A read-only record of the host for ``fleet-agent --probe --json``: driver and NVML
+        versions, supported calls, profiles and placements in the current MIG mode, instances
+        with their compute-instance profiles, GPM and event support, process lists. Changes
+        nothing."""

@@ -1,21 +1,30 @@
 """The NVML backend: the only module of the agent that imports ``pynvml`` (nvidia-ml-py).
 
-Initialisation is lazy (``init()``, never at import). NVML errors are translated here, at the
-boundary, the way nvitop/gpustat do it: no library or driver → :class:`GpuUnavailable` (the
-agent keeps heartbeating with status ``unavailable``); NOT_SUPPORTED → the field is ``None``;
-GPU_IS_LOST on one GPU → that GPU reports ``status="lost"`` while the others keep reporting.
-Call shapes follow nvidia-ml-py 13.x (see the facts file §3).
+Initialisation is lazy (``init()``, never at import). Every NVML error is translated at this
+boundary, per GPU and per field, the way nvitop/gpustat do it (review D1):
+
+* no library, no driver, a driver/library mismatch (18, after an upgrade without a reboot) or no
+  permission at init → :class:`GpuUnavailable`; the agent keeps heartbeating;
+* one GPU that will not answer (GPU_IS_LOST, or the Unknown Error 999 of a GPU that fell off
+  the bus, INSUFFICIENT_POWER, IRQ_ISSUE) → that GPU is ``lost`` while the others report;
+* one field NVML will not give (NOT_SUPPORTED, NO_PERMISSION on a MIG parent as non-root, a
+  symbol the driver lacks) → ``None``.
+
+The helpers (:mod:`~hostagent.gpu.nvml_lib`, ``nvml_mig``, ``nvml_telemetry``, ``nvml_events``,
+``nvml_probe``) receive the module from here and never import it. Call shapes follow
+nvidia-ml-py 13.x (facts file §3).
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import Any
 
 import pynvml
 
@@ -26,7 +35,6 @@ from hostagent.gpu.backend import (
     GpuLost,
     GpuSample,
     GpuUnavailable,
-    InsufficientResources,
     InUse,
     InvalidPlacement,
     MigInstance,
@@ -37,181 +45,173 @@ from hostagent.gpu.backend import (
     ProcessSample,
     ProfilePlacements,
 )
-from hostagent.protocol import EventKind
+from hostagent.gpu.nvml_events import XID_MASK, EventRegistry
+from hostagent.gpu.nvml_lib import (
+    IN_USE,
+    INSUFFICIENT_RESOURCES,
+    INVALID_ARGUMENT,
+    NO_PERMISSION,
+    NOT_FOUND,
+    NOT_SUPPORTED,
+    RESET_REQUIRED,
+    SUCCESS,
+    UNAVAILABLE,
+    Answer,
+    Nvml,
+    code_name,
+)
+from hostagent.gpu.nvml_mig import MigReader, ci_preference
+from hostagent.gpu.nvml_probe import probe_host
+from hostagent.gpu.nvml_telemetry import (
+    MIB,
+    NO_INSTANCE,
+    GiKey,
+    GpmTracker,
+    TemperatureReader,
+    read_processes,
+)
+from hostagent.protocol import EventKind, GpuStatus
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
-MIB = 1024 * 1024
-NO_INSTANCE = 0xFFFFFFFF
-MAX_PLACEMENTS = 32
-GPM_MIN_INTERVAL_S = 0.1  # nvml.h: samples must be > 100 ms apart (internal refresh rate)
-
-# nvmlReturn_t values (nvml.h); compared on ``NVMLError.value`` so subclasses do not matter.
-_SUCCESS = 0
-_UNINITIALIZED = 1
-_INVALID_ARGUMENT = 2
-_NOT_SUPPORTED = 3
-_NO_PERMISSION = 4
-_NOT_FOUND = 6
-_DRIVER_NOT_LOADED = 9
-_TIMEOUT = 10
-_LIBRARY_NOT_FOUND = 12
-_FUNCTION_NOT_FOUND = 13
-_GPU_IS_LOST = 15
-_RESET_REQUIRED = 16
-_IN_USE = 19
-_INSUFFICIENT_RESOURCES = 23
-
-_UNAVAILABLE = {_UNINITIALIZED, _DRIVER_NOT_LOADED, _LIBRARY_NOT_FOUND}
-_ABSENT = {_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND}
-
-_XID_MASK = 0x8  # nvmlEventTypeXidCriticalError
-_ECC_MASK = 0x1 | 0x2  # SingleBitEccError | DoubleBitEccError
-
-
-def _code(exc: BaseException) -> int | None:
-    value = getattr(exc, "value", None)
-    return value if isinstance(value, int) else None
-
-
-def translate(exc: BaseException) -> BackendError:
-    """Map an ``NVMLError`` to the backend-neutral error classes."""
-    code = _code(exc)
-    text = str(exc)
-    if code in _UNAVAILABLE:
-        return GpuUnavailable(text)
-    if code in _ABSENT:
-        return NotSupported(text)
-    if code == _IN_USE:
-        return InUse(text)
-    if code == _INSUFFICIENT_RESOURCES:
-        return InsufficientResources(text)
-    if code == _INVALID_ARGUMENT:
-        return InvalidPlacement(text)
-    if code == _GPU_IS_LOST:
-        return GpuLost(text)
-    if code == _NOT_FOUND:
-        return NotFound(text)
-    return BackendError(text)
-
-
-@contextmanager
-def _nvml_errors() -> Iterator[None]:
-    try:
-        yield
-    except pynvml.NVMLError as exc:
-        raise translate(exc) from exc
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+RESET_TIMEOUT_S = 120.0
+NVIDIA_SMI = "nvidia-smi"
+# On A100/A30 a MIG toggle needs a GPU reset, which every other NVML client blocks
+# (gpu-operator#118, NVSentinel#1690, mig-parted#181; review D3).
+LIKELY_HOLDERS = (
+    "nvidia-persistenced, DCGM/dcgm-exporter, Fabric Manager, nvidia_drm, or this agent"
+)
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _pending_message(gpu: str, enabled: bool) -> str:
+    action = "enable" if enabled else "disable"
+    return (
+        f"MIG {action} is pending on {gpu}: it applies at the next GPU reset. The GPU is held "
+        f"by another NVML client ({LIKELY_HOLDERS}); stop those, then reset it "
+        f"(fleet-agent with --allow-mutation, or `nvidia-smi -r -i {gpu}`) or reboot."
+    )
+
+
 class NvmlBackend:
-    """:class:`~hostagent.gpu.backend.GpuBackend` over NVML."""
+    """:class:`~hostagent.gpu.backend.GpuBackend` over NVML.
+
+    Args:
+        library: the ``pynvml`` module to call (a test double in tests); default the real one.
+        run: ``subprocess.run`` or a stand-in, for ``nvidia-smi -r``.
+    """
 
     kind = "nvml"
 
-    def __init__(self) -> None:
+    def __init__(self, *, library: ModuleType | None = None, run: Runner = subprocess.run) -> None:
+        self._nv = Nvml(library if library is not None else pynvml)
+        self._run = run
         self._available = False
         self._uuids: dict[int, str] = {}
-        self._profiles: dict[str, list[ProfilePlacements]] = {}
-        self._gpm_supported: dict[str, bool] = {}
-        self._gpm_prev: dict[tuple[str, int], tuple[Any, float]] = {}
-        self._event_set: Any = None
+        self.mig = MigReader(self._nv)
+        self.events = EventRegistry(self._nv)
+        self._temperature = TemperatureReader(self._nv)
+        self._gpm = GpmTracker(self._nv)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def init(self) -> None:
-        """``nvmlInit``; raise :class:`GpuUnavailable` when there is no driver or library."""
-        with _nvml_errors():
-            pynvml.nvmlInit()
+        """``nvmlInit``; any failure (no library, LIB_RM_VERSION_MISMATCH, NO_PERMISSION, …)
+        raises :class:`GpuUnavailable`, so the agent runs on and reports ``unavailable``."""
+        answer = self._nv.attempt("nvmlInit")
+        if not answer.ok:
+            raise GpuUnavailable(f"{code_name(answer.code or 0)}: {answer.text}")
         self._available = True
 
     def shutdown(self) -> None:
-        """Free GPM samples and the event set, then ``nvmlShutdown``."""
+        """Free GPM samples and the event set, then ``nvmlShutdown``; safe to call twice."""
         if not self._available:
             return
-        for sample, _ in self._gpm_prev.values():
-            self._quiet(pynvml.nvmlGpmSampleFree, sample)
-        self._gpm_prev.clear()
-        if self._event_set is not None:
-            self._quiet(pynvml.nvmlEventSetFree, self._event_set)
-            self._event_set = None
-        self._quiet(pynvml.nvmlShutdown)
+        self._gpm.release()
+        self.events.free()
+        self._nv.quiet("nvmlShutdown")
         self._available = False
 
     def available(self) -> bool:
         """True after a successful ``nvmlInit``."""
         return self._available
 
-    @staticmethod
-    def _quiet(fn: Callable[..., Any], *args: Any) -> None:
-        try:
-            fn(*args)
-        except pynvml.NVMLError as exc:
-            logger.debug("%s failed: %s", getattr(fn, "__name__", fn), exc)
-
-    @staticmethod
-    def _optional(fn: Callable[..., T], *args: Any) -> T | None:
-        """Call ``fn``; ``None`` when NVML has no value (NOT_SUPPORTED, NO_PERMISSION, …)."""
-        try:
-            return fn(*args)
-        except pynvml.NVMLError as exc:
-            if _code(exc) in _ABSENT:
-                return None
-            raise translate(exc) from exc
-
     def driver_version(self) -> str | None:
         """``nvmlSystemGetDriverVersion`` (``nvidia-smi --query-gpu=driver_version``)."""
-        return _text(self._optional(pynvml.nvmlSystemGetDriverVersion)) if self._available else None
+        return self._system_text("nvmlSystemGetDriverVersion")
 
     def nvml_version(self) -> str | None:
         """``nvmlSystemGetNVMLVersion``."""
-        return _text(self._optional(pynvml.nvmlSystemGetNVMLVersion)) if self._available else None
+        return self._system_text("nvmlSystemGetNVMLVersion")
+
+    def _system_text(self, call: str) -> str | None:
+        answer = self._nv.attempt(call) if self._available else Answer(None, 1)
+        return _text(answer.value) if answer.ok else None
 
     # -- discovery -------------------------------------------------------------------------
 
     def _handle(self, gpu: str) -> Any:
+        """``nvmlDeviceGetHandleByUUID``: NotFound for an unknown UUID, GpuLost for a GPU that
+        will not answer (GPU_IS_LOST, Unknown Error, INSUFFICIENT_POWER, IRQ_ISSUE, …)."""
         if not self._available:
             raise GpuUnavailable("NVML is not initialised")
-        with _nvml_errors():
-            return pynvml.nvmlDeviceGetHandleByUUID(gpu)
+        answer = self._nv.attempt("nvmlDeviceGetHandleByUUID", gpu)
+        if answer.ok:
+            return answer.value
+        if answer.code in UNAVAILABLE:
+            raise GpuUnavailable(answer.text)
+        if answer.code in (NOT_FOUND, INVALID_ARGUMENT):
+            raise NotFound(answer.text)
+        raise GpuLost(answer.text)
+
+    def _mig_modes(self, handle: Any) -> tuple[bool, bool] | None:
+        """``nvmlDeviceGetMigMode`` as ``(current, pending)``; ``None`` if not MIG capable."""
+        modes = self._nv.field("nvmlDeviceGetMigMode", handle)
+        return (bool(modes[0]), bool(modes[1])) if modes is not None else None
 
     def list_gpus(self) -> list[GpuDevice]:
         """``nvmlDeviceGetCount`` and per GPU name, UUID, PCI id, memory and MIG mode."""
         if not self._available:
             return []
-        with _nvml_errors():
-            count = pynvml.nvmlDeviceGetCount()
+        count = int(self._nv.call("nvmlDeviceGetCount"))
         return [self._device(i) for i in range(count)]
 
     def _device(self, index: int) -> GpuDevice:
+        handle = self._nv.attempt("nvmlDeviceGetHandleByIndex", index)
+        uuid = self._nv.attempt("nvmlDeviceGetUUID", handle.value) if handle.ok else handle
+        if not uuid.ok:
+            if uuid.code in UNAVAILABLE:
+                raise GpuUnavailable(uuid.text)
+            logger.warning("GPU %d does not answer: %s", index, uuid.text)
+            return self._placeholder(index, "unavailable" if uuid.code == NO_PERMISSION else "lost")
+        self._uuids[index] = _text(uuid.value)
         try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
-            self._uuids[index] = uuid
-            name = _text(pynvml.nvmlDeviceGetName(handle))
-            pci = pynvml.nvmlDeviceGetPciInfo(handle).pciDeviceId
-            total = pynvml.nvmlDeviceGetMemoryInfo(handle).total // MIB
-            modes = self._optional(pynvml.nvmlDeviceGetMigMode, handle)
-        except (pynvml.NVMLError, GpuLost) as exc:
-            if isinstance(exc, GpuLost) or _code(exc) == _GPU_IS_LOST:
-                return self._lost_device(index)
-            raise translate(exc) from exc
+            return self._describe(index, self._uuids[index], handle.value)
+        except GpuLost:
+            return self._placeholder(index, "lost")
+
+    def _describe(self, index: int, uuid: str, handle: Any) -> GpuDevice:
+        name = self._nv.field("nvmlDeviceGetName", handle)
+        pci = self._nv.field("nvmlDeviceGetPciInfo", handle)
+        # NO_PERMISSION on a MIG parent as non-root (nvml.h L6678): 0, not a crash.
+        memory = self._nv.field("nvmlDeviceGetMemoryInfo", handle)
+        modes = self._mig_modes(handle)
         return GpuDevice(
             index=index,
             uuid=uuid,
-            name=name,
-            pci_device_id=int(pci),
-            memory_total_mib=int(total),
+            name=_text(name) if name is not None else "",
+            pci_device_id=int(pci.pciDeviceId) if pci is not None else 0,
+            memory_total_mib=int(memory.total) // MIB if memory is not None else 0,
             mig_capable=modes is not None,
-            mig_mode_current=bool(modes[0]) if modes is not None else None,
-            mig_mode_pending=bool(modes[1]) if modes is not None else None,
+            mig_mode_current=modes[0] if modes is not None else None,
+            mig_mode_pending=modes[1] if modes is not None else None,
         )
 
-    def _lost_device(self, index: int) -> GpuDevice:
+    def _placeholder(self, index: int, status: GpuStatus) -> GpuDevice:
         return GpuDevice(
             index=index,
             uuid=self._uuids.get(index, f"GPU-unknown-{index}"),
@@ -221,115 +221,29 @@ class NvmlBackend:
             mig_capable=False,
             mig_mode_current=None,
             mig_mode_pending=None,
-            status="lost",
+            status=status,
         )
 
     def possible_placements(self, gpu: str) -> list[ProfilePlacements]:
-        """Profiles 0..``NVML_GPU_INSTANCE_PROFILE_COUNT`` via
-        ``nvmlDeviceGetGpuInstanceProfileInfo`` (skipping NOT_SUPPORTED / INVALID_ARGUMENT, as
-        go-nvlib does) and ``nvmlDeviceGetGpuInstancePossiblePlacements_v2`` (``mig -lgipp``).
-        Profile info is immutable for the lifetime of a MIG mode, so it is cached.
-        """
-        cached = self._profiles.get(gpu)
-        if cached is not None:
-            return cached
+        """Profiles via ``nvmlDeviceGetGpuInstanceProfileInfo(V)`` and placements via
+        ``nvmlDeviceGetGpuInstancePossiblePlacements_v2`` (``nvidia-smi mig -lgipp``); ``[]``
+        while the driver hides them (MIG off on R535), never cached then."""
         handle = self._handle(gpu)
-        out: list[ProfilePlacements] = []
-        for const in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            try:
-                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, const)
-            except pynvml.NVMLError as exc:
-                if _code(exc) in {_NOT_SUPPORTED, _INVALID_ARGUMENT, _FUNCTION_NOT_FOUND}:
-                    continue
-                raise translate(exc) from exc
-            placements = self._placements(handle, int(info.id))
-            out.append(
-                ProfilePlacements(
-                    profile_id=int(info.id),
-                    name=_text(getattr(info, "name", b"")),
-                    compute_slices=int(info.sliceCount),
-                    memory_slices=placements[0][1] if placements else 0,
-                    memory_mib=int(info.memorySizeMB),
-                    max_instances=int(info.instanceCount),
-                    placements=placements,
-                )
-            )
-        out.sort(key=lambda p: p.profile_id)
-        self._profiles[gpu] = out
-        return out
-
-    @staticmethod
-    def _placements(handle: Any, profile_id: int) -> tuple[tuple[int, int], ...]:
-        array = (pynvml.c_nvmlGpuInstancePlacement_t * MAX_PLACEMENTS)()
-        count = ctypes.c_uint(MAX_PLACEMENTS)
-        with _nvml_errors():
-            pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(
-                handle, profile_id, array, ctypes.byref(count)
-            )
-        return tuple((int(array[i].start), int(array[i].size)) for i in range(count.value))
-
-    def _mig_enabled(self, handle: Any) -> bool:
-        modes = self._optional(pynvml.nvmlDeviceGetMigMode, handle)
-        return bool(modes and modes[0])
-
-    def _gpu_instances(self, gpu: str, handle: Any) -> list[tuple[Any, Any]]:
-        """``(gi handle, nvmlGpuInstanceGetInfo)`` for every GI (``mig -lgi``)."""
-        out = []
-        for profile in self.possible_placements(gpu):
-            array = (pynvml.c_nvmlGpuInstance_t * max(profile.max_instances, 1))()
-            count = ctypes.c_uint(max(profile.max_instances, 1))
-            with _nvml_errors():
-                pynvml.nvmlDeviceGetGpuInstances(
-                    handle, profile.profile_id, array, ctypes.byref(count)
-                )
-                for i in range(count.value):
-                    out.append((array[i], pynvml.nvmlGpuInstanceGetInfo(array[i])))
-        return out
-
-    def _compute_instance_ids(self, gi: Any) -> list[int]:
-        ids: list[int] = []
-        for const in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-            try:
-                info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, const, 0)
-            except pynvml.NVMLError as exc:
-                if _code(exc) in {_NOT_SUPPORTED, _INVALID_ARGUMENT, _FUNCTION_NOT_FOUND}:
-                    continue
-                raise translate(exc) from exc
-            n = max(int(info.instanceCount), 1)
-            array = (pynvml.c_nvmlComputeInstance_t * n)()
-            count = ctypes.c_uint(n)
-            with _nvml_errors():
-                pynvml.nvmlGpuInstanceGetComputeInstances(gi, info.id, array, ctypes.byref(count))
-                ids.extend(
-                    int(pynvml.nvmlComputeInstanceGetInfo(array[i]).id) for i in range(count.value)
-                )
-        return sorted(set(ids))
-
-    def _mig_devices(self, handle: Any) -> dict[tuple[int, int], Any]:
-        """MIG device handles by ``(gi, ci)``; empty indices are skipped like go-nvlib does."""
-        out: dict[tuple[int, int], Any] = {}
-        count = self._optional(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
-        for i in range(count):
-            try:
-                mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
-                gi = int(pynvml.nvmlDeviceGetGpuInstanceId(mig))
-                ci = int(pynvml.nvmlDeviceGetComputeInstanceId(mig))
-            except pynvml.NVMLError as exc:
-                if _code(exc) in {_NOT_FOUND, _INVALID_ARGUMENT}:
-                    continue
-                raise translate(exc) from exc
-            out[(gi, ci)] = mig
-        return out
+        modes = self._mig_modes(handle)
+        if modes is None:
+            return []
+        return self.mig.possible_placements(gpu, handle, modes[0])
 
     def mig_instances(self, gpu: str) -> list[MigInstance]:
         """GIs and CIs with placements and ``MIG-…`` UUIDs (``nvidia-smi mig -lgi``/``-lci``)."""
         handle = self._handle(gpu)
-        if not self._mig_enabled(handle):
+        modes = self._mig_modes(handle)
+        if modes is None or not modes[0]:
             return []
-        sizes = {p.profile_id: p.memory_mib for p in self.possible_placements(gpu)}
-        migs = self._mig_devices(handle)
+        sizes = {p.id: p.memory_mib for p in self.mig.gi_profiles(gpu, handle, True)}
+        migs = self.mig.mig_devices(handle)
         out: list[MigInstance] = []
-        for gi, info in self._gpu_instances(gpu, handle):
+        for gi, info in self.mig.gpu_instances(gpu, handle, True):
             base = MigInstance(
                 gpu_instance_id=int(info.id),
                 profile_id=int(info.profileId),
@@ -337,34 +251,116 @@ class NvmlBackend:
                 size=int(info.placement.size),
                 memory_mib=sizes.get(int(info.profileId)),
             )
-            ci_ids = self._compute_instance_ids(gi)
-            if not ci_ids:
+            cis = self.mig.compute_instances(gi)
+            if not cis:
                 out.append(base)
-            for ci in ci_ids:
+            for ci, _, _ in cis:
                 mig = migs.get((base.gpu_instance_id, ci))
-                uuid = _text(self._optional(pynvml.nvmlDeviceGetUUID, mig)) if mig else None
-                out.append(replace(base, compute_instance_id=ci, uuid=uuid))
+                uuid = self._nv.field("nvmlDeviceGetUUID", mig) if mig is not None else None
+                out.append(
+                    replace(
+                        base,
+                        compute_instance_id=ci,
+                        uuid=_text(uuid) if uuid is not None else None,
+                    )
+                )
         out.sort(key=lambda m: (m.start, m.compute_instance_id or 0))
         return out
 
     # -- mutations -------------------------------------------------------------------------
 
     def set_mig_mode(self, gpu: str, enabled: bool) -> MigModeResult:
-        """``nvmlDeviceSetMigMode``: the binding returns activationStatus instead of raising."""
+        """``nvmlDeviceSetMigMode``, which returns the activation status instead of raising.
+
+        IN_USE with compute processes raises :class:`InUse` with their PIDs. IN_USE without
+        any, with the change now pending (A100/A30 held by persistenced, DCGM, this agent…),
+        is ``needs_reset`` with a message saying so (review D3).
+        """
         handle = self._handle(gpu)
-        mode = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
-        with _nvml_errors():
-            status = int(pynvml.nvmlDeviceSetMigMode(handle, mode))
-        self._profiles.pop(gpu, None)
-        if status == _IN_USE:
-            raise InUse("GPU is in use", self._pids(gpu, None))
-        if status == _RESET_REQUIRED:
-            return MigModeResult(ok=True, needs_reset=True)
-        if status != _SUCCESS:
-            raise BackendError(f"nvmlDeviceSetMigMode activation status {status}")
-        modes = self._optional(pynvml.nvmlDeviceGetMigMode, handle)
-        pending = bool(modes is not None and bool(modes[0]) != enabled)
-        return MigModeResult(ok=True, needs_reset=pending)
+        mode = self._nv.constant(
+            "NVML_DEVICE_MIG_ENABLE" if enabled else "NVML_DEVICE_MIG_DISABLE", int(enabled)
+        )
+        status = int(self._nv.call("nvmlDeviceSetMigMode", handle, mode))
+        self._forget(gpu)
+        if status == SUCCESS:
+            modes = self._mig_modes(handle)
+            pending = modes is not None and modes[0] != enabled
+            message = _pending_message(gpu, enabled) if pending else ""
+            return MigModeResult(ok=True, needs_reset=pending, message=message)
+        if status == RESET_REQUIRED:
+            return MigModeResult(ok=True, needs_reset=True, message=_pending_message(gpu, enabled))
+        if status == IN_USE:
+            return self._toggle_in_use(gpu, handle, enabled)
+        raise BackendError(f"nvmlDeviceSetMigMode activation status {code_name(status)}")
+
+    def _toggle_in_use(self, gpu: str, handle: Any, enabled: bool) -> MigModeResult:
+        pids = self._pids(gpu, None)
+        if pids:
+            raise InUse("processes run on the GPU", pids)
+        modes = self._mig_modes(handle)
+        if modes is not None and modes[1] == enabled:
+            return MigModeResult(ok=True, needs_reset=True, message=_pending_message(gpu, enabled))
+        raise InUse(f"MIG mode of {gpu} cannot change: the GPU is in use ({LIKELY_HOLDERS})")
+
+    def reset_gpu(self, gpu: str) -> None:
+        """``nvidia-smi -r -i <uuid>``, with this process's NVML session closed meanwhile.
+
+        An open NVML session holds every GPU and makes the reset fail, so the event set and
+        GPM samples are freed and NVML shut down first (mig-parted does the same), then
+        initialised again and every discovery cache dropped. Calls from other threads meanwhile
+        get :class:`GpuUnavailable`. Raises :class:`InUse` (with the PIDs) while processes run
+        or when nvidia-smi says another client holds the GPU, :class:`BackendError` otherwise.
+        """
+        try:
+            pids = self._pids(gpu, None, strict=True)
+        except GpuLost:
+            pids = ()  # a GPU that fell off the bus is what a reset is for
+        if pids:
+            raise InUse("processes run on the GPU", pids)
+        self.shutdown()
+        try:
+            done = self._run(
+                [NVIDIA_SMI, "-r", "-i", gpu],
+                capture_output=True,
+                text=True,
+                timeout=RESET_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            self._reinit()
+            raise BackendError(f"nvidia-smi -r -i {gpu}: {exc}") from exc
+        self._reinit()
+        output = f"{done.stdout or ''}{done.stderr or ''}".strip()
+        if done.returncode != 0:
+            if "in use" in output.lower():
+                raise InUse(f"reset refused: {output}")
+            raise BackendError(f"nvidia-smi -r -i {gpu} exited {done.returncode}: {output}")
+
+    def _reinit(self) -> None:
+        self._forget(None)
+        self.init()
+
+    def _forget(self, gpu: str | None) -> None:
+        self.mig.forget(gpu)
+        if gpu is None:
+            self._gpm.release()
+
+    def set_compute_mode(self, gpu: str, exclusive_process: bool) -> None:
+        """``nvmlDeviceSetComputeMode``: ``EXCLUSIVE_PROCESS`` for whole-GPU MPS (NVIDIA's MPS
+        guide; the k8s device plugin does the same), ``DEFAULT`` otherwise (review D19). Not
+        supported in MIG mode (facts §2)."""
+        handle = self._handle(gpu)
+        modes = self._mig_modes(handle)
+        if modes is not None and modes[0]:
+            raise NotSupported(f"{gpu} is in MIG mode: compute mode cannot be set")
+        name = (
+            "NVML_COMPUTEMODE_EXCLUSIVE_PROCESS"
+            if exclusive_process
+            else "NVML_COMPUTEMODE_DEFAULT"
+        )
+        self._nv.call(
+            "nvmlDeviceSetComputeMode", handle, self._nv.constant(name, 3 * exclusive_process)
+        )
 
     def _profile(self, gpu: str, profile_id: int) -> ProfilePlacements:
         for p in self.possible_placements(gpu):
@@ -376,14 +372,13 @@ class NvmlBackend:
         """``nvmlDeviceCreateGpuInstanceWithPlacement`` (``nvidia-smi mig -cgi ID:START``)."""
         handle = self._handle(gpu)
         profile = self._profile(gpu, profile_id)
-        placement = pynvml.c_nvmlGpuInstancePlacement_t()
+        placement = self._nv.module.c_nvmlGpuInstancePlacement_t()
         placement.start = start
         placement.size = profile.memory_slices
-        with _nvml_errors():
-            gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(
-                handle, profile_id, ctypes.byref(placement)
-            )
-            info = pynvml.nvmlGpuInstanceGetInfo(gi)
+        gi = self._nv.call(
+            "nvmlDeviceCreateGpuInstanceWithPlacement", handle, profile_id, ctypes.byref(placement)
+        )
+        info = self._nv.call("nvmlGpuInstanceGetInfo", gi)
         return MigInstance(
             gpu_instance_id=int(info.id),
             profile_id=profile_id,
@@ -393,26 +388,26 @@ class NvmlBackend:
         )
 
     def create_compute_instance(self, gpu: str, gpu_instance_id: int) -> MigInstance:
-        """The largest compute-instance profile of the GI
-        (``nvmlGpuInstanceCreateComputeInstance``, ``nvidia-smi mig -cci -gi ID``)."""
+        """A full-size compute instance, the profile with the most SMs first
+        (``nvmlGpuInstanceCreateComputeInstance``, ``nvidia-smi mig -cci -gi ID``; review D8).
+
+        Only full-size profiles are candidates; the next is tried when one answers
+        INSUFFICIENT_RESOURCES or NOT_SUPPORTED (go-nvlib's REV1 choice failed on A100).
+        """
         handle = self._handle(gpu)
-        with _nvml_errors():
-            gi = pynvml.nvmlDeviceGetGpuInstanceById(handle, gpu_instance_id)
-        best: Any = None
-        for const in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-            try:
-                info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, const, 0)
-            except pynvml.NVMLError as exc:
-                if _code(exc) in {_NOT_SUPPORTED, _INVALID_ARGUMENT, _FUNCTION_NOT_FOUND}:
-                    continue
-                raise translate(exc) from exc
-            if best is None or info.sliceCount > best.sliceCount:
-                best = info
-        if best is None:
+        gi = self._nv.call("nvmlDeviceGetGpuInstanceById", handle, gpu_instance_id)
+        profiles = self.mig.ci_profiles(gi)
+        if not profiles:
             raise NotSupported(f"no compute-instance profile on GI {gpu_instance_id}")
-        with _nvml_errors():
-            ci = pynvml.nvmlGpuInstanceCreateComputeInstance(gi, best.id)
-            ci_id = int(pynvml.nvmlComputeInstanceGetInfo(ci).id)
+        full = max(p.slices for p in profiles)
+        answer = Answer(None, NOT_SUPPORTED)
+        for profile in sorted((p for p in profiles if p.slices == full), key=ci_preference):
+            answer = self._nv.attempt("nvmlGpuInstanceCreateComputeInstance", gi, profile.id)
+            if answer.ok or answer.code not in (INSUFFICIENT_RESOURCES, NOT_SUPPORTED):
+                break
+        if not answer.ok:
+            raise answer.error()
+        ci_id = int(self._nv.call("nvmlComputeInstanceGetInfo", answer.value).id)
         for inst in self.mig_instances(gpu):
             if inst.gpu_instance_id == gpu_instance_id and inst.compute_instance_id == ci_id:
                 return inst
@@ -423,30 +418,31 @@ class NvmlBackend:
     ) -> None:
         """``nvmlComputeInstanceDestroy``; IN_USE → :class:`InUse` with the PIDs found."""
         handle = self._handle(gpu)
-        try:
-            gi = pynvml.nvmlDeviceGetGpuInstanceById(handle, gpu_instance_id)
-            ci = pynvml.nvmlGpuInstanceGetComputeInstanceById(gi, compute_instance_id)
-            pynvml.nvmlComputeInstanceDestroy(ci)
-        except pynvml.NVMLError as exc:
-            if _code(exc) == _IN_USE:
-                raise InUse(str(exc), self._pids(gpu, gpu_instance_id)) from exc
-            raise translate(exc) from exc
+        gi = self._nv.call("nvmlDeviceGetGpuInstanceById", handle, gpu_instance_id)
+        ci = self._nv.call("nvmlGpuInstanceGetComputeInstanceById", gi, compute_instance_id)
+        self._destroy(gpu, gpu_instance_id, "nvmlComputeInstanceDestroy", ci)
 
     def destroy_gpu_instance(self, gpu: str, gpu_instance_id: int) -> None:
         """``nvmlGpuInstanceDestroy``; IN_USE → :class:`InUse` with the PIDs found."""
         handle = self._handle(gpu)
-        try:
-            gi = pynvml.nvmlDeviceGetGpuInstanceById(handle, gpu_instance_id)
-            pynvml.nvmlGpuInstanceDestroy(gi)
-        except pynvml.NVMLError as exc:
-            if _code(exc) == _IN_USE:
-                raise InUse(str(exc), self._pids(gpu, gpu_instance_id)) from exc
-            raise translate(exc) from exc
+        gi = self._nv.call("nvmlDeviceGetGpuInstanceById", handle, gpu_instance_id)
+        self._destroy(gpu, gpu_instance_id, "nvmlGpuInstanceDestroy", gi)
 
-    def _pids(self, gpu: str, gpu_instance_id: int | None) -> tuple[int, ...]:
+    def _destroy(self, gpu: str, gpu_instance_id: int, call: str, target: Any) -> None:
+        answer = self._nv.attempt(call, target)
+        if answer.code == IN_USE:
+            raise InUse(answer.text, self._pids(gpu, gpu_instance_id))
+        if not answer.ok:
+            raise answer.error()
+
+    def _pids(
+        self, gpu: str, gpu_instance_id: int | None, *, strict: bool = False
+    ) -> tuple[int, ...]:
         try:
             procs = self.processes(gpu)
         except BackendError:
+            if strict:
+                raise
             return ()
         return tuple(
             sorted(
@@ -459,176 +455,138 @@ class NvmlBackend:
     # -- telemetry -------------------------------------------------------------------------
 
     def processes(self, gpu: str) -> list[ProcessSample]:
-        """``nvmlDeviceGetComputeRunningProcesses`` (memory in MiB, ``None`` if unknown)."""
-        handle = self._handle(gpu)
-        procs = self._optional(pynvml.nvmlDeviceGetComputeRunningProcesses, handle) or []
-        out = []
-        for p in procs:
-            used = getattr(p, "usedGpuMemory", None)
-            gi = getattr(p, "gpuInstanceId", NO_INSTANCE)
-            ci = getattr(p, "computeInstanceId", NO_INSTANCE)
-            out.append(
-                ProcessSample(
-                    pid=int(p.pid),
-                    used_memory_mib=int(used) // MIB if used is not None else None,
-                    gpu_instance_id=None if gi in (None, NO_INSTANCE) else int(gi),
-                    compute_instance_id=None if ci in (None, NO_INSTANCE) else int(ci),
-                )
-            )
-        return sorted(out, key=lambda p: p.pid)
+        """``nvmlDeviceGetComputeRunningProcesses`` and
+        ``nvmlDeviceGetMPSComputeRunningProcesses``: workloads, the MPS server and MPS clients,
+        told apart by ``kind`` (review D5)."""
+        return read_processes(self._nv, self._handle(gpu))
 
-    def _temperature(self, handle: Any) -> int | None:
-        # nvmlDeviceGetTemperature is deprecated (removed in CUDA 14); prefer the V variant.
-        getter = getattr(pynvml, "nvmlDeviceGetTemperatureV", None) or (
-            pynvml.nvmlDeviceGetTemperature
-        )
-        value = self._optional(getter, handle, pynvml.NVML_TEMPERATURE_GPU)
-        return int(value) if value is not None else None
-
-    def _ecc(self, handle: Any, error_type: int) -> int | None:
-        value = self._optional(
-            pynvml.nvmlDeviceGetTotalEccErrors, handle, error_type, pynvml.NVML_VOLATILE_ECC
+    def _ecc(self, handle: Any, error_type: str, default: int) -> int | None:
+        value = self._nv.field(
+            "nvmlDeviceGetTotalEccErrors",
+            handle,
+            self._nv.constant(error_type, default),
+            self._nv.constant("NVML_VOLATILE_ECC", 0),
         )
         return int(value) if value is not None else None
 
     def sample(self, gpu: str) -> GpuSample:
         """Utilisation (``None`` on MIG-enabled GPUs, per nvml.h), memory, temperature, power,
-        volatile ECC totals, processes and per-MIG memory/GPM utilisation."""
+        volatile ECC totals, processes and per-MIG memory/GPM utilisation. A GPU that will not
+        answer gives ``status="lost"``; a field NVML will not give is ``None``."""
         try:
             return self._sample(gpu)
-        except GpuLost:
+        except (GpuLost, NotFound):
             return GpuSample(uuid=gpu, status="lost")
 
     def _sample(self, gpu: str) -> GpuSample:
         handle = self._handle(gpu)
-        mig = self._mig_enabled(handle)
-        util = None if mig else self._optional(pynvml.nvmlDeviceGetUtilizationRates, handle)
-        memory = self._optional(pynvml.nvmlDeviceGetMemoryInfo, handle)
-        power = self._optional(pynvml.nvmlDeviceGetPowerUsage, handle)
+        modes = self._mig_modes(handle)
+        mig = bool(modes and modes[0])
+        util = None if mig else self._nv.field("nvmlDeviceGetUtilizationRates", handle)
+        memory = self._nv.field("nvmlDeviceGetMemoryInfo", handle)
+        power = self._nv.field("nvmlDeviceGetPowerUsage", handle)
         return GpuSample(
             uuid=gpu,
             status="ok",
             utilization_gpu_percent=float(util.gpu) if util is not None else None,
             memory_used_mib=int(memory.used) // MIB if memory is not None else None,
             memory_total_mib=int(memory.total) // MIB if memory is not None else None,
-            temperature_c=self._temperature(handle),
+            temperature_c=self._temperature.read(gpu, handle),
             power_mw=int(power) if power is not None else None,
-            ecc_corrected=self._ecc(handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-            ecc_uncorrected=self._ecc(handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
-            processes=tuple(self.processes(gpu)),
-            mig=tuple(self._mig_samples(gpu, handle)) if mig else (),
+            ecc_corrected=self._ecc(handle, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0),
+            ecc_uncorrected=self._ecc(handle, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
+            processes=tuple(self._field_processes(handle)),
+            mig=tuple(self._mig_samples(gpu, handle)) if mig else self._no_mig(gpu),
         )
 
+    def _field_processes(self, handle: Any) -> list[ProcessSample]:
+        try:
+            return read_processes(self._nv, handle)
+        except (GpuLost, GpuUnavailable):
+            raise
+        except BackendError as exc:
+            logger.debug("process list unreadable: %s", exc)
+            return []
+
+    def _no_mig(self, gpu: str) -> tuple[MigSample, ...]:
+        self._gpm.release(gpu)  # GIs are gone with MIG mode; so are their baselines
+        return ()
+
     def _mig_samples(self, gpu: str, handle: Any) -> list[MigSample]:
+        migs = self.mig.mig_devices(handle)
+        util: dict[int, float | None] = {}
+        if self._gpm.supported(gpu, handle):
+            keys = {gi: self._gi_key(handle, gi) for gi, _ in migs}
+            util = self._gpm.utilisation(gpu, handle, keys)
         out = []
-        gpm = self._gpm_ok(gpu, handle)
-        for (gi, ci), mig in sorted(self._mig_devices(handle).items()):
-            memory = self._optional(pynvml.nvmlDeviceGetMemoryInfo, mig)
-            uuid = self._optional(pynvml.nvmlDeviceGetUUID, mig)
+        for (gi, ci), mig in sorted(migs.items()):
+            memory = self._nv.field("nvmlDeviceGetMemoryInfo", mig)
+            uuid = self._nv.field("nvmlDeviceGetUUID", mig)
             out.append(
                 MigSample(
                     gpu_instance_id=gi,
                     compute_instance_id=ci,
                     uuid=_text(uuid) if uuid is not None else None,
-                    utilization_percent=self._gpm_util(gpu, handle, gi) if gpm else None,
+                    utilization_percent=util.get(gi),
                     memory_used_mib=int(memory.used) // MIB if memory is not None else None,
                     memory_total_mib=int(memory.total) // MIB if memory is not None else None,
                 )
             )
         return out
 
-    def _gpm_ok(self, gpu: str, handle: Any) -> bool:
-        """``nvmlGpmQueryDeviceSupport`` (Hopper and later)."""
-        known = self._gpm_supported.get(gpu)
-        if known is None:
-            support = self._optional(pynvml.nvmlGpmQueryDeviceSupport, handle)
-            known = bool(support is not None and support.isSupportedDevice)
-            self._gpm_supported[gpu] = known
-        return known
-
-    def _gpm_util(self, gpu: str, handle: Any, gi: int) -> float | None:
-        """SM utilisation of a GI between the previous tick's GPM sample and this one.
-
-        Keeps the previous sample instead of sleeping 100 ms inside the tick; the first tick
-        of a GI yields ``None``.
-        """
-        key = (gpu, gi)
-        try:
-            sample = pynvml.nvmlGpmSampleAlloc()
-            pynvml.nvmlGpmMigSampleGet(handle, gi, sample)
-        except pynvml.NVMLError as exc:
-            logger.debug("GPM sample of %s/%s failed: %s", gpu, gi, exc)
-            return None
-        now = time.monotonic()
-        previous = self._gpm_prev.get(key)
-        if previous is not None and now - previous[1] < GPM_MIN_INTERVAL_S:
-            self._quiet(pynvml.nvmlGpmSampleFree, sample)
-            return None
-        self._gpm_prev[key] = (sample, now)
-        if previous is None:
-            return None
-        try:
-            metrics = pynvml.c_nvmlGpmMetricsGet_t()
-            metrics.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-            metrics.numMetrics = 1
-            metrics.sample1 = previous[0]
-            metrics.sample2 = sample
-            metrics.metrics[0].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL
-            pynvml.nvmlGpmMetricsGet(metrics)
-        except pynvml.NVMLError as exc:
-            logger.debug("GPM metrics of %s/%s failed: %s", gpu, gi, exc)
-            return None
-        finally:
-            self._quiet(pynvml.nvmlGpmSampleFree, previous[0])
-        result = metrics.metrics[0]
-        return round(float(result.value), 1) if int(result.nvmlReturn) == _SUCCESS else None
+    def _gi_key(self, handle: Any, gi: int) -> GiKey:
+        """(GI id, profile, start): a GI destroyed and made again elsewhere is a new baseline."""
+        gi_handle = self._nv.attempt("nvmlDeviceGetGpuInstanceById", handle, gi)
+        info = self._nv.attempt("nvmlGpuInstanceGetInfo", gi_handle.value) if gi_handle.ok else None
+        if info is None or not info.ok:
+            return (gi, None, None)
+        return (gi, int(info.value.profileId), int(info.value.placement.start))
 
     # -- events ----------------------------------------------------------------------------
 
-    def _events(self) -> Any:
-        """Create the event set and register Xid + ECC events on every GPU that has them."""
-        if self._event_set is None:
-            with _nvml_errors():
-                self._event_set = pynvml.nvmlEventSetCreate()
-            for device in self.list_gpus():
-                if device.status != "ok":
-                    continue
-                handle = self._handle(device.uuid)
-                supported = self._optional(pynvml.nvmlDeviceGetSupportedEventTypes, handle) or 0
-                mask = (_XID_MASK | _ECC_MASK) & int(supported)
-                if mask:
-                    self._optional(pynvml.nvmlDeviceRegisterEvents, handle, mask, self._event_set)
-        return self._event_set
-
-    def wait_events(self, timeout_ms: int) -> list[GpuEvent]:
-        """``nvmlEventSetWait``; ``NVMLError_Timeout`` means no event. Drains what is queued."""
-        if not self._available:
-            return []
-        event_set = self._events()
-        out: list[GpuEvent] = []
-        wait = timeout_ms
-        while len(out) < 64:
-            try:
-                data = pynvml.nvmlEventSetWait(event_set, wait)
-            except pynvml.NVMLError as exc:
-                if _code(exc) == _TIMEOUT:
-                    break
-                raise translate(exc) from exc
-            out.append(self._event(data))
-            wait = 0
+    def _answering(self) -> list[tuple[str, Any]]:
+        """``(uuid, handle)`` of the GPUs answering now; the others are to register again."""
+        count = self._nv.attempt("nvmlDeviceGetCount")
+        out = []
+        for index in range(int(count.value) if count.ok else 0):
+            handle = self._nv.attempt("nvmlDeviceGetHandleByIndex", index)
+            uuid = self._nv.attempt("nvmlDeviceGetUUID", handle.value) if handle.ok else handle
+            if uuid.ok:
+                out.append((_text(uuid.value), handle.value))
+            elif index in self._uuids:
+                self.events.forget(self._uuids[index])
         return out
 
+    def wait_events(self, timeout_ms: int) -> list[GpuEvent]:
+        """``nvmlEventSetWait``; ``NVMLError_Timeout`` means no event. Drains what is queued.
+
+        Each GPU is registered on its own and again after it was lost or reset (review D7).
+        """
+        if not self._available:
+            return []
+        if self.events.ensure(self._answering()) is None:
+            time.sleep(timeout_ms / 1000)  # keep the caller's pacing without an event set
+            return []
+        return [self._event(data) for data in self.events.wait(timeout_ms)]
+
     def _event(self, data: Any) -> GpuEvent:
-        uuid = _text(self._optional(pynvml.nvmlDeviceGetUUID, data.device) or "GPU-unknown")
+        uuid = self._nv.attempt("nvmlDeviceGetUUID", data.device)
         gi = int(data.gpuInstanceId)
-        kind: EventKind = "xid" if int(data.eventType) & _XID_MASK else "ecc"
+        kind: EventKind = "xid" if int(data.eventType) & XID_MASK else "ecc"
         xid = int(data.eventData) if kind == "xid" else None
         detail = f"Xid {xid}" if kind == "xid" else f"ECC event 0x{int(data.eventType):x}"
         return GpuEvent(
             kind=kind,
-            gpu_uuid=uuid,
+            gpu_uuid=_text(uuid.value) if uuid.ok else "GPU-unknown",
             detail=detail,
             ts=time.time(),
             gpu_instance_id=None if gi == NO_INSTANCE else gi,
             xid=xid,
         )
+
+    # -- probe -----------------------------------------------------------------------------
+
+    def probe(self) -> dict[str, Any]:
+        """A read-only record of the host (``fleet-agent --probe --json``); see
+        :func:`hostagent.gpu.nvml_probe.probe_host`. Changes nothing."""
+        return probe_host(self._nv, self.mig, available=self._available)

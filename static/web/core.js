@@ -1,7 +1,26 @@
-// Shared by every page: the REST client, toasts, formatting, fragment swaps and the live socket.
-// Plain ES modules, no build step.
+// @ts-check
+// Shared by every page: the page config, the REST client, toasts, formatting, fragment swaps,
+// following an operation, and the live socket. Plain ES modules, no build step.
 
-export const canOperate = document.body.dataset.canOperate === "1";
+/**
+ * The page config (fleet/web/views.page_context, rendered as the `page-config` json_script): the
+ * server's vocabulary (operation statuses, socket close codes, filters, limits) so no script
+ * keeps a copy of it.
+ * @type {{role: string, can_operate: boolean, can_deploy?: boolean, final_statuses: string[],
+ *   close_codes: {signed_out: number, no_role: number}, na_title: string,
+ *   gpu_filters?: object[], mps_limits?: Object<string, {min: number, max: number}>,
+ *   drain_steps?: Object<string, string>}}
+ */
+export const config = Object.freeze(JSON.parse(document.getElementById("page-config")?.textContent || "{}"));
+
+export const canOperate = config.can_operate === true;
+/** Acts on some team's deployments (a fleet operator: on every team's). */
+export const canDeploy = config.can_deploy === true || canOperate;
+
+/** Whether an operation with this status is over (the server's FINAL_STATUSES). */
+export function isFinal(status) {
+  return (config.final_statuses || []).includes(status);
+}
 
 function cookie(name) {
   const hit = document.cookie.split("; ").find((c) => c.startsWith(name + "="));
@@ -101,8 +120,7 @@ export function fmtMiBPair(used, total) {
   return `${Math.round(used)}/${Math.round(total)} MiB`;
 }
 export function naTitle() {
-  const node = document.getElementById("na-title");
-  return node ? JSON.parse(node.textContent) : "Not available";
+  return config.na_title || "Not available";
 }
 
 // ---- fragments ---------------------------------------------------------------------------------
@@ -193,9 +211,11 @@ class Live extends EventTarget {
   closed(event) {
     this.connected = false;
     this.socket = null;
-    if (event.code === 4401 || event.code === 4403) {
-      this.setState("closed", event.code === 4401 ? "Signed out" : "Not allowed");
-      if (event.code === 4401) toast("Your session has ended", { kind: "warn", lines: ["Sign in again to keep receiving live updates."], timeout: 0 });
+    const codes = config.close_codes;
+    if (event.code === codes.signed_out || event.code === codes.no_role) {
+      const signedOut = event.code === codes.signed_out;
+      this.setState("closed", signedOut ? "Signed out" : "Not allowed");
+      if (signedOut) toast("Your session has ended", { kind: "warn", lines: ["Sign in again to keep receiving live updates."], timeout: 0 });
       return;
     }
     const delay = Math.min(10000, 500 * 2 ** this.attempt) * (0.75 + Math.random() * 0.5);
@@ -228,8 +248,63 @@ class Live extends EventTarget {
     this.status.querySelector(".txt").textContent = text;
   }
 
-  on(type, handler) { this.addEventListener(type, (event) => handler(event.detail)); return this; }
+  /** @param {string} type @param {(detail: any) => void} handler */
+  on(type, handler) { this.addEventListener(type, (event) => handler(/** @type {CustomEvent} */ (event).detail)); return this; }
 }
 
 export const live = new Live();
-window.fleetLive = live; // for the browser tests and for debugging from the console
+/** @type {any} */ (window).fleetLive = live; // for the browser tests and for debugging from the console
+
+// ---- operations: follow one until it is over ------------------------------------------------
+
+const POLL_MS = 3000; // a fallback: `changed` frames are hints and can be lost
+const followed = new Map(); // operation id -> {last, onChange, timer, busy, again, stop}
+
+async function refreshOperation(id) {
+  const entry = followed.get(id);
+  if (!entry) return;
+  if (entry.busy) { entry.again = true; return; } // re-read once the answer in flight is in
+  entry.busy = true;
+  clearTimeout(entry.timer);
+  const result = await api("GET", `/api/v1/operations/${id}/`);
+  entry.busy = false;
+  if (followed.get(id) !== entry) return; // stopped meanwhile
+  const fresh = result.ok ? result.data : null;
+  if (fresh && isFinal(fresh.status)) followed.delete(id);
+  else if (entry.again) setTimeout(() => refreshOperation(id), 0);
+  else entry.timer = setTimeout(() => refreshOperation(id), POLL_MS);
+  entry.again = false;
+  const moved = fresh && (fresh.status !== entry.last.status
+    || JSON.stringify(fresh.payload) !== JSON.stringify(entry.last.payload));
+  if (moved) {
+    entry.last = fresh;
+    entry.onChange(fresh);
+  }
+}
+
+/**
+ * Follows `operation` (as the API returned it) until its status is final: `onChange(operation)`
+ * runs each time its status or payload moves, the last time with the final status. Re-reads it
+ * when a frame names it, after a re-sync, and every few seconds in case a frame was lost.
+ * Returns a function that stops following.
+ * @param {{id: number, status: string, payload?: object}} operation
+ * @param {(operation: object) => void} onChange
+ * @returns {() => void}
+ */
+export function followOperation(operation, onChange) {
+  followed.get(operation.id)?.stop(); // one follower per operation: the latest
+  if (isFinal(operation.status)) return () => {};
+  const entry = { last: operation, onChange, timer: 0, busy: false, again: false, stop: () => {} };
+  entry.stop = () => {
+    clearTimeout(entry.timer);
+    if (followed.get(operation.id) === entry) followed.delete(operation.id);
+  };
+  followed.set(operation.id, entry);
+  entry.timer = setTimeout(() => refreshOperation(operation.id), POLL_MS);
+  return entry.stop;
+}
+
+live.on("frame", (frame) => {
+  for (const id of (frame.changed || {}).operation || []) if (followed.has(id)) refreshOperation(id);
+});
+live.on("resync", () => { for (const id of followed.keys()) refreshOperation(id); });

@@ -10,6 +10,8 @@ const WIDTH = 600, HEIGHT = 120;
 let WINDOW_S = 3600;
 const HISTORY_S = 3600;
 const points = history.points; // [{t, utilization_percent, memory_used_mib, temperature_c, power_w}]
+let longPoints = null; // 24 h / 7 d: the per-minute history from the API, not live
+const LIVE_NOTE = "live, one point per second; gaps where NVML had no value";
 let latest = null;
 const NA = naTitle();
 
@@ -23,7 +25,7 @@ function pathsFor(key, yMax, t0) {
     area += `M${segment[0][0]},${HEIGHT} L` + segment.map(([x, y]) => `${x},${y}`).join(" L") + ` L${segment[segment.length - 1][0]},${HEIGHT} Z `;
     segment = [];
   };
-  for (const p of points) {
+  for (const p of series()) {
     if (p.t < t0) continue;
     const v = p[key];
     if (v === null || v === undefined) { flush(); continue; }
@@ -33,6 +35,10 @@ function pathsFor(key, yMax, t0) {
   }
   flush();
   return { line, area };
+}
+
+function series() {
+  return WINDOW_S > HISTORY_S && longPoints ? longPoints : points;
 }
 
 function formatValue(key, v) {
@@ -48,7 +54,7 @@ function drawCharts(now) {
   for (const figure of document.querySelectorAll("figure[data-chart]")) {
     const key = figure.dataset.chart;
     const base = Number(figure.dataset.ymax);
-    const values = points.filter((p) => p.t >= t0).map((p) => p[key]).filter((v) => v !== null && v !== undefined);
+    const values = series().filter((p) => p.t >= t0).map((p) => p[key]).filter((v) => v !== null && v !== undefined);
     const yMax = key === "utilization_percent" ? 100 : key === "memory_used_mib" ? memTotal : Math.max(base, ...values.map((v) => v * 1.1));
     const { line, area } = pathsFor(key, yMax, t0);
     figure.querySelector("path.line").setAttribute("d", line);
@@ -131,7 +137,7 @@ live.on("frame", (frame) => {
     latest = t;
     points.push({ t: frame.ts, utilization_percent: t.utilization_percent, memory_used_mib: t.memory_used_mib, temperature_c: t.temperature_c, power_w: t.power_w });
     paint(t);
-    drawCharts(frame.ts);
+    if (WINDOW_S <= HISTORY_S) drawCharts(frame.ts);
   }
   const c = frame.changed || {};
   if ((c.gpu || []).includes(gpuId) || c.partition || c.allocation || c.event || c.operation) refreshPanel();
@@ -165,13 +171,28 @@ page.addEventListener("click", async (e) => {
 });
 
 function rangeLabel(seconds) {
+  if (seconds >= 604800) return "last 7 days";
+  if (seconds >= 86400) return "last 24 hours";
   return seconds >= 3600 ? "last hour" : `last ${seconds / 60} min`;
 }
 function minutes(seconds) {
+  if (seconds >= 86400) return `−${seconds / 86400} d`;
+  if (seconds > 3600) return `−${seconds / 3600} h`;
   return seconds < 120 ? `−${seconds} s` : `−${seconds / 60} min`;
 }
-document.getElementById("range").addEventListener("change", (e) => {
-  WINDOW_S = Number(e.target.value);
+async function loadLong(window) {
+  const result = await api("GET", `/api/v1/gpus/${gpuId}/history?window=${window}`);
+  if (!result.ok) { toastError(result, "Cannot load the history"); return false; }
+  longPoints = result.data.points;
+  const minutesEach = Math.round(result.data.bucket_s / 60);
+  document.getElementById("range-note").textContent = `means of ${minutesEach} min each; gaps where NVML had no value`;
+  return true;
+}
+document.getElementById("range").addEventListener("change", async (e) => {
+  const seconds = Number(e.target.value);
+  if (e.target.dataset.window && !(await loadLong(e.target.dataset.window))) return;
+  if (!e.target.dataset.window) document.getElementById("range-note").textContent = LIVE_NOTE;
+  WINDOW_S = seconds;
   for (const node of document.querySelectorAll("[data-range-label]")) node.textContent = rangeLabel(WINDOW_S);
   for (const node of document.querySelectorAll("[data-axis-start]")) node.textContent = minutes(WINDOW_S);
   for (const node of document.querySelectorAll("[data-axis-mid]")) node.textContent = minutes(WINDOW_S / 2);

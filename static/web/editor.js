@@ -1,7 +1,10 @@
 // The MIG layout editor: pick profiles into free placements, presets, instant validation by the
 // server's MIG rules (POST /mig/validate), MPS inside instances, a drain warning, and Apply with
-// live progress.
-import { api, canOperate, el, fmtMiB, fragment, live, swap, toast, toastError, violations } from "./core.js";
+// live progress. The MPS limits, operation statuses and drain steps come from the page config.
+import {
+  api, canOperate, config, el, fmtMiB, followOperation, fragment, heatBucket, isFinal, live, swap, toast, toastError,
+  violations,
+} from "./core.js";
 
 const page = document.getElementById("editor-page");
 const gpuId = Number(page.dataset.gpu);
@@ -11,8 +14,10 @@ let mode = model.mode;
 const fromCurrent = () => model.current.map((c) => ({ profile_id: c.profile_id, start: c.start, mps: c.mps ? { ...c.mps } : null }));
 let instances = fromCurrent();
 let validation = 0; // sequence number of the latest validation request
+let validated = null; // what the latest validation was asked about (mode and instances)
 let valid = false;
 let followed = null; // the operation being followed
+let unfollow = () => {};
 
 const $ = (id) => document.getElementById(id);
 const profileOf = (id) => model.profiles.find((p) => p.id === id);
@@ -46,6 +51,9 @@ function busyLosses() {
   }
   return lost;
 }
+
+// The mode tabs by their role: the GPU card in the aside carries a data-mode of its own.
+const MODE_TABS = '.mode-tabs [role="tab"]';
 
 // ---- drawing ----------------------------------------------------------------------------------
 
@@ -96,7 +104,7 @@ function drawPalette() {
         style: `grid-column:${start + 1} / span ${size}; grid-row:${lane + 1}`,
         disabled: !canOperate || blocked,
         title: on ? `Remove ${label}` : blocked ? `${label}: overlaps an instance` : `Add ${label}`,
-        "aria-pressed": on ? "true" : "false",
+        "aria-pressed": on ? "true" : "false", "aria-label": `${profile.name} @${start}`,
         "data-profile": profile.name, "data-start": start,
         onclick: () => (on ? remove(candidate) : add(candidate)),
       }, `@${start}`));
@@ -136,10 +144,12 @@ function drawDiff() {
 
 // ---- MPS inside instances ------------------------------------------------------------------
 
-const MPS_FIELDS = [
-  ["default_active_thread_percentage", "Thread %", 1, 100, "100"],
-  ["default_pinned_mem_limit_mib", "Pinned MiB", 1, 10_000_000, "none"],
-  ["max_clients", "Clients", 1, 48, "auto"],
+const LIMITS = config.mps_limits; // {field: {min, max}}: the bounds the server checks
+const FULL_DEVICE = LIMITS.default_active_thread_percentage.max; // the driver's default
+const MPS_FIELDS = [ // [field, label, placeholder]
+  ["default_active_thread_percentage", "Thread %", String(FULL_DEVICE)],
+  ["default_pinned_mem_limit_mib", "Pinned MiB", "none"],
+  ["max_clients", "Clients", "auto"],
 ];
 
 /** One row per instance of the new layout: MPS on or off inside it, and its limits. */
@@ -149,10 +159,10 @@ function drawInstanceMps() {
   if (!instances.length) { box.replaceChildren(el("p", { class: "muted small", text: "No instances in the new layout." })); return; }
   const rows = [...instances].sort((a, b) => a.start - b.start).map((inst) => {
     const name = `${profileOf(inst.profile_id).name}@${inst.start}`;
-    const inputs = MPS_FIELDS.map(([field, label, min, max, placeholder]) => el("label", {},
+    const inputs = MPS_FIELDS.map(([field, label, placeholder]) => el("label", {},
       label,
       el("input", {
-        type: "number", min, max, placeholder, name: field, "data-instance": key(inst),
+        type: "number", min: LIMITS[field].min, max: LIMITS[field].max, placeholder, name: field, "data-instance": key(inst),
         value: inst.mps && inst.mps[field] != null ? String(inst.mps[field]) : "",
         disabled: !canOperate || !inst.mps,
         onchange: (e) => setMpsField(inst, field, e.target.value),
@@ -174,7 +184,7 @@ function drawInstanceMps() {
 function setMps(inst, on) {
   const found = instances.find((i) => same(i, inst));
   if (!found) return;
-  found.mps = on ? { default_active_thread_percentage: 100, default_pinned_mem_limit_mib: null, max_clients: null } : null;
+  found.mps = on ? { default_active_thread_percentage: FULL_DEVICE, default_pinned_mem_limit_mib: null, max_clients: null } : null;
   drawInstanceMps();
   edited();
 }
@@ -183,7 +193,7 @@ function setMpsField(inst, field, raw) {
   const found = instances.find((i) => same(i, inst));
   if (!found || !found.mps) return;
   const value = raw === "" ? null : Number(raw);
-  found.mps[field] = field === "default_active_thread_percentage" && value == null ? 100 : value;
+  found.mps[field] = field === "default_active_thread_percentage" && value == null ? FULL_DEVICE : value;
   edited();
 }
 
@@ -219,13 +229,16 @@ function render() {
   if (model.slice_count) { drawRuler(); drawCanvas(); drawPalette(); drawDiff(); drawInstanceMps(); }
   drawDrain();
   for (const pane of document.querySelectorAll("[data-pane]")) pane.hidden = pane.dataset.pane !== mode;
-  for (const tab of document.querySelectorAll("[data-mode]")) tab.setAttribute("aria-selected", String(tab.dataset.mode === mode));
+  for (const tab of document.querySelectorAll(MODE_TABS)) tab.setAttribute("aria-selected", String(tab.dataset.mode === mode));
   validate();
 }
 
-// ---- validation: the server's MIG rules, on every change ---------------------------------------
+// ---- validation: the server's MIG rules, whenever the instances change -------------------------
 
 async function validate() {
+  const asked = JSON.stringify([mode, mode === "mig" ? instances.map((i) => [i.profile_id, i.start]) : null]);
+  if (asked === validated) { updateApply(); return; } // the verdict on screen is still the answer
+  validated = asked;
   const seq = ++validation;
   const verdict = $("verdict");
   if (mode !== "mig") {
@@ -236,11 +249,12 @@ async function validate() {
     return;
   }
   verdict.className = "verdict wait";
-  const body = { gpu: gpuId, instances: instances.map((i) => ({ profile: String(i.profile_id), start: i.start })) };
+  const body = { gpu: gpuId, instances: instances.map((i) => ({ profile: i.profile_id, start: i.start })) };
   const result = await api("POST", "/api/v1/mig/validate", body);
   if (seq !== validation) return; // a newer edit superseded this answer
   if (!result.ok) {
     valid = false;
+    validated = null; // ask again on the next render
     setVerdict("bad", [el("strong", { text: result.data?.message || "Validation failed" })]);
   } else if (result.data.valid) {
     valid = true;
@@ -265,7 +279,7 @@ function updateApply() {
   const button = $("apply");
   const drain = $("drain-apply");
   if (!canOperate) return;
-  const busy = followed && !["succeeded", "failed", "expired"].includes(followed.status);
+  const busy = followed && !isFinal(followed.status);
   const needsDrain = busyLosses().length > 0;
   button.disabled = !valid || !changed() || busy || needsDrain;
   button.textContent = busy ? "Applying…" : needsDrain ? "Apply (needs a drain)" : "Apply layout";
@@ -289,7 +303,7 @@ $("presets")?.addEventListener("click", (e) => {
   render();
 });
 
-for (const tab of document.querySelectorAll("[data-mode]")) {
+for (const tab of document.querySelectorAll(MODE_TABS)) {
   tab.addEventListener("click", () => { if (!tab.disabled) { mode = tab.dataset.mode; render(); } });
 }
 
@@ -297,7 +311,7 @@ for (const tab of document.querySelectorAll("[data-mode]")) {
 
 function layoutBody() {
   if (mode === "mig") {
-    return { mode, instances: instances.map((i) => ({ profile: String(i.profile_id), start: i.start, ...(i.mps ? { mps: i.mps } : {}) })) };
+    return { mode, instances: instances.map((i) => ({ profile: i.profile_id, start: i.start, ...(i.mps ? { mps: i.mps } : {}) })) };
   }
   if (mode === "dedicated") return { mode };
   const form = $("mps-form");
@@ -326,9 +340,16 @@ $("drain-apply").addEventListener("click", async () => {
   follow(result.data);
 });
 
-const DRAIN_STEPS = { cordon: "cordoning", move: "moving workloads", wait_idle: "waiting until idle", wait_apply: "applying the layout", rollback: "rolling back", done: "done", failed: "failed" };
+const DRAIN_STEPS = config.drain_steps; // step -> how the progress line words it
 
+/** Shows `operation`'s progress and follows it until it is over (core.followOperation). */
 function follow(operation) {
+  unfollow();
+  show(operation);
+  unfollow = followOperation(operation, show);
+}
+
+function show(operation) {
   followed = operation;
   const steps = $("steps");
   steps.hidden = false;
@@ -339,40 +360,25 @@ function follow(operation) {
     step.className = "st";
     if (index < reached) step.classList.add("done");
     if (index === reached - 1 && operation.status !== "succeeded") step.classList.add("now");
-    if (["failed", "expired"].includes(operation.status) && step.dataset.step === "succeeded") {
+    if (isFinal(operation.status) && operation.status !== "succeeded" && step.dataset.step === "succeeded") {
       step.classList.add("fail");
       step.textContent = operation.status === "failed" ? "Failed" : "Expired";
     } else if (step.dataset.step === "succeeded") step.textContent = "Applied";
   }
   const note = $("op-note");
   const drainStep = operation.kind === "drain" && operation.payload && operation.payload.step;
-  if (drainStep && !["succeeded", "failed", "expired"].includes(operation.status)) {
+  const over = isFinal(operation.status);
+  if (drainStep && !over) {
     note.textContent = `Drain #${operation.id}: ${DRAIN_STEPS[drainStep] || drainStep}…`;
     updateApply();
-    schedulePoll();
     return;
   }
   note.textContent = operation.status === "succeeded"
     ? (operation.reason || "The agent applied the layout.")
-    : ["failed", "expired"].includes(operation.status) ? operation.reason || "" : `Operation #${operation.id}: waiting for the agent…`;
+    : over ? operation.reason || "" : `Operation #${operation.id}: waiting for the agent…`;
   updateApply();
   if (operation.status === "succeeded") { reload(); toast("Layout applied", { kind: "ok", lines: [operation.summary] }); }
-  else if (["failed", "expired"].includes(operation.status)) { reload(); toast(`Layout ${operation.status}`, { kind: "error", lines: [operation.reason || operation.summary], timeout: 0 }); }
-  else schedulePoll();
-}
-
-let pollTimer = null;
-function schedulePoll() {
-  clearTimeout(pollTimer);
-  pollTimer = setTimeout(refreshOperation, 3000); // a fallback: frames are hints and can be lost
-}
-async function refreshOperation() {
-  if (!followed) return;
-  const result = await api("GET", `/api/v1/operations/${followed.id}/`);
-  const moved = result.ok && (result.data.status !== followed.status
-    || JSON.stringify(result.data.payload) !== JSON.stringify(followed.payload));
-  if (moved) follow(result.data);
-  else if (!["succeeded", "failed", "expired"].includes(followed.status)) schedulePoll();
+  else if (over) { reload(); toast(`Layout ${operation.status}`, { kind: "error", lines: [operation.reason || operation.summary], timeout: 0 }); }
 }
 
 /** Re-reads the GPU: the drawing of what is on it now, and the editor's baseline. */
@@ -396,20 +402,19 @@ async function reload() {
 
 live.on("frame", (frame) => {
   const c = frame.changed || {};
-  if (followed && (c.operation || []).includes(followed.id)) refreshOperation();
   if ((c.gpu || []).includes(gpuId) || c.partition || c.allocation) reload();
   const t = (frame.telemetry || {})[gpuId];
   const card = document.getElementById(`gpu-${gpuId}`);
   if (t && card) {
-    card.dataset.heat = String(t.utilization_percent == null ? "na" : Math.round(Math.min(100, t.utilization_percent) / 10));
+    card.dataset.heat = heatBucket(t.utilization_percent);
     for (const [pid, v] of Object.entries(t.partitions || {})) {
       const slice = card.querySelector(`.slice[data-partition="${pid}"]`);
-      if (slice) slice.dataset.heat = v.utilization_percent == null ? "na" : String(Math.round(Math.min(100, v.utilization_percent) / 10));
+      if (slice) slice.dataset.heat = heatBucket(v.utilization_percent);
     }
   }
 });
 live.on("hello", () => live.subscribe([gpuId]));
-live.on("resync", () => { reload(); if (followed) refreshOperation(); });
+live.on("resync", () => reload()); // core re-reads the followed operation itself
 
 render();
 live.start();

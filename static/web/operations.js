@@ -6,8 +6,9 @@ const form = document.getElementById("ops-filters");
 const pending = new Set();
 
 function keep(row) {
-  const status = body.dataset.status, kind = body.dataset.kind;
-  return (!status || row.dataset.status === status) && (!kind || row.dataset.kind === kind);
+  const status = body.dataset.status, kind = body.dataset.kind, user = body.dataset.user;
+  return (!status || row.dataset.status === status) && (!kind || row.dataset.kind === kind)
+    && (!user || row.dataset.user === user);
 }
 
 const upsert = debounce(async () => {
@@ -22,7 +23,7 @@ const upsert = debounce(async () => {
     if (old) {
       if (old.dataset.sig !== row.dataset.sig) { old.replaceWith(row); row.classList.add("flash"); }
       if (!keep(row)) row.remove();
-    } else if (keep(row)) {
+    } else if (keep(row) && body.dataset.live === "1") {
       body.prepend(row);
       row.classList.add("flash");
       document.getElementById("ops-empty")?.remove();

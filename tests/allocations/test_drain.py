@@ -8,15 +8,17 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from fleet.agents.delivery import agent_ack
+from fleet.agents.discovery import agent_hello
+from fleet.agents.documents import host_desired_state
+from fleet.agents.enrollment import host_issue_token
 from fleet.allocations.drain import drain_advance, gpu_drain
 from fleet.allocations.models import Allocation
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
-from fleet.inventory.agents import agent_hello, host_issue_token
+from fleet.core.models import Operation
 from fleet.inventory.models import Gpu, Host
 from fleet.inventory.services import host_create
-from fleet.partitioning.delivery import agent_ack
-from fleet.partitioning.models import Operation, Partition
-from fleet.partitioning.selectors import host_desired_state
+from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from tests.agent_sim import SimAgent
 from tests.helpers import assert_error, snapshot_rows
@@ -68,7 +70,8 @@ def test_a_busy_gpu_is_drained_reshaped_verified_and_uncordoned(
     sync()  # the agent applies the 7g layout
     op.refresh_from_db()
     assert op.status == "succeeded", op.payload
-    assert [s["step"] for s in op.payload["steps"]][:3] == ["cordon", "move", "wait_idle"]
+    steps = [s["step"] for s in op.payload["steps"]]
+    assert steps[:4] == ["cordon", "move", "wait_moves", "wait_idle"]
     source.refresh_from_db()
     assert not source.cordoned
     assert [(i.profile_id, i.start) for i in agent.backend.mig_instances(source.uuid)] == [(0, 0)]
@@ -154,3 +157,122 @@ def test_the_api_starts_a_drain_and_refuses_bad_ones(
         )
     assert response.status_code == 202 and response.json()["kind"] == "drain"
     assert_error(operator_client.post(url, {}, format="json"), 409, "drain.in_progress")
+
+
+def test_a_drain_of_running_replicas_never_drops_the_running_count(
+    django_capture_on_commit_callbacks,
+):
+    """Two replicas of one deployment run on the GPU and have room elsewhere: each gets a new
+    copy that runs before the old one stops, so the deployment always has two running."""
+    import time
+
+    from fleet.agents.messages import handle_message
+    from tests.factories import GpuFactory, HostFactory
+
+    host = HostFactory(runtime="process")
+    source, spare = (GpuFactory(host=host, product_key="h100-sxm5-80gb") for _ in range(2))
+    for gpu in (source, spare):
+        gpu_set_layout(gpu_id=gpu.pk, spec=TWO_3G)
+    deployment = deployment_create(
+        name="chat",
+        request=DeploymentRequest(kind="mig", profile="3g.40gb"),
+        replicas=2,
+        workload={"runtime": "process", "command": ["/opt/serve"]},
+    )
+    for start in (0, 4):
+        deployment_place(
+            deployment_id=deployment.pk,
+            partition_id=Partition.objects.get(gpu=source, start=start).pk,
+        )
+
+    def report(states):
+        with django_capture_on_commit_callbacks(execute=True):
+            handle_message(
+                host.pk,
+                {
+                    "type": "workloads",
+                    "ts": time.time(),
+                    "full": False,
+                    "workloads": [
+                        {
+                            "allocation_id": pk,
+                            "state": state,
+                            "started_at": time.time() if state == "running" else None,
+                            "exit_code": None,
+                            "restarts": 0,
+                            "message": "",
+                            "pids": [],
+                        }
+                        for pk, state in states.items()
+                    ],
+                },
+            )
+
+    def running() -> int:
+        return len(
+            set(
+                Allocation.objects.placed()
+                .filter(deployment=deployment, workload_state="running")
+                .values_list("replica", flat=True)
+            )
+        )
+
+    old = list(Allocation.objects.filter(deployment=deployment).values_list("pk", flat=True))
+    report(dict.fromkeys(old, "running"))
+    assert running() == 2
+    with django_capture_on_commit_callbacks(execute=True):
+        op = gpu_drain(gpu_id=source.pk)
+    assert Operation.objects.get(pk=op.pk).payload["step"] == "wait_moves"
+    new = list(Allocation.objects.filter(gpu=spare).values_list("pk", flat=True))
+    assert len(new) == 2 and running() == 2
+    report(dict.fromkeys(new, "starting"))
+    assert running() == 2
+    report({new[0]: "running"})  # one move done: its old copy stops, the other still serves
+    assert running() == 2
+    report({new[1]: "running"})
+    assert running() == 2
+    assert Operation.objects.get(pk=op.pk).payload["step"] == "wait_idle"
+    Host.objects.filter(pk=host.pk).update(
+        applied_generation=Host.objects.get(pk=host.pk).desired_generation
+    )
+    drain_advance(operation_id=op.pk)
+    assert "still stopping" in Operation.objects.get(pk=op.pk).payload["waiting_for"]
+    report(dict.fromkeys(old, "none"))  # the old copies have exited
+    drain_advance(operation_id=op.pk)
+    op.refresh_from_db()
+    assert op.status == "succeeded", op.payload
+    assert running() == 2 and not Allocation.objects.filter(gpu=source).exists()
+
+
+def test_a_reshape_moves_only_the_replicas_whose_partitions_it_destroys(
+    world, django_capture_on_commit_callbacks
+):
+    """The replica's 3g at slice 0 is kept by the new layout: it stays and keeps running; only
+    the idle 3g at slice 4 is cut into a 2g and a 1g."""
+    _, _, source, _, sync = world
+    before = Allocation.objects.get()
+    keeps_slice_0 = LayoutSpec(
+        mode="mig",
+        instances=(
+            MigInstanceSpec("3g.40gb", 0),
+            MigInstanceSpec("2g.20gb", 4),
+            MigInstanceSpec("1g.10gb", 6),
+        ),
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        op = gpu_drain(gpu_id=source.pk, layout=keeps_slice_0)
+    sync()
+    sync()
+    op.refresh_from_db()
+    assert op.status == "succeeded", op.payload
+    assert op.payload["move_operations"] == []
+    assert "1 replica(s) stay" in op.payload["steps"][1]["note"]
+    after = Allocation.objects.get()
+    assert (after.pk, after.partition_id) == (before.pk, before.partition_id)
+    assert not Operation.objects.filter(kind__in=["move", "replace"]).exists()
+    assert sorted(Partition.objects.filter(gpu=source).values_list("profile_name", "start")) == [
+        ("1g.10gb", 6),
+        ("2g.20gb", 4),
+        ("3g.40gb", 0),
+    ]
+    assert not Gpu.objects.get(pk=source.pk).cordoned

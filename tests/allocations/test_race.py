@@ -3,10 +3,8 @@ over-committed. Needs real concurrent transactions, so it runs on PostgreSQL onl
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from fleet.allocations.models import Allocation
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
@@ -15,6 +13,7 @@ from fleet.mps import MpsPolicy
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from tests.factories import GpuFactory
+from tests.helpers import race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -23,28 +22,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 def _needs_postgres():
     if connection.vendor != "postgresql":
         pytest.skip("the race needs PostgreSQL (set FLEET_DATABASE_URL); SQLite serialises writers")
-
-
-def race(*calls):
-    """Run the calls at the same instant in separate threads (each with its own connection)."""
-    barrier = threading.Barrier(len(calls))
-    outcomes: list[object] = [None] * len(calls)
-
-    def run(i, call):
-        try:
-            barrier.wait()
-            outcomes[i] = call()
-        except ServiceError as error:
-            outcomes[i] = error
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    return outcomes
 
 
 @pytest.mark.parametrize("attempt", range(5))
@@ -65,7 +42,8 @@ def test_two_mps_placements_never_overcommit_a_gpu(attempt):
     )
     errors = [o for o in outcomes if isinstance(o, ServiceError)]
     assert len(errors) == 1, outcomes
-    assert errors[0].code in ("mps.memory_overcommit", "rules.violated")
+    assert errors[0].code == "placement.memory"
+    assert errors[0].details["violations"][0]["details"]["rule"] == "mps.memory_overcommit"
     reserved = sum(Allocation.objects.filter(gpu=gpu).values_list("memory_mib", flat=True))
     assert reserved == share <= capacity
 

@@ -51,6 +51,16 @@ def test_the_openapi_schema_needs_a_login(anon_client, viewer_client):
     assert viewer_client.get("/api/schema/").status_code == 200
 
 
+def test_the_openapi_schema_needs_a_role(db):
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user("norole", password="x-y-z-1234")
+    _, secret = api_token_create(user=user, name="t")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {secret}")
+    assert client.get("/api/schema/").status_code == 403
+
+
 @pytest.mark.parametrize("url", READ_URLS)
 def test_anonymous_requests_are_refused_with_401(anon_client, url):
     assert_error(anon_client.get(url), 401, "auth.not_authenticated")

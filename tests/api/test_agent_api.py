@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from fleet.core.models import Operation
 from fleet.inventory.models import Gpu, Host
 from fleet.inventory.services import host_create
 from fleet.mps import MpsPolicy
-from fleet.partitioning.models import Operation
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from tests.agent_sim import SimAgent
 from tests.helpers import assert_error
@@ -81,7 +81,7 @@ def test_malformed_reports_are_refused_whole():
             "/api/v1/agent/report", {"messages": [agent.hello(), {"type": "hello"}]}, format="json"
         ),
         400,
-        "invalid",
+        "protocol.invalid",
     )
     assert "1" in str(body["details"])
     assert not Gpu.objects.exists()
@@ -178,3 +178,33 @@ def test_an_allocation_tells_its_process_where_and_how_to_run(operator_client):
     assert envs["asr"]["CUDA_MPS_PIPE_DIRECTORY"]  # the agent's daemon for that GPU
     assert envs["chat"]["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
     assert set(envs["chat"]) == {"CUDA_VISIBLE_DEVICES"}
+
+
+def test_a_report_past_the_hosts_budget_skips_the_excess_and_counts_it(mem_store):
+    import time
+
+    from fleet.inventory import refusals
+    from fleet.inventory.models import HealthEvent
+
+    _, enrollment = host_create(name="gpu-storm")
+    client = agent_client(enroll(enrollment).json()["token"])
+    agent = SimAgent(["a30-24gb"])
+    uuid = agent.hello()["gpus"][0]["uuid"]
+    event = {
+        "type": "event",
+        "kind": "xid",
+        "gpu_uuid": uuid,
+        "gpu_instance_id": None,
+        "xid": 13,
+        "detail": "application error",
+        "ts": time.time(),
+    }
+    refusals.clear()
+    response = client.post(
+        "/api/v1/agent/report", {"messages": [agent.hello(), *[event] * 40]}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    assert response.json() == {"accepted": 11}  # the hello and the first 10 events of the GPU
+    assert HealthEvent.objects.filter(kind="xid").count() == 10
+    host_id = Host.objects.get(name="gpu-storm").pk
+    assert refusals.totals()[(host_id, "rate_limited")] == 30

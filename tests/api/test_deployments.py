@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from fleet.allocations.models import Allocation, Deployment
+from fleet.core.models import Operation
 from fleet.inventory.models import Host
-from fleet.partitioning.models import Operation, Partition
+from fleet.partitioning.models import Partition
 from tests.factories import GpuFactory, HostFactory
 from tests.helpers import assert_error, snapshot_rows
 
@@ -181,9 +182,11 @@ def test_mps_shares_are_counted_from_reservations(operator_client, mps_gpu):
     assert place(operator_client, big["id"], gpu=mps_gpu.pk).status_code == 202
     before = snapshot_rows()
     body = assert_error(
-        place(operator_client, big["id"], partition=whole.pk), 422, "mps.memory_overcommit"
+        place(operator_client, big["id"], partition=whole.pk), 422, "placement.memory"
     )
-    assert body["details"]["violations"][0]["details"]["free_mib"] == whole.memory_mib - 16_000
+    refused = body["details"]["violations"][0]["details"]
+    assert refused["free_mib"] == whole.memory_mib - 16_000
+    assert refused["rule"] == "mps.memory_overcommit"  # the MPS rule behind the placement code
     assert snapshot_rows() == before
 
 
@@ -191,7 +194,10 @@ def test_mps_client_cap_is_enforced(operator_client, mps_gpu):
     small = create(operator_client, name="small", kind="mps", memory_mib=100, replicas=4).json()
     for _ in range(3):
         assert place(operator_client, small["id"], gpu=mps_gpu.pk).status_code == 202
-    assert_error(place(operator_client, small["id"], gpu=mps_gpu.pk), 422, "mps.too_many_clients")
+    body = assert_error(
+        place(operator_client, small["id"], gpu=mps_gpu.pk), 422, "placement.clients"
+    )
+    assert body["details"]["violations"][0]["details"]["rule"] == "mps.too_many_clients"
 
 
 def test_an_mps_request_needs_an_mps_target(operator_client, mig_gpu):
@@ -201,7 +207,8 @@ def test_an_mps_request_needs_an_mps_target(operator_client, mig_gpu):
 
 def test_a_whole_gpu_request_takes_n_free_gpus_on_one_host(operator_client):
     host = HostFactory()
-    gpus = [GpuFactory(host=host, product_key="l4-24gb") for _ in range(3)]
+    # Explicit indexes: the second GPU of a host is the next free one by index.
+    gpus = [GpuFactory(host=host, product_key="l4-24gb", index=i) for i in range(3)]
     for gpu in gpus:
         set_layout(operator_client, gpu, {"mode": "dedicated"})
     d = create(operator_client, name="train", kind="gpu", gpu_count=2, replicas=2).json()
@@ -332,7 +339,7 @@ def test_targets_rank_fits_and_explain_misfits(viewer_client, operator_client, m
     set_layout(operator_client, mps, {"mode": "mps", "mps": {}})
     d = create(operator_client, name="chat", kind="mig", profile="3g.40gb").json()
     body = viewer_client.get(f"/api/v1/deployments/{d['id']}/targets").json()
-    assert body["strategy"] == "fragmentation_aware"
+    assert body["strategy"] == "product"
     free = Partition.objects.get(gpu=mig_gpu, start=4)
     assert body["feasible"][0]["partition"] == free.pk  # a free partition of the profile first
     reasons = {r["gpu"]: {v["code"] for v in r["violations"]} for r in body["infeasible"]}

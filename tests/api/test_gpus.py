@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from fleet.core.models import Operation
 from fleet.inventory.models import Gpu, Host
-from fleet.partitioning.models import Operation, Partition
+from fleet.partitioning.models import Partition
 from tests.factories import GpuFactory
 from tests.helpers import assert_error, snapshot_rows
 
@@ -35,6 +36,30 @@ def test_gpus_are_listed_and_filtered(viewer_client, h100):
     assert [g["product_name"] for g in only["results"]] == ["NVIDIA A30"]
     detail = viewer_client.get(f"/api/v1/gpus/{h100.pk}/").json()
     assert detail["uuid"] == h100.uuid and detail["host_name"] == h100.host.name
+
+
+def test_gpus_filter_by_free_search_terms_and_the_readme_examples(
+    viewer_client, operator_client, h100
+):
+    from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
+
+    a30 = GpuFactory(product_key="a30-24gb", host=h100.host)
+    layout = put_layout(operator_client, h100, {"mode": "mig", "instances": BALANCED_H100})
+    assert layout.status_code in (200, 202)
+    chat = deployment_create(
+        name="chat", request=DeploymentRequest(kind="mig", profile="1g.10gb"), replicas=1
+    )
+    deployment_place(deployment_id=chat.pk, gpu_id=h100.pk)
+
+    def ids(**params):
+        found = viewer_client.get("/api/v1/gpus/", params).json()["results"]
+        return {g["id"] for g in found}
+
+    assert ids(free="true") == {a30.pk} and ids(free="false") == {h100.pk}
+    assert ids(q="chat") == {h100.pk}  # a deployment on it
+    assert ids(q=f"{h100.host.name} a30") == {a30.pk}  # every term
+    assert ids(mode="mig", product="H100") == {h100.pk}  # README's examples keep working
+    assert ids(cordoned="false", health="healthy") == {h100.pk, a30.pk}
 
 
 def test_a_missing_gpu_is_404(viewer_client, operator_client):

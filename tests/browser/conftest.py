@@ -71,7 +71,7 @@ def free_port() -> int:
 @dataclass
 class Stack:
     url: str
-    password: str
+    passwords: dict[str, str]  # each demo account has its own
     data_dir: Path
     env: dict[str, str]
     process: subprocess.Popen[str]
@@ -143,22 +143,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         text=True,
         start_new_session=True,
     )
-    password = ""
+    passwords: dict[str, str] = {}
     deadline = time.monotonic() + 120
     assert process.stdout is not None
-    while time.monotonic() < deadline and not password:
+    while time.monotonic() < deadline and len(passwords) < 3:
         line = process.stdout.readline()
         if not line:
             break
-        found = re.search(r"password: (\S+)", line)
+        found = re.search(r"(admin|operator|viewer)\s+password: (\S+)", line)
         if found:
-            password = found.group(1)
-    if not password:
+            passwords[found.group(1)] = found.group(2)
+    if len(passwords) < 3:
         os.killpg(process.pid, signal.SIGTERM)
-        raise RuntimeError(f"demo printed no password; see {log_path}")
+        raise RuntimeError(f"demo printed no password for every account; see {log_path}")
     url = f"http://127.0.0.1:{port}"
     _wait_for_http(url + "/healthz", deadline)
-    running = Stack(url, password, data_dir, env, process, log_path)
+    running = Stack(url, passwords, data_dir, env, process, log_path)
     try:
         yield running
     finally:
@@ -222,7 +222,7 @@ class Session:
     def login(self, username: str) -> Session:
         self.page.goto(self.stack.url + "/login/")
         self.page.fill("#id_username", username)
-        self.page.fill("#id_password", self.stack.password)
+        self.page.fill("#id_password", self.stack.passwords[username])
         self.page.click("button[type=submit]")
         self.page.wait_for_url(self.stack.url + "/")
         self.wait_live()

@@ -6,12 +6,14 @@ Run: ``.venv/bin/pytest tests/browser -m browser -p no:cacheprovider``.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
@@ -382,4 +384,87 @@ def test_6_screenshots_of_the_fleet_and_a_gpu_detail(new_session: Any, screensho
     page.screenshot(path=str(screenshots / "gpu-detail.png"), full_page=True)
     page.click('#range label:has(input[value="60"]) span')  # the last minute, closer up
     page.screenshot(path=str(screenshots / "gpu-detail-1min.png"), full_page=True)
+    assert session.errors == []
+
+
+SHOWN = """() => JSON.stringify([...document.querySelectorAll('article.gpu:not([hidden])')]
+  .map(c => Number(c.dataset.gpu)).sort((a, b) => a - b))"""
+
+
+def api_gpus(session: Any, params: dict[str, str]) -> list[int]:
+    status, body = session.api("GET", f"/api/v1/gpus/?{urlencode({**params, 'limit': 1000})}")
+    assert status == 200, body
+    return sorted(g["id"] for g in body["results"])
+
+
+def wait_shown(page: Any, expected: list[int]) -> None:
+    """Until the cards on show are exactly ``expected``."""
+    page.wait_for_function(
+        f"(want) => ({SHOWN})() === want",
+        arg=json.dumps(expected, separators=(",", ":")),
+        timeout=10_000,
+    )
+
+
+def test_7_the_filters_show_the_gpus_the_api_filters_by_the_same_rules(new_session: Any) -> None:
+    session = new_session("viewer")
+    page = session.page
+    config = page.evaluate("() => JSON.parse(document.getElementById('page-config').textContent)")
+    filters = {f["name"]: f for f in config["gpu_filters"]}
+    product = next(value for value, _ in filters["product"]["choices"] if "A30" in value)
+    health = next(value for value, _ in filters["health"]["choices"] if value == "healthy")
+
+    # In the browser, by the config's rules, with values from the config's choices.
+    page.select_option('select[name="product"]', product)
+    wait_shown(page, api_gpus(session, {"product": product}))
+    page.select_option('select[name="health"]', health)
+    wait_shown(page, api_gpus(session, {"product": product, "health": health}))
+    page.click('.seg-control label:has(input[name="mode"][value="mps"]) span')
+    wait_shown(page, api_gpus(session, {"product": product, "health": health, "mode": "mps"}))
+    assert "mode=mps" in page.url and "health=healthy" in page.url
+    page.click('.seg-control label:has(input[name="mode"][value=""]) span')
+    page.select_option('select[name="product"]', "")
+    page.click('label.toggle:has(input[name="free"]) span')
+    wait_shown(page, api_gpus(session, {"health": health, "free": "true"}))
+
+    # On the server, then in the browser again once a filter changes (all cards are loaded).
+    page.goto(f"{session.stack.url}/?{urlencode({'product': product, 'mode': 'mig'})}")
+    session.wait_live()
+    wait_shown(page, api_gpus(session, {"product": product, "mode": "mig"}))
+    page.select_option('select[name="product"]', "")
+    wait_shown(page, api_gpus(session, {"mode": "mig"}))
+    assert session.errors == []
+
+
+def test_8_an_operator_creates_a_deployment_that_runs_a_container(new_session: Any) -> None:
+    session = new_session("operator")
+    page = session.page
+    page.click('[data-action="new-deployment"]')
+    form = page.locator("#new-form")
+    form.locator('input[name="name"]').fill("llm-serve")
+    form.locator('input[name="profile"]').fill("1g.10gb")
+    assert form.locator('input[name="image"]').is_hidden()  # runtime none: nothing to run
+    form.locator('select[name="runtime"]').select_option("container")
+    form.locator('input[name="image"]').fill("Not An Image")
+    form.locator('button[type="submit"]').click()
+    error = page.locator("#new-error")
+    error.wait_for(timeout=10_000)
+    assert "image" in error.inner_text().lower()
+    _, body = session.api("GET", "/api/v1/deployments/?limit=500")
+    assert all(d["name"] != "llm-serve" for d in body["results"])  # refused: nothing created
+
+    form.locator('input[name="image"]').fill("registry.example/llm:1.2")
+    form.locator('input[name="command"]').fill('serve --port 8000 --name "qwen 7b"')
+    form.locator('textarea[name="env"]').fill("MODEL=qwen-7b\nLOG=debug")
+    form.locator('select[name="health"]').select_option("http")
+    form.locator('input[name="health_port"]').fill("8000")
+    form.locator('input[name="health_path"]').fill("/health")
+    form.locator('button[type="submit"]').click()
+    page.locator('.dep[data-name="llm-serve"]').wait_for(timeout=15_000)
+    workload = deployment_named(session, "llm-serve")["workload"]
+    assert workload["runtime"] == "container"
+    assert workload["command"] == ["serve", "--port", "8000", "--name", "qwen 7b"]
+    assert workload["env"] == {"MODEL": "qwen-7b", "LOG": "debug"}
+    assert workload["health"]["http"] == {"port": 8000, "path": "/health"}
+    assert page.locator('.dep[data-name="llm-serve"] .chip.runtime').inner_text() == "container"
     assert session.errors == []

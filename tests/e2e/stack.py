@@ -4,10 +4,15 @@ beat, and simulated agents as separate ``fleet-agent`` processes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -38,6 +43,21 @@ def wait_until(
     )
 
 
+def remove_containers(host_name: str) -> None:
+    """Remove the containers a test agent of ``host_name`` started (when Docker answers)."""
+    if shutil.which("docker") is None:
+        return
+    found = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=fleet.host={host_name}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    ids = found.stdout.split() if found.returncode == 0 else []
+    if ids:
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, timeout=120)
+
+
 class Agent:
     def __init__(self, stack: Stack, name: str, products: list[str]) -> None:
         self.stack, self.name, self.products = stack, name, products
@@ -56,6 +76,7 @@ class Agent:
         enrollment_token: str | None = None,
         hostname: str | None = None,
         transport: str = "ws",
+        runtime: str | None = None,
     ) -> Agent:
         args = [
             str(BIN / "fleet-agent"),
@@ -78,6 +99,8 @@ class Agent:
         if enrollment_token:
             args += ["--enroll", enrollment_token]
         args += ["--transport", transport]
+        if runtime is not None:
+            args += ["--runtime", runtime, "--state-dir", str(self.dir / "workloads")]
         log = (self.dir / "agent.log").open("ab")
         self.process = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, env=self.stack.env
@@ -89,10 +112,29 @@ class Agent:
             self.process.kill()
             self.process.wait(10)
 
+    def remove_workloads(self) -> None:
+        """Stop what this agent ran: its workloads outlive it by design (an agent restart must
+        not stop them), so a test run would leave them behind, and a container named after
+        this host and an allocation id would collide with the next run's."""
+        state = self.dir / "workloads" / "processes.json"
+        try:
+            table = json.loads(state.read_text()).get("processes", {})
+        except (OSError, ValueError, AttributeError):
+            table = {}
+        for entry in table.values() if isinstance(table, dict) else []:
+            pid = entry.get("pid") if isinstance(entry, dict) else None
+            if isinstance(pid, int) and pid > 1:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+        remove_containers(self.name)
+
     def fault(self, **command: Any) -> dict[str, Any]:
         name = f"{uuid.uuid4().hex}.json"
         self.faults.mkdir(parents=True, exist_ok=True)
-        (self.faults / name).write_text(json.dumps(command))
+        # Written aside, then renamed: the agent never reads a half-written file.
+        staging = self.faults / f".{name}.tmp"
+        staging.write_text(json.dumps(command))
+        staging.rename(self.faults / name)
         done = self.faults / name.replace(".json", ".done")
         wait_until(done.exists, 10, what=f"fault {command}")
         return dict(json.loads(done.read_text()))
@@ -165,6 +207,7 @@ class Stack:
     def stop(self) -> None:
         for agent in self.agents:
             agent.kill()
+            agent.remove_workloads()
         for name in list(self.processes):
             self.terminate(name)
         processes.drop_database(self.server_url, self.db_name)
@@ -189,6 +232,26 @@ class Stack:
     def restart_redis(self) -> None:
         self.terminate("redis", signal.SIGKILL)
         self.start_redis()
+
+    def stop_server(self, index: int = 0) -> None:
+        """Stop one ASGI server (an upgrade, a crash): its agent and browser sockets drop."""
+        self.terminate("daphne" if index == 0 else f"daphne-{index}")
+
+    def start_server(self, index: int = 0) -> float:
+        """Start a stopped ASGI server again on its port; returns ``time.monotonic()`` at the
+        moment it answers ``/healthz``."""
+        port, url = self.http_ports[index], self.urls[index]
+        self.spawn(
+            "daphne" if index == 0 else f"daphne-{index}",
+            [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "fleet.asgi:application"],
+        )
+        wait_until(
+            lambda: self.get("/healthz", token=None, base=url)["status"] == "ok",
+            30,
+            every=0.1,
+            what=f"the ASGI server {url} back",
+        )
+        return time.monotonic()
 
     def start_worker(self) -> None:
         name = f"worker-{uuid.uuid4().hex[:6]}"
@@ -257,12 +320,16 @@ class Stack:
         assert status == 200, (path, status, body)
         return body
 
-    def add_agent(self, name: str, products: list[str], transport: str = "ws") -> Agent:
+    def add_agent(
+        self, name: str, products: list[str], transport: str = "ws", runtime: str | None = None
+    ) -> Agent:
+        remove_containers(name)  # left by an earlier run that was interrupted
         status, host = self.request("POST", "/api/v1/hosts/", {"name": name}, token="admin")
         assert status == 201, host
         agent = Agent(self, name, products).start(
-            enrollment_token=host["enrollment_token"], transport=transport
+            enrollment_token=host["enrollment_token"], transport=transport, runtime=runtime
         )
+        agent.runtime = runtime  # type: ignore[attr-defined]
         self.agents.append(agent)
         agent.host_id = host["id"]  # type: ignore[attr-defined]
         wait_until(
@@ -341,3 +408,31 @@ class Stack:
         cookies = {c.name: c.value for c in jar}
         assert "sessionid" in cookies, "login failed"
         return "; ".join(f"{k}={v}" for k, v in cookies.items())
+
+
+def running(stack: Stack, deployment_id: int) -> int:
+    """The deployment's replicas whose workload runs (the API's ``running_replicas``)."""
+    return int(stack.get(f"/api/v1/deployments/{deployment_id}/")["running_replicas"])
+
+
+class Watch:
+    """The deployment's running count, sampled every 50 ms while a move, drain or rollout
+    happens (make before break: its minimum is the count before)."""
+
+    def __init__(self, stack: Stack, deployment_id: int) -> None:
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(stack, deployment_id))
+
+    def _run(self, stack: Stack, deployment_id: int) -> None:
+        while not self._stop.is_set():
+            self.samples.append(running(stack, deployment_id))
+            time.sleep(0.05)
+
+    def __enter__(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

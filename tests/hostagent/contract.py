@@ -8,23 +8,30 @@ from typing import Any
 
 import pytest
 
-from hostagent.gpu import nvml as nvml_module
 from hostagent.gpu.nvml import NvmlBackend
 from hostagent.gpu.simulated import SimulatedBackend
 from tests.hostagent import specs
+from tests.hostagent.fake_gpu import FakeHardware
 from tests.hostagent.fake_pynvml import make_fake
 
 
 @dataclass
 class Harness:
-    """A backend under test plus the simulator behind it (None for a real GPU)."""
+    """A backend under test plus what drives its hardware: the simulator, or the fake
+    hardware behind the fake pynvml (both answer ``run_process``, ``kill_process``,
+    ``lose_gpu``, ``restore_gpu``, ``inject_xid``); ``None`` for a real GPU."""
 
     backend: Any
-    sim: SimulatedBackend | None
+    sim: Any
 
     @property
     def mutable(self) -> bool:
         return self.sim is not None
+
+    def before_reset(self, uuid: str) -> None:
+        """The operator frees the GPU of other NVML clients (fake hardware only has them)."""
+        if isinstance(self.sim, FakeHardware):
+            self.sim.release_holders(uuid)
 
 
 def contract_specs():
@@ -44,18 +51,23 @@ def real_gpu_available() -> bool:
     return True
 
 
-def make_harness(kind: str, monkeypatch: pytest.MonkeyPatch) -> Harness:
+def nvml_on(hw: FakeHardware) -> NvmlBackend:
+    """An initialised NVML backend over fake hardware (``nvidia-smi`` included)."""
+    backend = NvmlBackend(library=make_fake(hw), run=hw.nvidia_smi)
+    backend.init()
+    return backend
+
+
+def make_harness(kind: str, *, needs_reset: bool = False) -> Harness:
+    """``needs_reset``: MIG toggles on Ampere stay pending until a GPU reset (simulator flag;
+    the fake's ``ampere`` profile, where nvidia-persistenced holds the GPU)."""
     if kind == "simulated":
-        sim = SimulatedBackend(contract_specs(), seed=7)
+        sim = SimulatedBackend(contract_specs(), seed=7, mig_change_needs_reset=needs_reset)
         sim.init()
         return Harness(sim, sim)
     if kind == "nvml-fake":
-        sim = SimulatedBackend(contract_specs(), seed=7)
-        sim.init()
-        monkeypatch.setattr(nvml_module, "pynvml", make_fake(sim))
-        backend = NvmlBackend()
-        backend.init()
-        return Harness(backend, sim)
+        hw = FakeHardware("ampere" if needs_reset else "r570", contract_specs())
+        return Harness(nvml_on(hw), hw)
     if not real_gpu_available():
         pytest.skip("needs a real NVIDIA GPU and FLEET_TEST_GPU=1")
     backend = NvmlBackend()

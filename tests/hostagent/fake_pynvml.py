@@ -1,42 +1,44 @@
-"""A fake ``pynvml`` module with nvidia-ml-py's call shapes, backed by a SimulatedBackend.
+"""A fake ``pynvml`` module with nvidia-ml-py's call shapes, over :class:`FakeHardware`.
 
 Constants, error classes and ctypes structs come from the real ``pynvml`` (importing it needs no
 GPU); the ``nvml*`` functions are replaced. Handles that NVML hands back in caller-allocated
-arrays (GPU/compute instances) are integers in ``c_void_p`` arrays here.
+arrays (GPU/compute instances) are integers in ``c_void_p`` arrays here. Which calls exist, and
+how they answer, follows the hardware's driver profile (see :mod:`tests.hostagent.fake_gpu`)::
+
+    hw = FakeHardware("r535")                   # or install("r535") for hardware + module
+    backend = NvmlBackend(library=make_fake(hw), run=hw.nvidia_smi)
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pynvml as real
 
-from hostagent.gpu import backend as b
-from hostagent.gpu.simulated import SimulatedBackend, is_ampere
+from tests.hostagent.fake_gpu import (
+    FUNCTION_NOT_FOUND,
+    INSUFFICIENT_SIZE,
+    INVALID_ARGUMENT,
+    NO_ID,
+    NO_PERMISSION,
+    NOT_FOUND,
+    NOT_SUPPORTED,
+    TIMEOUT,
+    UNKNOWN,
+    EventSet,
+    FakeGpu,
+    FakeHardware,
+    NvmlFailure,
+    real_error,
+)
 
 MIB = 1024 * 1024
-NO_ID = 0xFFFFFFFF
-
-_CODES: list[tuple[type[Exception], int]] = [
-    (b.InUse, 19),
-    (b.InsufficientResources, 23),
-    (b.InvalidPlacement, 2),
-    (b.GpuLost, 15),
-    (b.NotFound, 6),
-    (b.NotSupported, 3),
-    (b.GpuUnavailable, 12),
-    (b.BackendError, 999),
-]
-
-
-def _nvml_error(exc: Exception) -> Exception:
-    for cls, code in _CODES:
-        if isinstance(exc, cls):
-            return real.NVMLError(code)
-    return exc
+__all__ = ["Device", "FakeHardware", "MigDevice", "install", "make_fake"]
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,9 @@ class Device:
 @dataclass(frozen=True)
 class MigDevice:
     uuid: str
+    parent: str
     gi: int
     ci: int
-    mig_uuid: str
 
 
 class Obj(types.SimpleNamespace):
@@ -65,7 +67,27 @@ class GpmMetricsGet:
         self.metrics = [Obj(metricId=0, nvmlReturn=0, value=0.0) for _ in range(4)]
 
 
-def make_fake(sim: SimulatedBackend, *, library_present: bool = True) -> types.ModuleType:
+def install(profile: str = "r570", gpus: list[Any] | None = None, *, root: bool = True):
+    """Hardware under a driver profile and the fake module over it: ``(hw, module)``."""
+    hw = FakeHardware(profile, gpus, root=root)
+    return hw, make_fake(hw)
+
+
+def _target(hw: FakeHardware, call: str, args: tuple[Any, ...]) -> str | None:
+    """The UUID an injected failure is matched against: the device's, MIG device's, the
+    parent GPU's for GI/CI handles, the indexed GPU's for ``nvmlDeviceGetHandleByIndex``."""
+    first = args[0] if args else None
+    if isinstance(first, Device | MigDevice):
+        return first.uuid
+    if call == "nvmlDeviceGetHandleByIndex" and isinstance(first, int) and first < len(hw.gpus):
+        return hw.gpus[first].uuid
+    instance_call = call.startswith(("nvmlGpuInstance", "nvmlComputeInstance"))
+    if instance_call and isinstance(first, int) and first in hw.handles:
+        return str(hw.handles[first][1])
+    return None
+
+
+def make_fake(hw: FakeHardware, *, library_present: bool = True) -> types.ModuleType:
     mod = types.ModuleType("pynvml")
     for name in dir(real):
         if not name.startswith("nvml") and not name.startswith("__"):
@@ -73,336 +95,454 @@ def make_fake(sim: SimulatedBackend, *, library_present: bool = True) -> types.M
     mod.c_nvmlGpuInstance_t = ctypes.c_void_p
     mod.c_nvmlComputeInstance_t = ctypes.c_void_p
     mod.c_nvmlGpmMetricsGet_t = GpmMetricsGet
-    handles: dict[int, tuple[Any, ...]] = {}
-    state: dict[str, Any] = {"init": False, "events": []}
+    hw.library_present = library_present
+    driver = hw.driver
+    missing: set[str] = set()
+    if not driver.temperature_v:
+        missing.add("nvmlDeviceGetTemperatureV")  # C symbol first in NVML 12.8 (review D6)
+    if not driver.gpm:
+        missing |= {"nvmlGpmQueryDeviceSupport", "nvmlGpmMigSampleGet", "nvmlGpmSampleAlloc"}
+    if not driver.processes_v3:
+        missing |= {"nvmlDeviceGetComputeRunningProcesses_v3"}
+        missing |= {"nvmlDeviceGetMPSComputeRunningProcesses_v3"}
 
-    def wrap(fn):
-        def inner(*args, **kwargs):
-            if not state["init"]:
+    def nvml(fn: Callable[..., Any]) -> Callable[..., Any]:
+        name = fn.__name__
+
+        @functools.wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            if not hw.initialised:
                 raise real.NVMLError(1)
             try:
+                if name in missing:
+                    raise NvmlFailure(FUNCTION_NOT_FOUND, name)
+                hw.check(name, _target(hw, name, args), args[1] if len(args) > 1 else None)
                 return fn(*args, **kwargs)
-            except b.BackendError as exc:
-                raise _nvml_error(exc) from exc
+            except NvmlFailure as exc:
+                if name == "nvmlDeviceRegisterEvents" and exc.code == UNKNOWN:
+                    args[2].broken = True  # nvml.h L9897: "event set is in undefined state"
+                raise real_error(exc) from None
 
-        inner.__name__ = fn.__name__
-        setattr(mod, fn.__name__, inner)
+        setattr(mod, name, inner)
         return inner
 
-    def handle(*key: Any) -> int:
-        for h, k in handles.items():
-            if k == key:
-                return h
-        h = len(handles) + 1
-        handles[h] = key
-        return h
+    def gpu(h: Device) -> FakeGpu:
+        return hw.gpu(h.uuid)
 
-    def gpus():
-        return sim.list_gpus()
+    # -- library ---------------------------------------------------------------------------
 
-    def dev(h: Device):
-        return next(d for d in gpus() if d.uuid == h.uuid)
-
-    def check_lost(h: Any) -> None:
-        uuid = h.uuid
-        if dev(Device(uuid)).status == "lost":
-            raise b.GpuLost("lost")
-
-    def nvmlInit():
-        if not library_present:
+    def nvmlInit() -> None:
+        if not hw.library_present:
             raise real.NVMLError(12)
-        state["init"] = True
+        try:
+            hw.check("nvmlInit", None)
+        except NvmlFailure as exc:
+            raise real_error(exc) from None
+        hw.initialised = True
 
     mod.nvmlInit = nvmlInit
 
-    @wrap
-    def nvmlShutdown():
-        state["init"] = False
+    @nvml
+    def nvmlShutdown() -> None:
+        hw.initialised = False
 
-    @wrap
-    def nvmlSystemGetDriverVersion():
-        return sim.driver_version()
+    @nvml
+    def nvmlSystemGetDriverVersion() -> str:
+        return driver.driver_version
 
-    @wrap
-    def nvmlSystemGetNVMLVersion():
-        return sim.nvml_version()
+    @nvml
+    def nvmlSystemGetNVMLVersion() -> str:
+        return driver.nvml_version
 
-    @wrap
-    def nvmlDeviceGetCount():
-        return len(gpus())
+    @nvml
+    def nvmlSystemGetCudaDriverVersion_v2() -> int:
+        return driver.cuda_driver_version
 
-    @wrap
-    def nvmlDeviceGetHandleByIndex(i):
-        return Device(gpus()[i].uuid)
+    @nvml
+    def nvmlSystemGetProcessName(pid: int) -> str:
+        for g in hw.gpus:
+            if pid in g.procs:
+                return "/usr/bin/" + g.procs[pid].name
+        raise NvmlFailure(NOT_FOUND, f"pid {pid}")
 
-    @wrap
-    def nvmlDeviceGetHandleByUUID(uuid):
-        if all(d.uuid != uuid for d in gpus()):
-            raise b.NotFound(uuid)
-        return Device(uuid)
+    # -- devices ---------------------------------------------------------------------------
 
-    @wrap
-    def nvmlDeviceGetUUID(h):
+    @nvml
+    def nvmlDeviceGetCount() -> int:
+        return len(hw.gpus)
+
+    @nvml
+    def nvmlDeviceGetHandleByIndex(i: int) -> Device:
+        g = hw.gpus[i]
+        if g.lost_code is not None:
+            raise NvmlFailure(g.lost_code, "Unable to determine the device handle")
+        return Device(g.uuid)
+
+    @nvml
+    def nvmlDeviceGetHandleByUUID(uuid: str) -> Device:
+        return Device(hw.gpu(uuid).uuid)
+
+    @nvml
+    def nvmlDeviceGetUUID(h: Device | MigDevice) -> str:
+        return h.uuid if isinstance(h, MigDevice) else gpu(h).uuid
+
+    @nvml
+    def nvmlDeviceGetName(h: Device) -> str:
+        return gpu(h).name
+
+    @nvml
+    def nvmlDeviceGetPciInfo(h: Device) -> Obj:
+        g = gpu(h)
+        return Obj(pciDeviceId=g.pci_device_id, busId=g.bus_id.encode())
+
+    @nvml
+    def nvmlDeviceGetMemoryInfo(h: Device | MigDevice) -> Obj:
         if isinstance(h, MigDevice):
-            return h.mig_uuid
-        check_lost(h)
-        return h.uuid
-
-    @wrap
-    def nvmlDeviceGetName(h):
-        check_lost(h)
-        return dev(h).name
-
-    @wrap
-    def nvmlDeviceGetPciInfo(h):
-        check_lost(h)
-        return Obj(pciDeviceId=dev(h).pci_device_id, busId=b"0000:00:00.0")
-
-    @wrap
-    def nvmlDeviceGetMemoryInfo(h):
-        if isinstance(h, MigDevice):
-            inst = next(i for i in sim.mig_instances(h.uuid) if i.gpu_instance_id == h.gi)
-            used = sum(
-                p.used_memory_mib or 0 for p in sim.processes(h.uuid) if p.gpu_instance_id == h.gi
-            )
-            return Obj(total=(inst.memory_mib or 0) * MIB, used=used * MIB, free=0)
-        check_lost(h)
-        used = sum(p.used_memory_mib or 0 for p in sim.processes(h.uuid))
-        total = dev(h).memory_total_mib
+            g = hw.gpu(h.parent)
+            gi = g.gis[h.gi]
+            used = sum(p.memory_mib or 0 for p in g.procs.values() if p.gi == h.gi)
+            total = gi.profile.memory_mib
+        else:
+            g = gpu(h)
+            if g.mig_current and not hw.root:
+                # nvml.h L6678: aggregate on a MIG parent "only if the caller has appropriate
+                # privileges".
+                raise NvmlFailure(NO_PERMISSION, "MIG parent memory as non-root")
+            used = sum(p.memory_mib or 0 for p in g.procs.values())
+            total = g.memory_mib
         return Obj(total=total * MIB, used=used * MIB, free=(total - used) * MIB)
 
-    @wrap
-    def nvmlDeviceGetMigMode(h):
-        check_lost(h)
-        d = dev(h)
-        if not d.mig_capable:
-            raise b.NotSupported("not MIG capable")
-        return [int(bool(d.mig_mode_current)), int(bool(d.mig_mode_pending))]
+    @nvml
+    def nvmlDeviceGetMigMode(h: Device) -> list[int]:
+        g = gpu(h)
+        if not g.mig_capable:
+            raise NvmlFailure(NOT_SUPPORTED, "not MIG capable")
+        return [int(g.mig_current), int(g.mig_pending)]
 
-    @wrap
-    def nvmlDeviceSetMigMode(h, mode):
-        try:
-            sim.set_mig_mode(h.uuid, bool(mode))
-        except b.InUse:
-            return 19
-        return 0
+    @nvml
+    def nvmlDeviceSetMigMode(h: Device, mode: int) -> int:
+        return hw.set_mig_mode(gpu(h), bool(mode))
 
-    def profiles(uuid):
-        return sim.possible_placements(uuid)
+    @nvml
+    def nvmlDeviceGetComputeMode(h: Device) -> int:
+        return gpu(h).compute_mode
 
-    @wrap
-    def nvmlDeviceGetGpuInstanceProfileInfo(h, const, version=2):
-        check_lost(h)
+    @nvml
+    def nvmlDeviceSetComputeMode(h: Device, mode: int) -> None:
+        hw.set_compute_mode(gpu(h), mode)
+
+    # -- MIG discovery ---------------------------------------------------------------------
+
+    @nvml
+    def nvmlDeviceGetGpuInstanceProfileInfo(h: Device, const: int, version: int = 2) -> Obj:
+        if version == 2 and not driver.profile_info_v:
+            raise NvmlFailure(FUNCTION_NOT_FOUND, "nvmlDeviceGetGpuInstanceProfileInfoV")
+        g = gpu(h)
         if const >= real.NVML_GPU_INSTANCE_PROFILE_COUNT:
-            raise b.InvalidPlacement("bad constant")
-        ps = profiles(h.uuid)
-        if const >= len(ps):
-            raise b.NotSupported("profile not supported")
-        p = ps[const]
-        return Obj(
-            id=p.profile_id,
-            sliceCount=p.compute_slices,
-            instanceCount=p.max_instances,
+            raise NvmlFailure(INVALID_ARGUMENT, "bad constant")
+        if not g.mig_capable or (driver.profiles_need_mig and not g.mig_current):
+            # nvml.h L12855: NOT_SUPPORTED "If device doesn't have MIG mode enabled" (R535).
+            raise NvmlFailure(NOT_SUPPORTED, "MIG mode is off")
+        p = next((p for p in g.profiles if p.constant == const), None)
+        if p is None:
+            raise NvmlFailure(NOT_SUPPORTED, "profile not supported")
+        info = Obj(
+            id=p.id,
+            isP2pSupported=0,
+            sliceCount=p.slices,
+            instanceCount=p.instance_count,
+            multiprocessorCount=p.sms,
+            copyEngineCount=p.slices,
+            decoderCount=0,
+            encoderCount=0,
+            jpegCount=0,
+            ofaCount=0,
             memorySizeMB=p.memory_mib,
-            name=p.name.encode(),
         )
+        if version == 2:
+            info.version, info.name = real.nvmlGpuInstanceProfileInfo_v2, p.name.encode()
+        return info
 
-    @wrap
-    def nvmlDeviceGetGpuInstancePossiblePlacements(h, pid, array, count_ref):
-        p = next(p for p in profiles(h.uuid) if p.profile_id == pid)
-        for i, (start, size) in enumerate(p.placements):
-            array[i].start = start
-            array[i].size = size
+    @nvml
+    def nvmlDeviceGetGpuInstancePossiblePlacements(
+        h: Device, pid: int, array: Any, count_ref: Any
+    ) -> int:
+        g = gpu(h)
+        hw._privileged()
+        p = next((p for p in g.profiles if p.id == pid), None)
+        if p is None:
+            raise NvmlFailure(NOT_SUPPORTED, f"profile {pid}")
+        if array is not None:
+            if count_ref._obj.value < len(p.placements):
+                raise NvmlFailure(INSUFFICIENT_SIZE, "placements")
+            for i, (start, size) in enumerate(p.placements):
+                array[i].start, array[i].size = start, size
         count_ref._obj.value = len(p.placements)
         return 0
 
-    def gis(uuid):
-        seen = {}
-        for inst in sim.mig_instances(uuid):
-            seen.setdefault(inst.gpu_instance_id, inst)
-        return seen
-
-    @wrap
-    def nvmlDeviceGetGpuInstances(h, pid, array, count_ref):
-        found = [gi for gi, inst in sorted(gis(h.uuid).items()) if inst.profile_id == pid]
+    @nvml
+    def nvmlDeviceGetGpuInstances(h: Device, pid: int, array: Any, count_ref: Any) -> int:
+        g = gpu(h)
+        hw._privileged()
+        if not g.mig_current:
+            raise NvmlFailure(NOT_SUPPORTED, "MIG mode is off")
+        found = [gi for _, gi in sorted(g.gis.items()) if gi.profile.id == pid]
+        if count_ref._obj.value < len(found):
+            raise NvmlFailure(INSUFFICIENT_SIZE, "GPU instances")
         for i, gi in enumerate(found):
-            array[i] = handle("gi", h.uuid, gi)
+            array[i] = hw.handle("gi", g.uuid, gi.id)
         count_ref._obj.value = len(found)
         return 0
 
-    @wrap
-    def nvmlDeviceGetGpuInstanceById(h, gi):
-        if gi not in gis(h.uuid):
-            raise b.NotFound(str(gi))
-        return handle("gi", h.uuid, gi)
+    @nvml
+    def nvmlDeviceGetGpuInstanceById(h: Device, gi_id: int) -> int:
+        g = gpu(h)
+        if gi_id not in g.gis:
+            raise NvmlFailure(NOT_FOUND, f"GI {gi_id}")
+        return hw.handle("gi", g.uuid, gi_id)
 
-    @wrap
-    def nvmlGpuInstanceGetInfo(gh):
-        _, uuid, gi = handles[gh]
-        inst = gis(uuid)[gi]
-        return Obj(
-            id=gi, profileId=inst.profile_id, placement=Obj(start=inst.start, size=inst.size)
+    @nvml
+    def nvmlGpuInstanceGetInfo(gh: int) -> Obj:
+        _, gi = hw.gi(gh)
+        placement = Obj(start=gi.start, size=gi.profile.memory_slices)
+        return Obj(id=gi.id, profileId=gi.profile.id, placement=placement)
+
+    @nvml
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        gh: int, const: int, eng: int, version: int = 2
+    ) -> Obj:
+        if version == 2 and not driver.profile_info_v:
+            raise NvmlFailure(FUNCTION_NOT_FOUND, "nvmlGpuInstanceGetComputeInstanceProfileInfoV")
+        g, gi = hw.gi(gh)
+        if const >= real.NVML_COMPUTE_INSTANCE_PROFILE_COUNT:
+            raise NvmlFailure(INVALID_ARGUMENT, "bad constant")
+        p = next((p for p in hw.ci_profiles(g, gi.profile) if p.constant == const), None)
+        if p is None:
+            raise NvmlFailure(NOT_SUPPORTED, "CI profile not supported")
+        info = Obj(
+            id=p.id,
+            sliceCount=p.slices,
+            instanceCount=p.instance_count,
+            multiprocessorCount=p.sms,
+            sharedCopyEngineCount=p.slices,
+            sharedDecoderCount=0,
+            sharedEncoderCount=0,
+            sharedJpegCount=0,
+            sharedOfaCount=0,
         )
+        if version == 2:
+            info.version, info.name = real.nvmlComputeInstanceProfileInfo_v2, p.name.encode()
+        return info
 
-    @wrap
-    def nvmlGpuInstanceGetComputeInstanceProfileInfo(gh, const, eng, version=2):
-        if const != 0:
-            raise b.NotSupported("only the full-size CI profile is simulated")
-        return Obj(id=0, sliceCount=1, instanceCount=1)
-
-    @wrap
-    def nvmlGpuInstanceGetComputeInstances(gh, pid, array, count_ref):
-        _, uuid, gi = handles[gh]
-        cis = [
-            i.compute_instance_id
-            for i in sim.mig_instances(uuid)
-            if i.gpu_instance_id == gi and i.compute_instance_id is not None
-        ]
-        for i, ci in enumerate(cis):
-            array[i] = handle("ci", uuid, gi, ci)
-        count_ref._obj.value = len(cis)
+    @nvml
+    def nvmlGpuInstanceGetComputeInstances(gh: int, pid: int, array: Any, count_ref: Any) -> int:
+        g, gi = hw.gi(gh)
+        found = [ci for _, ci in sorted(gi.cis.items()) if ci.profile.id == pid]
+        if count_ref._obj.value < len(found):
+            raise NvmlFailure(INSUFFICIENT_SIZE, "compute instances")
+        for i, ci in enumerate(found):
+            array[i] = hw.handle("ci", g.uuid, gi.id, ci.id)
+        count_ref._obj.value = len(found)
         return 0
 
-    @wrap
-    def nvmlComputeInstanceGetInfo(ch):
-        return Obj(id=handles[ch][3])
+    @nvml
+    def nvmlComputeInstanceGetInfo(ch: int) -> Obj:
+        _, _, ci = hw.ci(ch)
+        placement = Obj(start=ci.start, size=ci.profile.slices)
+        return Obj(id=ci.id, profileId=ci.profile.id, placement=placement)
 
-    @wrap
-    def nvmlGpuInstanceGetComputeInstanceById(gh, ci):
-        _, uuid, gi = handles[gh]
-        return handle("ci", uuid, gi, ci)
+    @nvml
+    def nvmlGpuInstanceGetComputeInstanceById(gh: int, ci_id: int) -> int:
+        g, gi = hw.gi(gh)
+        if ci_id not in gi.cis:
+            raise NvmlFailure(NOT_FOUND, f"CI {ci_id}")
+        return hw.handle("ci", g.uuid, gi.id, ci_id)
 
-    @wrap
-    def nvmlDeviceCreateGpuInstanceWithPlacement(h, pid, placement_ref):
-        inst = sim.create_gpu_instance(h.uuid, pid, placement_ref._obj.start)
-        return handle("gi", h.uuid, inst.gpu_instance_id)
+    @nvml
+    def nvmlDeviceGetMaxMigDeviceCount(h: Device) -> int:
+        g = gpu(h)
+        if not g.mig_capable:
+            raise NvmlFailure(NOT_SUPPORTED, "not MIG capable")
+        return g.compute_slices
 
-    @wrap
-    def nvmlGpuInstanceCreateComputeInstance(gh, pid):
-        _, uuid, gi = handles[gh]
-        inst = sim.create_compute_instance(uuid, gi)
-        return handle("ci", uuid, gi, inst.compute_instance_id)
-
-    @wrap
-    def nvmlComputeInstanceDestroy(ch):
-        _, uuid, gi, ci = handles[ch]
-        sim.destroy_compute_instance(uuid, gi, ci)
-
-    @wrap
-    def nvmlGpuInstanceDestroy(gh):
-        _, uuid, gi = handles[gh]
-        sim.destroy_gpu_instance(uuid, gi)
-
-    def migs(uuid):
-        return [i for i in sim.mig_instances(uuid) if i.uuid is not None]
-
-    @wrap
-    def nvmlDeviceGetMaxMigDeviceCount(h):
-        return 7 if dev(h).mig_capable else 0
-
-    @wrap
-    def nvmlDeviceGetMigDeviceHandleByIndex(h, i):
-        found = migs(h.uuid)
+    @nvml
+    def nvmlDeviceGetMigDeviceHandleByIndex(h: Device, i: int) -> MigDevice:
+        g = gpu(h)
+        found = hw.mig_devices(g) if g.mig_current else []
         if i >= len(found):
-            raise b.NotFound(str(i))
-        m = found[i]
-        return MigDevice(h.uuid, m.gpu_instance_id, m.compute_instance_id or 0, m.uuid or "")
+            raise NvmlFailure(NOT_FOUND, f"MIG device {i}")
+        gi, ci = found[i]
+        return MigDevice(ci.uuid, g.uuid, gi.id, ci.id)
 
-    @wrap
-    def nvmlDeviceGetGpuInstanceId(m):
+    @nvml
+    def nvmlDeviceGetGpuInstanceId(m: MigDevice) -> int:
         return m.gi
 
-    @wrap
-    def nvmlDeviceGetComputeInstanceId(m):
+    @nvml
+    def nvmlDeviceGetComputeInstanceId(m: MigDevice) -> int:
         return m.ci
 
-    @wrap
-    def nvmlDeviceGetComputeRunningProcesses(h):
+    # -- MIG mutations ---------------------------------------------------------------------
+
+    @nvml
+    def nvmlDeviceCreateGpuInstanceWithPlacement(h: Device, pid: int, placement_ref: Any) -> int:
+        g = gpu(h)
+        gi = hw.create_gi(g, pid, placement_ref._obj.start)
+        return hw.handle("gi", g.uuid, gi.id)
+
+    @nvml
+    def nvmlGpuInstanceCreateComputeInstance(gh: int, pid: int) -> int:
+        g, gi = hw.gi(gh)
+        ci = hw.create_ci(g, gi, pid)
+        return hw.handle("ci", g.uuid, gi.id, ci.id)
+
+    @nvml
+    def nvmlComputeInstanceDestroy(ch: int) -> None:
+        hw.destroy_ci(*hw.ci(ch))
+
+    @nvml
+    def nvmlGpuInstanceDestroy(gh: int) -> None:
+        hw.destroy_gi(*hw.gi(gh))
+
+    # -- processes and telemetry -----------------------------------------------------------
+
+    def proc_list(h: Device | MigDevice, mps: bool) -> list[Obj]:
+        g = hw.gpu(h.parent) if isinstance(h, MigDevice) else gpu(h)
         return [
             Obj(
                 pid=p.pid,
-                usedGpuMemory=None if p.used_memory_mib is None else p.used_memory_mib * MIB,
-                gpuInstanceId=NO_ID if p.gpu_instance_id is None else p.gpu_instance_id,
-                computeInstanceId=NO_ID if p.compute_instance_id is None else p.compute_instance_id,
+                usedGpuMemory=None if p.memory_mib is None else p.memory_mib * MIB,
+                gpuInstanceId=NO_ID if p.gi is None else p.gi,
+                computeInstanceId=NO_ID if p.ci is None else p.ci,
             )
-            for p in sim.processes(h.uuid)
+            for p in sorted(g.procs.values(), key=lambda p: p.pid)
+            if (p.mps if mps else p.listed_compute)
         ]
 
-    @wrap
-    def nvmlDeviceGetUtilizationRates(h):
-        s = sim.sample(h.uuid)
-        if s.utilization_gpu_percent is None:
-            raise b.NotSupported("MIG enabled")
-        return Obj(gpu=int(s.utilization_gpu_percent), memory=0)
+    @nvml
+    def nvmlDeviceGetComputeRunningProcesses_v3(h: Device) -> list[Obj]:
+        return proc_list(h, mps=False)
 
-    @wrap
-    def nvmlDeviceGetTemperatureV(h, sensor):
-        check_lost(h)
+    @nvml
+    def nvmlDeviceGetComputeRunningProcesses_v2(h: Device) -> list[Obj]:
+        return proc_list(h, mps=False)
+
+    @nvml
+    def nvmlDeviceGetMPSComputeRunningProcesses_v3(h: Device) -> list[Obj]:
+        return proc_list(h, mps=True)
+
+    @nvml
+    def nvmlDeviceGetMPSComputeRunningProcesses_v2(h: Device) -> list[Obj]:
+        return proc_list(h, mps=True)
+
+    def unversioned(versioned: Callable[..., Any]) -> Callable[..., Any]:
+        # The binding's @throwOnVersionMismatch turns FUNCTION_NOT_FOUND of the _v3 symbol
+        # into NVMLLibraryMismatchError, which is not an NVMLError (review §1).
+        def call(h: Any) -> Any:
+            try:
+                return versioned(h)
+            except real.NVMLError_FunctionNotFound:
+                raise real.NVMLLibraryMismatchError("use a versioned function") from None
+
+        return call
+
+    mod.nvmlDeviceGetComputeRunningProcesses = unversioned(nvmlDeviceGetComputeRunningProcesses_v3)
+    mod.nvmlDeviceGetMPSComputeRunningProcesses = unversioned(
+        nvmlDeviceGetMPSComputeRunningProcesses_v3
+    )
+
+    @nvml
+    def nvmlDeviceGetUtilizationRates(h: Device) -> Obj:
+        g = gpu(h)
+        if g.mig_current:
+            raise NvmlFailure(NOT_SUPPORTED, "MIG enabled")  # nvml.h L7075
+        return Obj(gpu=hw.gpu_util(g), memory=0)
+
+    @nvml
+    def nvmlDeviceGetTemperatureV(h: Device, sensor: int) -> int:
+        gpu(h)
         return 35
 
-    @wrap
-    def nvmlDeviceGetPowerUsage(h):
-        check_lost(h)
+    @nvml
+    def nvmlDeviceGetTemperature(h: Device, sensor: int) -> int:
+        gpu(h)
+        return 34
+
+    @nvml
+    def nvmlDeviceGetPowerUsage(h: Device) -> int:
+        gpu(h)
         return 70_000
 
-    @wrap
-    def nvmlDeviceGetTotalEccErrors(h, error_type, counter):
-        s = sim.sample(h.uuid)
-        return s.ecc_uncorrected if error_type == 1 else s.ecc_corrected
+    @nvml
+    def nvmlDeviceGetTotalEccErrors(h: Device, error_type: int, counter: int) -> int:
+        return gpu(h).ecc[error_type]
 
-    @wrap
-    def nvmlGpmQueryDeviceSupport(h):
-        if is_ampere(dev(h).name):
-            raise b.NotSupported("no GPM before Hopper")
-        return Obj(isSupportedDevice=1)
+    # -- GPM -------------------------------------------------------------------------------
 
-    @wrap
-    def nvmlGpmSampleAlloc():
-        return Obj(util=None)
+    @nvml
+    def nvmlGpmQueryDeviceSupport(h: Device) -> Obj:
+        return Obj(version=1, isSupportedDevice=int(gpu(h).family == "hopper"))
 
-    @wrap
-    def nvmlGpmMigSampleGet(h, gi, sample):
-        mig = next(m for m in sim.sample(h.uuid).mig if m.gpu_instance_id == gi)
-        sample.util = mig.utilization_percent
+    @nvml
+    def nvmlGpmSampleAlloc() -> Any:
+        return hw.gpm_alloc()
+
+    @nvml
+    def nvmlGpmMigSampleGet(h: Device, gi_id: int, sample: Any) -> Any:
+        g = gpu(h)
+        if gi_id not in g.gis:
+            raise NvmlFailure(NOT_FOUND, f"GI {gi_id}")
+        sample.util, sample.serial = hw.gi_util(g, gi_id), g.gis[gi_id].serial
         return sample
 
-    @wrap
-    def nvmlGpmSampleFree(sample):
-        return None
+    @nvml
+    def nvmlGpmSampleFree(sample: Any) -> None:
+        hw.gpm_live.pop(sample.id, None)
 
-    @wrap
-    def nvmlGpmMetricsGet(mg):
-        mg.metrics[0].value = mg.sample2.util
+    @nvml
+    def nvmlGpmMetricsGet(mg: GpmMetricsGet) -> GpmMetricsGet:
+        # Samples of two GI generations give a meaningless number, as on hardware (D12).
+        same = mg.sample1.serial == mg.sample2.serial
+        mg.metrics[0].value = mg.sample2.util if same else 987.6
         mg.metrics[0].nvmlReturn = 0
         return mg
 
-    @wrap
-    def nvmlEventSetCreate():
-        return Obj(name="event-set")
+    # -- events ----------------------------------------------------------------------------
 
-    @wrap
-    def nvmlEventSetFree(es):
-        return None
+    @nvml
+    def nvmlEventSetCreate() -> EventSet:
+        es = EventSet()
+        hw.event_sets.append(es)
+        return es
 
-    @wrap
-    def nvmlDeviceGetSupportedEventTypes(h):
-        return 0x8 | 0x1 | 0x2 | 0x4
+    @nvml
+    def nvmlEventSetFree(es: EventSet) -> None:
+        es.freed = True
 
-    @wrap
-    def nvmlDeviceRegisterEvents(h, mask, es):
-        return None
+    @nvml
+    def nvmlDeviceGetSupportedEventTypes(h: Device) -> int:
+        return gpu(h).supported_events
 
-    @wrap
-    def nvmlEventSetWait(es, timeout_ms):
-        state["events"].extend(sim.wait_events(0))
-        if not state["events"]:
-            raise real.NVMLError(10)
-        e = state["events"].pop(0)
+    @nvml
+    def nvmlDeviceRegisterEvents(h: Device | MigDevice, mask: int, es: EventSet) -> None:
+        if isinstance(h, MigDevice):
+            raise NvmlFailure(NOT_SUPPORTED, "per-instance registration")  # facts §3.5
+        es.registered[gpu(h).uuid] = mask
+
+    @nvml
+    def nvmlEventSetWait(es: EventSet, timeout_ms: int) -> Obj:
+        if es.freed:
+            raise NvmlFailure(INVALID_ARGUMENT, "freed event set")
+        if es.broken:
+            raise NvmlFailure(UNKNOWN, "event set in undefined state")
+        if not es.queue:
+            raise NvmlFailure(TIMEOUT, "no event")
+        uuid, kind, data, gi = es.queue.pop(0)
         return Obj(
-            device=Device(e.gpu_uuid),
-            eventType=0x8 if e.kind == "xid" else 0x2,
-            eventData=e.xid or 0,
-            gpuInstanceId=NO_ID if e.gpu_instance_id is None else e.gpu_instance_id,
+            device=Device(uuid),
+            eventType=kind,
+            eventData=data,
+            gpuInstanceId=gi,
             computeInstanceId=NO_ID,
         )
 

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
-from hostagent.gpu.backend import InsufficientResources, InUse, InvalidPlacement
+from hostagent.gpu.backend import InsufficientResources, InUse, InvalidPlacement, NotSupported
 from tests.hostagent.contract import BACKEND_KINDS, Harness, make_harness
 
 
 @pytest.fixture(params=BACKEND_KINDS)
-def harness(request, monkeypatch):
-    h = make_harness(request.param, monkeypatch)
+def harness(request):
+    h = make_harness(request.param)
+    yield h
+    h.backend.shutdown()
+
+
+@pytest.fixture(params=["simulated", "nvml-fake"])
+def pending(request):
+    """MIG toggles on Ampere wait for a GPU reset (another NVML client holds the GPU)."""
+    h = make_harness(request.param, needs_reset=True)
     yield h
     h.backend.shutdown()
 
@@ -30,7 +39,8 @@ def _gpu(h: Harness, name_part: str):
 
 def _enable_mig(h: Harness, name_part: str) -> str:
     uuid = _gpu(h, name_part).uuid
-    assert h.backend.set_mig_mode(uuid, True) == (True, False)
+    result = h.backend.set_mig_mode(uuid, True)
+    assert (result.ok, result.needs_reset) == (True, False)
     return uuid
 
 
@@ -186,3 +196,54 @@ def test_xid_events_are_delivered_with_their_code(mutable):
     mutable.sim.inject_xid(uuid, 79)
     events = backend.wait_events(10)
     assert [(e.kind, e.gpu_uuid, e.xid) for e in events] == [("xid", uuid, 79)]
+
+
+def test_a_mig_change_pending_a_reset_says_so_and_the_reset_applies_it(pending):
+    backend = pending.backend
+    uuid = _gpu(pending, "A100").uuid
+    result = backend.set_mig_mode(uuid, True)
+    assert (result.ok, result.needs_reset) == (True, True) and result.message
+    g = _gpu(pending, "A100")
+    assert (g.mig_mode_current, g.mig_mode_pending) == (False, True)
+    pending.before_reset(uuid)
+    backend.reset_gpu(uuid)
+    g = _gpu(pending, "A100")
+    assert (g.mig_mode_current, g.mig_mode_pending) == (True, True)
+    assert backend.possible_placements(uuid)
+
+
+def test_a_reset_is_refused_with_the_pids_while_processes_run(mutable):
+    uuid = _gpu(mutable, "L4").uuid
+    pid = mutable.sim.run_process(uuid, 100)
+    with pytest.raises(InUse) as exc:
+        mutable.backend.reset_gpu(uuid)
+    assert pid in exc.value.pids
+
+
+def test_whole_gpu_mps_gets_exclusive_process_compute_mode_and_mig_refuses_one(mutable):
+    backend = mutable.backend
+    l4 = _gpu(mutable, "L4").uuid
+    backend.set_compute_mode(l4, True)
+    assert mutable.sim.compute_mode(l4) == "exclusive_process"
+    backend.set_compute_mode(l4, False)
+    assert mutable.sim.compute_mode(l4) == "default"
+    h100 = _enable_mig(mutable, "H100")
+    with pytest.raises(NotSupported):
+        backend.set_compute_mode(h100, True)
+
+
+def test_the_probe_is_a_json_record_of_every_gpu_and_changes_nothing(harness):
+    backend = harness.backend
+    gpus = backend.list_gpus()
+    instances = {g.uuid: backend.mig_instances(g.uuid) for g in gpus if g.mig_capable}
+    record = backend.probe()
+    assert json.loads(json.dumps(record)) == record
+    assert record["probe_version"] == 1
+    assert isinstance(record["driver_version"], str) and isinstance(record["nvml_version"], str)
+    assert [(g["uuid"], g["name"], g["status"]) for g in record["gpus"]] == [
+        (g.uuid, g.name, g.status) for g in gpus
+    ]
+    for g in record["gpus"]:
+        assert set(g["processes"]) == {"compute", "mps"}
+    assert backend.list_gpus() == gpus
+    assert {u: backend.mig_instances(u) for u in instances} == instances

@@ -1,18 +1,22 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hostagent import reconcile
-from hostagent.gpu.simulated import SimulatedBackend
+from hostagent.gpu.backend import BackendError
+from hostagent.gpu.simulated import DriverQuirks, SimulatedBackend
 from hostagent.mps import MpsManager
 from hostagent.protocol import DesiredGpu, DesiredState
 from hostagent.reconcile import (
     Blocked,
     CreateComputeInstance,
     CreateGpuInstance,
+    Deferred,
     DestroyComputeInstance,
     DestroyGpuInstance,
+    ResetLedger,
     SetMigMode,
     apply,
     observe,
@@ -231,3 +235,252 @@ def test_drift_is_what_applying_again_would_change_and_blocked_items_are_not_dri
     reshaped: DesiredState = {**state, "generation": 2, "gpus": {uuid: desired(instances=[(5, 0)])}}
     reconcile.apply_desired_state(sim, reshaped, True)
     assert not reconcile.drifted(sim, reshaped)
+
+
+# -- D2: MIG enabled and instances created in one desired state -----------------------------------
+
+
+def hiding_a30() -> tuple[SimulatedBackend, str]:
+    sim = SimulatedBackend(
+        [specs.a30()], seed=1, quirks=DriverQuirks(hide_profiles_while_mig_off=True)
+    )
+    sim.init()
+    return sim, sim.list_gpus()[0].uuid
+
+
+def state(uuid: str, want: DesiredGpu, generation: int = 1) -> DesiredState:
+    return {"type": "desired_state", "generation": generation, "gpus": {uuid: want}}
+
+
+def test_instances_are_not_refused_against_the_empty_discovery_of_a_gpu_whose_mig_is_off():
+    sim, uuid = hiding_a30()
+    actions = plan(desired([(5, 0), (5, 2)]), observe(sim, None, uuid))
+    assert not any(isinstance(a, reconcile.Invalid) for a in actions), actions
+    assert [type(a) for a in actions] == [SetMigMode, Deferred, Deferred]
+
+
+def test_enabling_mig_and_creating_instances_works_when_the_driver_hides_profiles_while_off():
+    sim, uuid = hiding_a30()
+    want = desired([(5, 0), (5, 2)])
+    results = reconcile.apply_desired_state(sim, state(uuid, want), True)
+    assert {(r["key"], r["status"]) for r in results} == {
+        (f"{uuid}:mig_mode", "ok"),
+        ("k5@0", "ok"),
+        ("k5@2", "ok"),
+    }
+    assert [(i.profile_id, i.start) for i in sim.mig_instances(uuid)] == [(5, 0), (5, 2)]
+    assert not reconcile.drifted(sim, state(uuid, want))
+
+
+def test_a_placement_the_driver_refuses_once_mig_is_on_is_still_invalid():
+    sim, uuid = hiding_a30()
+    results = reconcile.apply_desired_state(sim, state(uuid, desired([(5, 1), (14, 0)])), True)
+    by_key = {r["key"]: r for r in results}
+    assert by_key["k5@1"]["status"] == "failed" and "placement" in by_key["k5@1"]["message"]
+    assert by_key["k14@0"]["status"] == "ok"
+
+
+# -- D3: Ampere toggles pending a reset -----------------------------------------------------------
+
+
+def ampere() -> tuple[SimulatedBackend, str]:
+    sim = SimulatedBackend([specs.a100()], seed=1, quirks=DriverQuirks.like_hardware())
+    sim.init()
+    return sim, sim.list_gpus()[0].uuid
+
+
+def test_a_pending_toggle_says_needs_reset_and_what_holds_the_gpu():
+    sim, uuid = ampere()
+    results = reconcile.merge_results(
+        apply(sim, plan(desired([(9, 0)]), observe(sim, None, uuid)), True)
+    )
+    mode = next(r for r in results if r["key"] == f"{uuid}:mig_mode")
+    assert mode["status"] == "needs_reset" and "nvidia-persistenced" in mode["message"]
+    assert {r["status"] for r in results} == {"needs_reset"}
+
+
+def test_with_mutation_allowed_an_idle_ampere_gpu_is_reset_and_the_layout_applied():
+    sim, uuid = ampere()
+    want = desired([(9, 0), (9, 4)])
+    results = reconcile.apply_desired_state(sim, state(uuid, want), True, resets=ResetLedger())
+    by_key = {r["key"]: r for r in results}
+    assert by_key[f"{uuid}:mig_mode"]["status"] == "ok"
+    assert "reset" in by_key[f"{uuid}:mig_mode"]["message"]
+    assert by_key["k9@0"]["status"] == by_key["k9@4"]["status"] == "ok"
+    assert [(i.profile_id, i.start) for i in sim.mig_instances(uuid)] == [(9, 0), (9, 4)]
+
+
+def test_a_failed_reset_is_reported_as_needs_reset_with_why(monkeypatch):
+    sim, uuid = ampere()
+
+    def refuse(gpu: str) -> None:
+        raise BackendError("nvidia-smi -r: In use by another client")
+
+    monkeypatch.setattr(sim, "reset_gpu", refuse)
+    results = reconcile.apply_desired_state(
+        sim, state(uuid, desired([(9, 0)])), True, resets=ResetLedger()
+    )
+    mode = next(r for r in results if r["key"] == f"{uuid}:mig_mode")
+    assert mode["status"] == "needs_reset"
+    assert (
+        "nvidia-persistenced" in mode["message"] and "In use by another client" in mode["message"]
+    )
+    assert next(r for r in results if r["key"] == "k9@0")["status"] == "needs_reset"
+
+
+def test_a_desired_state_sent_again_resets_the_gpu_at_most_once_per_generation(monkeypatch):
+    sim, uuid = ampere()
+    attempts: list[str] = []
+
+    def refuse(gpu: str) -> None:
+        attempts.append(gpu)
+        raise BackendError("In use by another client")
+
+    monkeypatch.setattr(sim, "reset_gpu", refuse)
+    resets = ResetLedger()
+    want = desired([(9, 0)])
+    for _ in range(3):
+        reconcile.apply_desired_state(sim, state(uuid, want, generation=7), True, resets=resets)
+    assert attempts == [uuid]
+    results = reconcile.apply_desired_state(sim, state(uuid, want, 7), True, resets=resets)
+    mode = next(r for r in results if r["key"] == f"{uuid}:mig_mode")
+    assert mode["status"] == "needs_reset" and "already tried" in mode["message"]
+    reconcile.apply_desired_state(sim, state(uuid, want, generation=8), True, resets=resets)
+    assert attempts == [uuid, uuid]
+    # A mode waiting for a reset is not drift: applying again would change nothing.
+    assert not reconcile.drifted(sim, state(uuid, want, 8))
+
+
+def test_hopper_switches_without_a_reset(monkeypatch):
+    sim = SimulatedBackend([specs.h100()], seed=1, quirks=DriverQuirks.like_hardware())
+    uuid = sim.list_gpus()[0].uuid
+    monkeypatch.setattr(sim, "reset_gpu", lambda gpu: pytest.fail("Hopper needs no reset"))
+    results = reconcile.apply_desired_state(
+        sim, state(uuid, desired([(9, 0)])), True, resets=ResetLedger()
+    )
+    assert {r["status"] for r in results} == {"ok"}
+
+
+# -- D5, D15, D19: the MPS server, its clients, compute mode -------------------------------------
+
+
+def mps_instance(want_instances, mps_on: bool) -> DesiredGpu:
+    want = desired(want_instances)
+    for inst in want["instances"]:
+        inst["mps"] = {
+            "enabled": mps_on,
+            "per_instance": True,
+            "default_active_thread_percentage": 50,
+            "default_pinned_mem_limit_mib": None,
+        }
+    return want
+
+
+def test_the_agents_idle_mps_server_does_not_block_removing_its_instance(tmp_path):
+    sim = SimulatedBackend([specs.h100()], seed=1)
+    uuid = sim.list_gpus()[0].uuid
+    mps = MpsManager(sim.mps_control, tmp_path)
+    converge(sim, uuid, mps_instance([(9, 0), (9, 4)], True), mps)
+    gi = next(i for i in sim.mig_instances(uuid) if i.start == 0)
+    client = sim.run_process(uuid, 100, gpu_instance_id=gi.gpu_instance_id)
+    sim.kill_process(client)  # the job ended; its MPS server stays up until quit
+    assert [p.kind for p in sim.processes(uuid)] == ["mps_server"]
+    results = reconcile.merge_results(
+        apply(sim, plan(desired([(9, 4)]), observe(sim, mps, uuid)), True, mps)
+    )
+    assert {r["status"] for r in results} == {"ok"}, results
+    assert [(i.profile_id, i.start) for i in sim.mig_instances(uuid)] == [(9, 4)]
+    assert sim.processes(uuid) == []
+
+
+def test_mps_clients_block_the_destroy_and_the_quit_with_their_pids(tmp_path):
+    sim = SimulatedBackend([specs.h100()], seed=1)
+    uuid = sim.list_gpus()[0].uuid
+    mps = MpsManager(sim.mps_control, tmp_path)
+    converge(sim, uuid, mps_instance([(9, 0)], True), mps)
+    gi = sim.mig_instances(uuid)[0]
+    client = sim.run_process(uuid, 100, gpu_instance_id=gi.gpu_instance_id)
+    results = reconcile.merge_results(
+        apply(sim, plan(desired([(9, 4)]), observe(sim, mps, uuid)), True, mps)
+    )
+    by_key = {r["key"]: r for r in results}
+    assert by_key[f"{uuid}:gi:9@0"]["status"] == "in_use"
+    assert by_key[f"{uuid}:gi:9@0"]["pids"] == [client]
+    assert by_key[f"{gi.uuid}:mps"]["status"] == "in_use"
+    assert by_key[f"{gi.uuid}:mps"]["pids"] == [client]
+    assert mps.healthy(gi.uuid)
+
+
+def test_switching_an_mps_gpu_to_mig_stops_mps_first_and_restores_compute_mode(tmp_path):
+    sim, uuid = sim_a30()
+    mps = MpsManager(sim.mps_control, tmp_path)
+    converge(sim, uuid, desired(mig=False, mps=True), mps)
+    assert sim.compute_mode(uuid) == "exclusive_process"
+    client = sim.run_process(uuid, 100)
+    sim.kill_process(client)
+    results, again = converge(sim, uuid, desired([(0, 0)]), mps)
+    assert {r["status"] for r in results} == {"ok"}, results
+    assert again == ()
+    assert sim.list_gpus()[0].mig_mode_current is True
+    assert mps.managed_targets() == []
+
+
+def test_whole_gpu_mps_runs_in_exclusive_process_mode_and_leaves_default(tmp_path):
+    sim = SimulatedBackend([specs.l4()], seed=1)
+    uuid = sim.list_gpus()[0].uuid
+    mps = MpsManager(sim.mps_control, tmp_path)
+    converge(sim, uuid, desired(mig=False, mps=True), mps)
+    assert sim.compute_mode(uuid) == "exclusive_process"
+    converge(sim, uuid, desired(mig=False), mps)
+    assert sim.compute_mode(uuid) == "default"
+
+
+def test_simulated_allocations_on_an_mps_gpu_run_as_mps_clients(tmp_path):
+    sim = SimulatedBackend([specs.l4()], seed=1)
+    uuid = sim.list_gpus()[0].uuid
+    mps = MpsManager(sim.mps_control, tmp_path)
+    want = desired(mig=False, mps=True)
+    want["allocations"] = [
+        {
+            "key": "a1",
+            "gpu_uuid": uuid,
+            "partition_key": None,
+            "memory_mib": 2048,
+            "max_compute_percent": 25,
+        }
+    ]
+    results = reconcile.apply_desired_state(sim, state(uuid, want), True, mps)
+    assert {r["status"] for r in results} == {"ok"}
+    assert sorted(p.kind for p in sim.processes(uuid)) == ["mps_client", "mps_server"]
+
+
+# -- D9, D10: limits on a running daemon, daemons after an agent restart -------------------------
+
+
+def test_a_limit_change_reaches_the_running_server_and_is_read_back(tmp_path):
+    sim = SimulatedBackend([specs.l4()], seed=1)
+    uuid = sim.list_gpus()[0].uuid
+    mps = MpsManager(sim.mps_control, tmp_path)
+    converge(sim, uuid, desired(mig=False, mps=True), mps)
+    sim.run_process(uuid, 100)  # a client keeps the server up
+    want = desired(mig=False, mps=True)
+    want["mps"]["default_active_thread_percentage"] = 25
+    results, again = converge(sim, uuid, want, mps)
+    [item] = reconcile.merge_results(results)
+    assert item["status"] == "ok" and "connected client" in item["message"]
+    assert again == ()
+    daemon = mps.daemon(uuid)
+    server = sim.mps_control.command(daemon, "get_server_list")
+    assert sim.mps_control.command(daemon, f"get_active_thread_percentage {server}") == "25.0"
+    assert mps.info(uuid)["default_active_thread_percentage"] == 25
+
+
+def test_after_an_agent_restart_unwanted_mps_daemons_are_adopted_and_stopped(tmp_path):
+    sim = SimulatedBackend([specs.l4()], seed=1)
+    uuid = sim.list_gpus()[0].uuid
+    converge(sim, uuid, desired(mig=False, mps=True), MpsManager(sim.mps_control, tmp_path))
+    restarted = MpsManager(sim.mps_control, tmp_path)  # a new agent process, same daemons
+    results, again = converge(sim, uuid, desired(mig=False), restarted)
+    assert [(r["key"], r["status"]) for r in results] == [(f"{uuid}:mps", "ok")]
+    assert again == ()
+    assert sim.mps_control.running_targets(tmp_path) == []

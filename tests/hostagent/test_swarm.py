@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 from websockets.asyncio.server import serve
 
@@ -37,3 +39,63 @@ def test_a_swarm_runs_one_connection_per_simulated_host():
     assert sorted(tokens) == ["Token t0", "Token t1", "Token t2"]
     assert len(set(tokens.values())) == 3  # per-host seeds give distinct GPU UUIDs
     assert [c.connections for c in clients] == [1, 1, 1]
+
+
+def test_a_swarm_agent_runs_nothing_by_default_and_its_replicas_with_a_runtime(tmp_path):
+    from tests.hostagent.runtime.fakes import workload
+    from tests.hostagent.runtime.kit import allocation, desired
+
+    loop = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.05; done"]
+    seen: dict[str, list[dict]] = {"t0": [], "t1": []}
+    done = asyncio.Event()
+
+    async def handler(ws):
+        token = ws.request.headers["Authorization"].split()[-1]
+        hello = protocol.decode(await ws.recv())
+        seen[token].append(hello)
+        state = desired(hello["gpus"][0]["uuid"], 1, [allocation(7, workload(command=loop))])
+        await ws.send(protocol.encode(state))
+        async for text in ws:
+            message = protocol.decode(text)
+            seen[token].append(message)
+            states = [w["state"] for w in message.get("workloads", [])]
+            if token == "t1" and "running" in states:
+                done.set()
+
+    async def scenario():
+        async with serve(handler, "127.0.0.1", 0) as server:
+            port = server.sockets[0].getsockname()[1]
+            stop = asyncio.Event()
+            clients: list = []
+            none_agent = asyncio.create_task(
+                run_swarm(
+                    f"http://127.0.0.1:{port}", [("t0", [specs.a30()])], interval_s=0.05, stop=stop
+                )
+            )
+            process_agent = asyncio.create_task(
+                run_swarm(
+                    f"http://127.0.0.1:{port}",
+                    [("t1", [specs.a30()])],
+                    interval_s=0.05,
+                    stop=stop,
+                    hostname_prefix="proc",
+                    runtime="process",
+                    state_dir=tmp_path,
+                    clients_out=clients,
+                )
+            )
+            await asyncio.wait_for(done.wait(), 10)
+            await asyncio.sleep(0.2)
+            stop.set()
+            await asyncio.wait_for(asyncio.gather(none_agent, process_agent), 5)
+            for entry in clients[0].workloads.supervisor.runtimes["process"].find():
+                os.killpg(entry.running.pid, signal.SIGKILL)
+
+    asyncio.run(scenario())
+    none_types = [m["type"] for m in seen["t0"]]
+    assert seen["t0"][0]["runtime"] == "none"
+    assert "ack" in none_types
+    none_reports = [m for m in seen["t0"] if m["type"] == "workloads"]
+    # The replica's process workload cannot run on a 'none' agent: said once, as failed.
+    assert [w["state"] for m in none_reports for w in m["workloads"]] == ["failed"]
+    assert seen["t1"][0]["runtime"] == "process"

@@ -52,11 +52,27 @@ def test_an_admin_action_issues_a_new_enrollment_token(admin_browser):
     assert host.enrollment_token_hash != hash_token(old)
 
 
+def test_an_admin_action_revokes_the_agent_token(admin_browser):
+    from fleet.agents.enrollment import host_authenticate, host_issue_token
+
+    host, _ = host_create(name="gpu-09")
+    token = host_issue_token(host)
+    response = admin_browser.post(
+        "/admin/inventory/host/",
+        {"action": "revoke_agent_token", "_selected_action": [host.pk]},
+        follow=True,
+    )
+    assert "Revoked the agent token of 1 host" in " ".join(
+        str(m) for m in response.context["messages"]
+    )
+    assert host_authenticate(token) is None
+
+
 @pytest.mark.parametrize(
     "page",
     [
         "/admin/inventory/gpu/",
-        "/admin/partitioning/operation/",
+        "/admin/core/operation/",
         "/admin/allocations/deployment/",
         "/admin/core/apitoken/",
     ],

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
+from fleet.agents.reports import agent_telemetry
 from fleet.inventory import selectors, telemetry
-from fleet.inventory.agents import agent_telemetry
 from fleet.inventory.models import Gpu, Host, TelemetrySample
 from fleet.inventory.telemetry import GpuTick, MemoryStore, RedisStore
+from fleet.inventory.telemetry import stores as telemetry_stores
 
 pytestmark = pytest.mark.django_db
 
@@ -105,10 +106,10 @@ def test_stores_keep_latest_and_minute_buckets(store):
 def test_the_memory_store_forgets_buckets_past_the_raw_window(monkeypatch):
     store = MemoryStore(120)
     old = 1_800_000_000.0
-    monkeypatch.setattr(telemetry.time, "time", lambda: old)
+    monkeypatch.setattr(telemetry_stores.time, "time", lambda: old)
     store.record(host_id=1, ts=old, received_at=old, ticks=[tick(1, 1.0)])
     later = old + 10 * MINUTE
-    monkeypatch.setattr(telemetry.time, "time", lambda: later)
+    monkeypatch.setattr(telemetry_stores.time, "time", lambda: later)
     store.record(host_id=1, ts=later, received_at=later, ticks=[tick(1, 1.0)])
     assert store.raw_buckets([1], int(old // MINUTE)) == {}
     assert len(store._raw) == 1

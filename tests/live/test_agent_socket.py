@@ -3,16 +3,19 @@ operations, busy partitions reported in use, telemetry and events stored."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
+from fleet.agents.enrollment import host_issue_token
 from fleet.asgi import application
-from fleet.inventory.agents import host_issue_token
+from fleet.core.models import Operation
 from fleet.inventory.models import Gpu, HealthEvent, Host
 from fleet.inventory.selectors import latest_telemetry
 from fleet.inventory.services import host_create
-from fleet.partitioning.models import Operation, Partition
+from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from tests.agent_sim import SimAgent
 
@@ -179,7 +182,7 @@ def test_events_are_recorded_and_a_lost_gpu_is_marked_lost():
                 "gpu_instance_id": None,
                 "xid": None,
                 "detail": "fell off the bus",
-                "ts": 1.0,
+                "ts": time.time(),
             }
         )
         await communicator.send_json_to(
@@ -190,10 +193,12 @@ def test_events_are_recorded_and_a_lost_gpu_is_marked_lost():
                 "gpu_instance_id": None,
                 "xid": 79,
                 "detail": "",
-                "ts": 2.0,
+                "ts": time.time(),
             }
         )
         await communicator.send_json_to({"type": "nonsense"})
+        refused = await communicator.receive_json_from()
+        assert refused["type"] == "error" and refused["code"] == "protocol.invalid"
         await communicator.receive_nothing(0.3)
         await communicator.disconnect()
 
@@ -207,7 +212,7 @@ def test_a_gpu_of_another_host_cannot_be_written():
     attacker, token = enrolled_host("attacker")
     agent = SimAgent(["a30-24gb"], seed=7)
     victim_agent = SimAgent(["a30-24gb"], seed=7)  # same seed: the same GPU UUID
-    from fleet.inventory.agents import agent_hello
+    from fleet.agents.discovery import agent_hello
 
     agent_hello(host=victim, hello=victim_agent.hello())
 
@@ -315,7 +320,7 @@ def test_mps_runs_only_in_the_mig_instances_that_ask_for_it():
     assert daemons[by_start[0]]["default_active_thread_percentage"] == 40
 
 
-def test_a_message_that_is_not_json_is_ignored_and_the_socket_stays_up():
+def test_a_message_that_is_not_json_is_refused_and_the_socket_stays_up():
     host, token = enrolled_host()
     agent = SimAgent(["a30-24gb"], seed=3)
 
@@ -323,6 +328,8 @@ def test_a_message_that_is_not_json_is_ignored_and_the_socket_stays_up():
         communicator = await connect(token)
         assert (await communicator.connect())[0]
         await communicator.send_to(text_data="{not json")
+        refused = await communicator.receive_json_from()
+        assert refused["code"] == "protocol.not_json" and refused["refused"] is None
         await communicator.send_json_to(agent.hello())
         assert await communicator.receive_nothing(0.3)
         await communicator.disconnect()

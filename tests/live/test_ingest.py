@@ -10,9 +10,9 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from fleet.agents import ingest as inventory_ingest
+from fleet.agents.discovery import gpus_adopt
 from fleet.core.events import FLEET_GROUP
-from fleet.inventory import ingest as inventory_ingest
-from fleet.inventory.agents import gpus_adopt
 from fleet.inventory.models import Gpu, Host
 from fleet.inventory.selectors import latest_telemetry
 from fleet.inventory.services import host_create

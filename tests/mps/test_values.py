@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fleet.mps import MAX_CLIENTS_PER_GPU, MpsDevice, MpsPolicy, MpsRequest
-from fleet.mps.rules import validate_policy, validate_request
+from fleet.mps.values import validate_policy, validate_request
 
 
 def codes(violations):

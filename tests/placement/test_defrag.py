@@ -3,11 +3,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.mig import Instance, valid_layouts, validate_layout
+from fleet.mig import Instance, product_by_key, valid_layouts, validate_layout
 from fleet.mps import MpsRequest
 from fleet.placement.defrag import Move, plan_free_gpus, plan_moves
 from fleet.placement.fit import eligibility, rank
-from fleet.placement.migbench import resolve_product
 from fleet.placement.snapshot import (
     FleetSnapshot,
     GpuState,
@@ -18,7 +17,8 @@ from fleet.placement.snapshot import (
 )
 
 H100 = "h100-sxm5-80gb"
-PRODUCT = resolve_product(H100)
+PRODUCT = product_by_key(H100)
+assert PRODUCT is not None
 MEM = 81559
 
 
@@ -203,3 +203,17 @@ def test_free_gpu_plans_empty_gpus_without_touching_blocked_targets(
         layout = [Instance(p.profile_id, p.start) for p in gpu.partitions]
         assert validate_layout(PRODUCT, layout) == ()
         assert gpu.id not in plan.freed or not gpu.partitions
+
+
+def test_a_replica_moved_out_of_the_way_keeps_its_profile_name_across_products() -> None:
+    # Profile id 19 is 1g.10gb on an H100 and 1g.18gb on an H200: by id alone the 1g would move
+    # to the H200 into a profile its deployment never asked for.
+    blocked = mig_gpu(1, (19, 0, True))
+    h200 = GpuState(2, 1, "h200-sxm-141gb", 143771, "mig")
+    snapshot = fleet(blocked, h200)
+
+    assert [m.to_gpu for m in plan_moves(snapshot, MigRequest("4g.40gb")).moves] == [2]
+    by_name = plan_moves(
+        snapshot, MigRequest("4g.40gb"), requests={("mig", 10): MigRequest("1g.10gb")}
+    )
+    assert not by_name.fits and by_name.moves == ()

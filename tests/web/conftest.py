@@ -18,6 +18,29 @@ def _signed_in(user: Any) -> Any:
     return client
 
 
+@pytest.fixture(autouse=True)
+def _no_login_failures_counted():
+    """Failed sign-ins are counted in the cache, which outlives a test (and, on Redis, a run)."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def nobody(db) -> Any:
+    """A signed-up user holding no role (no group, not a superuser)."""
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_user("nobody", password=PASSWORD)
+
+
+@pytest.fixture
+def nobody_web(nobody) -> Any:
+    return _signed_in(nobody)
+
+
 @pytest.fixture
 def viewer_web(viewer) -> Any:
     return _signed_in(viewer)

@@ -236,3 +236,126 @@ def test_a_frame_of_many_gpus_is_split_so_no_message_nears_the_websocket_limit(v
         await communicator.disconnect()
 
     run(scenario)
+
+
+def signed_in_socket(user: Any, session_key: str = "") -> WebsocketCommunicator:
+    """A browser socket as the ASGI stack builds it: the user and the session it came with."""
+    from types import SimpleNamespace
+
+    communicator = communicator_for(user)
+    communicator.scope["session"] = SimpleNamespace(session_key=session_key or None)
+    return communicator
+
+
+def new_session_key() -> str:
+    from django.contrib.sessions.backends.db import SessionStore
+
+    store = SessionStore()
+    store.create()
+    return str(store.session_key)
+
+
+def sign_out(user: Any, session_key: str) -> None:
+    """What ``POST /logout/`` does: ``logout()`` with that session's request."""
+    from django.contrib.auth import logout
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.test import RequestFactory
+
+    request = RequestFactory().post("/logout/")
+    request.session = SessionStore(session_key=session_key)
+    request.user = user
+    logout(request)
+
+
+async def hello(communicator: WebsocketCommunicator) -> None:
+    assert (await communicator.connect())[0]
+    assert (await communicator.receive_json_from(timeout=1))["type"] == "hello"
+
+
+def test_signing_out_closes_that_sessions_sockets_with_4401(viewer, operator):
+    from channels.db import database_sync_to_async
+
+    async def scenario():
+        laptop_key = await database_sync_to_async(new_session_key)()
+        phone_key = await database_sync_to_async(new_session_key)()
+        laptop_tabs = [signed_in_socket(viewer, laptop_key) for _ in range(2)]
+        phone = signed_in_socket(viewer, phone_key)
+        colleague = signed_in_socket(operator, await database_sync_to_async(new_session_key)())
+        for socket in [*laptop_tabs, phone, colleague]:
+            await hello(socket)
+        await database_sync_to_async(sign_out)(viewer, laptop_key)
+        for tab in laptop_tabs:
+            closed = await tab.receive_output(timeout=1)
+            assert closed == {"type": "websocket.close", "code": CLOSE_UNAUTHENTICATED}
+        # The same user's other session, and other users, keep their sockets.
+        assert await phone.receive_nothing(timeout=0.2)
+        assert await colleague.receive_nothing(timeout=0.05)
+        await phone.send_json_to({"type": "ping"})
+        assert (await phone.receive_json_from(timeout=1)) == {"type": "pong"}
+        await phone.disconnect()
+        await colleague.disconnect()
+
+    run(scenario)
+
+
+def test_deactivating_a_user_closes_every_socket_of_theirs_with_4401(viewer):
+    from channels.db import database_sync_to_async
+
+    def deactivate() -> None:
+        viewer.is_active = False
+        viewer.save()
+
+    async def scenario():
+        tabs = [signed_in_socket(viewer, await database_sync_to_async(new_session_key)())]
+        tabs.append(signed_in_socket(viewer))
+        for tab in tabs:
+            await hello(tab)
+        await database_sync_to_async(deactivate)()
+        for tab in tabs:
+            closed = await tab.receive_output(timeout=1)
+            assert closed == {"type": "websocket.close", "code": CLOSE_UNAUTHENTICATED}
+
+    run(scenario)
+
+
+def test_losing_every_role_closes_the_sockets_with_4403_but_a_new_role_does_not(viewer, operator):
+    from channels.db import database_sync_to_async
+
+    from fleet.core.roles import Role
+    from fleet.core.services import user_create
+
+    async def scenario():
+        viewer_tab, operator_tab = signed_in_socket(viewer), signed_in_socket(operator)
+        await hello(viewer_tab)
+        await hello(operator_tab)
+        # groups.set() removes the old group before adding the new one: that is no loss.
+        await database_sync_to_async(user_create)(
+            username=operator.username, password=None, role=Role.VIEWER
+        )
+        # The change is in the operations feed (a frame may say so), and the socket stays open.
+        assert all("code" not in f for f in await frames_within(operator_tab, 0.3))
+        await database_sync_to_async(viewer.groups.clear)()
+        closed = await viewer_tab.receive_output(timeout=1)
+        while closed["type"] == "websocket.send":  # the feed's frame may come first
+            closed = await viewer_tab.receive_output(timeout=1)
+        assert closed == {"type": "websocket.close", "code": CLOSE_FORBIDDEN}
+        await operator_tab.disconnect()
+
+    run(scenario)
+
+
+def test_removing_a_user_from_the_group_closes_their_sockets(viewer):
+    from channels.db import database_sync_to_async
+    from django.contrib.auth.models import Group
+
+    def remove_from_group() -> None:
+        Group.objects.get(name="viewer").user_set.remove(viewer)
+
+    async def scenario():
+        tab = signed_in_socket(viewer)
+        await hello(tab)
+        await database_sync_to_async(remove_from_group)()
+        closed = await tab.receive_output(timeout=1)
+        assert closed == {"type": "websocket.close", "code": CLOSE_FORBIDDEN}
+
+    run(scenario)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from fleet.allocations.models import Allocation
-from fleet.partitioning.models import Operation
+from fleet.core.models import Operation
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,5 @@
-"""``python manage.py create_api_token USER [--role R] [--name N]``: print a new API token."""
+"""``python manage.py create_api_token USER [--role R] [--name N] [--expires-in-days D]``: print
+a new API token."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from fleet.core.errors import ServiceError
 from fleet.core.roles import Role
 from fleet.core.services import api_token_create, user_create
 
@@ -20,6 +22,12 @@ class Command(BaseCommand):
             "--role", choices=["viewer", "operator", "admin"], help="create or re-role the user"
         )
         parser.add_argument("--name", default="cli", help="a label for the token")
+        parser.add_argument(
+            "--expires-in-days",
+            type=int,
+            default=None,
+            help="the token stops working after this many days (default: never)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         username = options["username"]
@@ -29,5 +37,10 @@ class Command(BaseCommand):
             user = get_user_model().objects.filter(username=username).first()
             if user is None:
                 raise CommandError(f"No user {username!r}; pass --role to create one.")
-        _, secret = api_token_create(user=user, name=options["name"])
+        try:
+            _, secret = api_token_create(
+                user=user, name=options["name"], expires_in_days=options["expires_in_days"]
+            )
+        except ServiceError as error:
+            raise CommandError(error.message) from None
         self.stdout.write(secret)

@@ -1,0 +1,87 @@
+"""Reads on desired state: the per-host document an agent must realise."""
+
+from __future__ import annotations
+
+from fleet.allocations.models import Allocation, RequestKind
+from fleet.allocations.workloads import workload_of
+from fleet.inventory.models import Host, SharingMode
+from fleet.partitioning import converters
+from fleet.partitioning.models import Partition, PartitionKind
+from hostagent import protocol
+
+
+def partition_key(partition: Partition) -> str:
+    """The stable key of a partition in the desired-state document."""
+    if partition.kind == PartitionKind.MIG:
+        return f"p{partition.pk}:{partition.profile_id}@{partition.start}"
+    return f"p{partition.pk}:gpu"
+
+
+def _mps(partition: Partition | None, *, per_instance: bool) -> protocol.DesiredMps:
+    """A partition's MPS policy on the wire (the agent sets the daemon's defaults from it)."""
+    policy = converters.mps_policy(partition) if partition and partition.mps_enabled else None
+    return {
+        "enabled": policy is not None,
+        "per_instance": per_instance,
+        "default_active_thread_percentage": policy.default_active_thread_percentage
+        if policy
+        else None,
+        "default_pinned_mem_limit_mib": policy.default_pinned_mem_limit_mib if policy else None,
+    }
+
+
+def host_desired_state(host: Host) -> protocol.DesiredState:
+    """Generation ``host.desired_generation`` of the host's desired state, built from the rows."""
+    gpus: dict[str, protocol.DesiredGpu] = {}
+    partitions = (
+        Partition.objects.filter(gpu__host=host).select_related("gpu").order_by("gpu_id", "start")
+    )
+    allocations = (
+        Allocation.objects.placed()  # a releasing replica is left out: the agent stops it
+        .filter(gpu__host=host)
+        .select_related("deployment", "partition", "gpu")
+        .order_by("deployment_id", "replica", "gpu_slot")
+    )
+    by_gpu: dict[int, list[Partition]] = {}
+    for partition in partitions:
+        by_gpu.setdefault(partition.gpu_id, []).append(partition)
+    for gpu in host.gpus.all().order_by("index"):
+        parts = by_gpu.get(gpu.pk, [])
+        whole = next((p for p in parts if p.kind == PartitionKind.GPU), None)
+        mig_parts = [p for p in parts if p.kind == PartitionKind.MIG]
+        gpus[gpu.uuid] = {
+            "mode": gpu.mode,  # type: ignore[typeddict-item]
+            "mig_enabled": gpu.mode == SharingMode.MIG,
+            # Each MIG instance says whether an MPS daemon runs inside it, with its own limits.
+            "instances": [
+                {
+                    "key": partition_key(p),
+                    "profile_id": int(p.profile_id or 0),
+                    "start": p.start,
+                    "mps": _mps(p, per_instance=True),
+                }
+                for p in mig_parts
+            ],
+            "mps": _mps(whole, per_instance=False),
+            "allocations": [],
+        }
+    for allocation in allocations:
+        entry = gpus.get(allocation.gpu.uuid)
+        if entry is None:
+            continue
+        entry["allocations"].append(
+            {
+                "key": f"a{allocation.pk}:{allocation.deployment.name}[{allocation.replica}]",
+                "gpu_uuid": allocation.gpu.uuid,
+                "partition_key": partition_key(allocation.partition)
+                if allocation.partition.kind == PartitionKind.MIG
+                else None,
+                "memory_mib": allocation.memory_mib if allocation.kind == RequestKind.MPS else None,
+                "max_compute_percent": allocation.compute_percent,
+                "allocation_id": allocation.pk,
+                "deployment": allocation.deployment.name,
+                "replica": allocation.replica,
+                "workload": workload_of(allocation.deployment, allocation),
+            }
+        )
+    return {"type": "desired_state", "generation": int(host.desired_generation), "gpus": gpus}

@@ -1,0 +1,438 @@
+"""Hosts in maintenance: cordon, uncordon, and drain a whole host.
+
+A cordoned host takes no new replicas (the snapshot marks it cordoned, and the engine refuses it
+with ``placement.cordoned``). A **host drain** is one ``drain_host`` operation: the host is set
+``draining``, its replicas move off one at a time, make before break
+(:func:`fleet.allocations.moves.allocation_move_anywhere`); a replica with nowhere to go is
+reported in the operation (``payload["stuck"]``) and tried again on every advance until the
+deadline, or stopped when the drain was asked with ``force``. Once nothing is left on the host
+it is ``maintenance``: it takes nothing until it is uncordoned. A drain ``at`` a later time waits
+(``payload["step"] == "scheduled"``, status ``pending``) until then; uncordon cancels it.
+
+:func:`host_drain_advance` is safe to call any time: after each workload report (a move it waits
+for may have finished), and from beat (the schedule, deadlines).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from fleet.allocations.models import Allocation
+from fleet.allocations.moves import allocation_move_anywhere, moves_cancel_onto
+from fleet.allocations.services import deployment_evict
+from fleet.core.errors import Conflict, NotFound, ServiceError
+from fleet.core.events import publish_changed
+from fleet.core.jobs import advance_after_commit
+from fleet.core.models import Operation, OperationKind, OperationStatus
+from fleet.core.operations import operation_finish, operation_record, operation_step
+from fleet.inventory.models import HELD_STATUSES, Gpu, Host, HostStatus
+
+logger = logging.getLogger(__name__)
+
+RUNNING = (OperationStatus.PENDING, OperationStatus.DISPATCHED)
+MAX_SCHEDULE_AHEAD = timedelta(days=30)
+DEFAULT_TIMEOUT_S = 1800.0
+RETRY_STUCK_S = 5.0
+# What a host can be drained (or cordoned) from: an operator's cordon, or ready. An offline or
+# unhealthy host has its own handling (fleet.allocations.offline, health).
+DRAINABLE = (HostStatus.READY, HostStatus.CORDONED)
+
+
+class HostDrainStep(StrEnum):
+    """Where a host drain is (``payload["step"]``)."""
+
+    SCHEDULED = "scheduled"
+    MOVE = "move"
+    WAIT_EMPTY = "wait_empty"
+    DONE = "done"
+    FAILED = "failed"
+
+
+def lock_host(host_id: int) -> Host:
+    host = Host.objects.select_for_update().filter(pk=host_id).first()
+    if host is None:
+        raise NotFound("host.not_found", f"Host {host_id} does not exist.", {"host": host_id})
+    return host
+
+
+def _set_status(host: Host, status: str) -> None:
+    Host.objects.filter(pk=host.pk).update(status=status, updated_at=timezone.now())
+    host.status = status
+    publish_changed("host", [host.pk])
+    publish_changed("gpu", list(Gpu.objects.filter(host=host).values_list("pk", flat=True)))
+
+
+def _open_drain(host: Host) -> Operation | None:
+    return (
+        Operation.objects.select_for_update()
+        .filter(kind=OperationKind.DRAIN_HOST, host=host, status__in=RUNNING)
+        .first()
+    )
+
+
+@transaction.atomic
+def host_cordon(*, host_id: int, requested_by: Any = None) -> Operation:
+    """Take the host out of placement: it keeps what it runs and takes nothing new."""
+    host = lock_host(host_id)
+    if host.status in (HostStatus.DRAINING, HostStatus.MAINTENANCE):
+        raise Conflict(
+            "host.held",
+            f"{host} is {host.status}: it already takes no new replicas.",
+            {"status": host.status},
+        )
+    if host.status not in DRAINABLE:
+        raise Conflict(
+            "host.not_ready",
+            f"{host} is {host.status}; only a ready host can be cordoned.",
+            {"status": host.status},
+        )
+    _set_status(host, HostStatus.CORDONED)
+    return operation_record(
+        kind=OperationKind.CORDON_HOST,
+        summary=f"Cordoned host {host}",
+        requested_by=requested_by,
+        host=host,
+        status=OperationStatus.SUCCEEDED,
+    )
+
+
+@transaction.atomic
+def host_uncordon(*, host_id: int, requested_by: Any = None) -> Operation:
+    """Return the host to service (cordoned, draining or in maintenance: ready again), and
+    cancel its drain, running or scheduled. Replicas already moved stay where they went."""
+    host = lock_host(host_id)
+    cancelled = _open_drain(host)
+    if cancelled is not None:
+        who = getattr(requested_by, "username", "") or "an operator"
+        _finish(cancelled, OperationStatus.FAILED, f"cancelled: {host} uncordoned by {who}")
+    was = host.status
+    if was in HELD_STATUSES:
+        _set_status(host, HostStatus.READY)
+    elif cancelled is None:
+        raise Conflict(
+            "host.not_cordoned",
+            f"{host} is {was}: it is not cordoned and has no drain to cancel.",
+            {"status": was},
+        )
+    note = f" (drain {cancelled.pk} cancelled)" if cancelled is not None else ""
+    return operation_record(
+        kind=OperationKind.UNCORDON_HOST,
+        summary=f"Uncordoned host {host}{note}",
+        requested_by=requested_by,
+        host=host,
+        status=OperationStatus.SUCCEEDED,
+        payload={"was": was, "cancelled": cancelled.pk if cancelled is not None else None},
+    )
+
+
+@transaction.atomic
+def host_drain(
+    *,
+    host_id: int,
+    at: datetime | None = None,
+    force: bool = False,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    requested_by: Any = None,
+    now: datetime | None = None,
+) -> Operation:
+    """Drain the host now, or ``at`` a later time (at most 30 days ahead): its replicas move
+    off one at a time, make before break, then it is in maintenance. Returns the operation."""
+    now = now or timezone.now()
+    if at is not None and not now < at <= now + MAX_SCHEDULE_AHEAD:
+        raise ServiceError(
+            "drain.at_invalid",
+            "'at' must be in the future and at most 30 days ahead.",
+            {
+                "field": "at",
+                "now": now.isoformat(),
+                "latest": (now + MAX_SCHEDULE_AHEAD).isoformat(),
+            },
+        )
+    host = lock_host(host_id)
+    running = _open_drain(host)
+    if running is not None:
+        raise Conflict(
+            "host.drain_in_progress",
+            f"{host} already has a drain (operation {running.pk}); uncordon cancels it.",
+            {"operation": running.pk},
+        )
+    if host.status not in DRAINABLE:
+        raise Conflict(
+            "host.not_ready",
+            f"{host} is {host.status}; only a ready or cordoned host can be drained.",
+            {"status": host.status},
+        )
+    when = f" at {at.isoformat(timespec='minutes')}" if at is not None else ""
+    operation = operation_record(
+        kind=OperationKind.DRAIN_HOST,
+        summary=f"Drain host {host}{when}",
+        requested_by=requested_by,
+        host=host,
+        status=OperationStatus.PENDING if at is not None else OperationStatus.DISPATCHED,
+        payload={
+            "step": HostDrainStep.SCHEDULED,
+            "steps": [],
+            "at": (at or now).isoformat(),
+            "force": force,
+            "timeout_s": timeout_s,
+            "moves": [],
+            "stuck": {},
+            "stopped": [],
+        },
+    )
+    if at is None:
+        _start(operation, host, now)
+    else:
+        publish_changed("host", [host.pk])
+    advance_after_commit(operation.pk)
+    return operation
+
+
+def _start(operation: Operation, host: Host, now: datetime) -> None:
+    cancelled = []
+    for gpu_id in Gpu.objects.filter(host=host).values_list("pk", flat=True):
+        cancelled += moves_cancel_onto(gpu_id=gpu_id, reason=f"{host} is draining")
+    was = host.status
+    _set_status(host, HostStatus.DRAINING)
+    Operation.objects.filter(pk=operation.pk).update(
+        status=OperationStatus.DISPATCHED, dispatched_at=now
+    )
+    operation.status = OperationStatus.DISPATCHED
+    deadline = now + timedelta(seconds=float(operation.payload["timeout_s"]))
+    _step(
+        operation,
+        HostDrainStep.MOVE,
+        f"{host} is draining: it takes no new replicas"
+        + (f"; {len(cancelled)} move(s) onto it cancelled" if cancelled else ""),
+        was_status=was,
+        deadline=deadline.isoformat(),
+    )
+
+
+def host_drain_advance(*, operation_id: int) -> str:
+    """Move the host drain forward as far as it can go now; returns the step it is at."""
+    with transaction.atomic():
+        operation = (
+            Operation.objects.select_for_update()
+            .filter(pk=operation_id, kind=OperationKind.DRAIN_HOST, status__in=RUNNING)
+            .first()
+        )
+        if operation is None:
+            return HostDrainStep.DONE
+        try:
+            return _advance(operation)
+        except ServiceError as error:
+            _fail(operation, error.message)
+            return HostDrainStep.FAILED
+
+
+def _advance(operation: Operation) -> str:
+    assert operation.host_id is not None
+    now = timezone.now()
+    step = operation.payload["step"]
+    if step == HostDrainStep.SCHEDULED:
+        at = parse_datetime(operation.payload["at"])
+        if at is not None and now < at:
+            return HostDrainStep.SCHEDULED
+        host = lock_host(operation.host_id)
+        if host.status not in DRAINABLE:
+            _finish(
+                operation,
+                OperationStatus.FAILED,
+                f"{host} was {host.status} at the scheduled time; nothing was moved",
+            )
+            return HostDrainStep.FAILED
+        _start(operation, host, now)
+        step = HostDrainStep.MOVE
+    host = Host.objects.get(pk=operation.host_id)
+    if step == HostDrainStep.MOVE:
+        waiting = _move_next(operation, host)
+        if waiting:
+            return _check_deadline(operation, waiting)
+        _step(operation, HostDrainStep.WAIT_EMPTY, _moved_note(operation))
+        step = HostDrainStep.WAIT_EMPTY
+    if step == HostDrainStep.WAIT_EMPTY:
+        stopping = Allocation.objects.filter(gpu__host=host).count()
+        if stopping:
+            return _check_deadline(operation, f"{stopping} workload(s) on {host} still stopping")
+        Host.objects.filter(pk=host.pk, status=HostStatus.DRAINING).update(
+            status=HostStatus.MAINTENANCE, updated_at=now
+        )
+        publish_changed("host", [host.pk])
+        _finish(
+            operation,
+            OperationStatus.SUCCEEDED,
+            f"{host} is empty and in maintenance; uncordon it to return it to service",
+        )
+        return HostDrainStep.DONE
+    return str(step)
+
+
+def _move_next(operation: Operation, host: Host) -> str:
+    """Start the next move (one at a time); returns what the drain waits for, or "" when every
+    replica is off the host (or stopped)."""
+    payload = operation.payload
+    current = payload.get("current_move")
+    if current is not None:
+        move = Operation.objects.get(pk=current)
+        if move.status in RUNNING:
+            return f"{move.summary}: waiting for the new copy to run"
+        failed = dict(payload.get("failed", {}))
+        if move.status != OperationStatus.SUCCEEDED:
+            failed[str(move.payload.get("from_allocation"))] = move.reason
+        _save(operation, current_move=None, failed=failed)
+    elif _tried_lately(operation):
+        # Replicas with nowhere to go are ranked again at most every RETRY_STUCK_S: every
+        # workload report of the fleet advances the drain, and each try ranks the fleet.
+        return str(operation.payload.get("waiting_for") or "replicas with nowhere to go")
+    stuck: dict[str, str] = {}
+    _save(operation, tried_at=timezone.now().isoformat())
+    for allocation in _to_move(host):
+        key = str(allocation.pk)
+        name = f"{allocation.deployment.name}[{allocation.replica}]"
+        if key in operation.payload.get("failed", {}):
+            stuck[key] = f"{name}: its move failed ({operation.payload['failed'][key]})"
+            continue
+        try:
+            with transaction.atomic():
+                move = allocation_move_anywhere(
+                    allocation_id=allocation.pk,
+                    reason=f"draining host {host} (operation {operation.pk})",
+                )
+        except ServiceError as error:
+            if operation.payload.get("force"):
+                _stop(operation, allocation, error.message)
+                continue
+            stuck[key] = f"{name}: {error.message}"
+            continue
+        moves = [*operation.payload.get("moves", []), move.pk]
+        if move.status in RUNNING:
+            _step(
+                operation,
+                HostDrainStep.MOVE,
+                f"moving {name}, make before break (operation {move.pk})",
+                moves=moves,
+                current_move=move.pk,
+                stuck=stuck,
+            )
+            return f"{move.summary}: waiting for the new copy to run"
+        _save(operation, moves=moves)
+    if stuck != operation.payload.get("stuck"):
+        _save(operation, stuck=stuck)
+    moving = Allocation.objects.filter(
+        gpu__host=host, replaces__isnull=True, successor__isnull=False
+    ).count()
+    if moving:
+        return f"{moving} replica(s) moving off {host} (moves not started by this drain)"
+    if stuck:
+        return f"{len(stuck)} replica(s) have nowhere to go: " + "; ".join(stuck.values())
+    return ""
+
+
+def _tried_lately(operation: Operation) -> bool:
+    if not operation.payload.get("stuck"):
+        return False
+    tried = parse_datetime(str(operation.payload.get("tried_at", "")))
+    return tried is not None and timezone.now() - tried < timedelta(seconds=RETRY_STUCK_S)
+
+
+def _to_move(host: Host) -> list[Allocation]:
+    """One allocation per replica placed on the host and not moving already."""
+    rows = (
+        Allocation.objects.placed()
+        .filter(gpu__host=host, replaces__isnull=True, successor__isnull=True)
+        .select_related("deployment")
+        .order_by("deployment__name", "replica", "gpu_slot")
+    )
+    seen: set[tuple[int, int]] = set()
+    chosen = []
+    for allocation in rows:
+        if (allocation.deployment_id, allocation.replica) not in seen:
+            seen.add((allocation.deployment_id, allocation.replica))
+            chosen.append(allocation)
+    return chosen
+
+
+def _stop(operation: Operation, allocation: Allocation, why: str) -> None:
+    name = f"{allocation.deployment.name}[{allocation.replica}]"
+    deployment_evict(
+        deployment_id=allocation.deployment_id,
+        replica=allocation.replica,
+        requested_by=operation.requested_by,
+    )
+    _step(
+        operation,
+        HostDrainStep.MOVE,
+        f"{name} stopped (force): {why}",
+        stopped=[*operation.payload.get("stopped", []), name],
+    )
+
+
+def _moved_note(operation: Operation) -> str:
+    moved = len(operation.payload.get("moves", []))
+    stopped = len(operation.payload.get("stopped", []))
+    return f"{moved} replica(s) moved" + (f", {stopped} stopped (force)" if stopped else "")
+
+
+def _check_deadline(operation: Operation, waiting_for: str) -> str:
+    deadline = parse_datetime(operation.payload.get("deadline", ""))
+    if deadline is not None and timezone.now() > deadline:
+        _fail(operation, f"stuck for {int(operation.payload['timeout_s'])} s: {waiting_for}")
+        return HostDrainStep.FAILED
+    if operation.payload.get("waiting_for") != waiting_for:
+        _step(
+            operation,
+            operation.payload["step"],
+            f"waiting: {waiting_for}",
+            waiting_for=waiting_for,
+        )
+    return str(operation.payload["step"])
+
+
+def _fail(operation: Operation, reason: str) -> None:
+    """The drain gives up: the host stays out of placement (cordoned) with what it still runs;
+    the replicas that moved stay where they went."""
+    assert operation.host_id is not None
+    Host.objects.filter(pk=operation.host_id, status=HostStatus.DRAINING).update(
+        status=HostStatus.CORDONED, updated_at=timezone.now()
+    )
+    publish_changed("host", [operation.host_id])
+    _finish(operation, OperationStatus.FAILED, f"{reason}; the host stays cordoned")
+
+
+def _save(operation: Operation, **changes: Any) -> None:
+    operation.payload = {**operation.payload, **changes}
+    operation.save(update_fields=["payload", "updated_at"])
+
+
+def _step(operation: Operation, step: str, note: str, **extra: Any) -> None:
+    operation_step(operation, note, step=step, **extra)
+
+
+def _finish(operation: Operation, status: str, reason: str) -> None:
+    operation_finish(
+        operation, status, reason, done=HostDrainStep.DONE, failed=HostDrainStep.FAILED
+    )
+    if operation.host_id is not None:
+        publish_changed("host", [operation.host_id])
+
+
+def host_drains_advance() -> list[str]:
+    """Advance every host drain, scheduled or running: after workload reports, and from beat."""
+    running = Operation.objects.filter(kind=OperationKind.DRAIN_HOST, status__in=RUNNING)
+    return [host_drain_advance(operation_id=pk) for pk in running.values_list("pk", flat=True)]
+
+
+def scheduled_drains(host_ids: list[int]) -> dict[int, Operation]:
+    """The open drain (scheduled or running) of each of these hosts, if any."""
+    rows = Operation.objects.filter(
+        kind=OperationKind.DRAIN_HOST, status__in=RUNNING, host_id__in=host_ids
+    ).order_by("created_at")
+    return {row.host_id: row for row in rows if row.host_id is not None}

@@ -1,0 +1,437 @@
+"""Moves, make before break: a running replica gets a new copy on the target, and the old copy
+is stopped only once the new one runs (its health check passing, when it has one).
+
+One ``move`` operation carries the steps in its ``payload``:
+
+1. **reserve** the target (the placement engine's verdict, under the same locks as ``place``)
+   and write the new copy's allocation beside the old one (``Allocation.replaces``);
+2. **start**: the target's agent is sent the new copy and starts it;
+3. **wait** until the agent reports it ``running``;
+4. **switch**: release the old copy's slice (its workload is stopped first, as on eviction) and
+   the new copy becomes the replica.
+
+A failure at any step (the new copy fails, crash-loops or exits; the deadline passes; someone
+evicts it) releases the target and leaves the old copy running. A replica whose workload Fleet
+does not run (runtime ``none``) has nothing to wait for: its slice moves at once, and the outside
+launcher must restart it there. :func:`move_advance` is safe to call any time: after each
+workload report of the target's host, and from beat.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from fleet.allocations.autoplace import violations_of
+from fleet.allocations.models import Allocation, AllocationState, WorkloadState
+from fleet.allocations.selectors import (
+    deployment_ranking,
+)
+from fleet.allocations.services import lock_deployment, reserve_target
+from fleet.allocations.workloads import allocations_release, runtime_of
+from fleet.core.errors import Conflict, NotFound, RuleViolation, ServiceError
+from fleet.core.events import publish_changed
+from fleet.core.jobs import advance_after_commit
+from fleet.core.models import Operation, OperationKind, OperationStatus
+from fleet.core.operations import operation_finish, operation_record, operation_step
+from fleet.inventory.models import AgentRuntime, Host
+from fleet.partitioning.desired import host_bump_generation, schedule_push
+from fleet.partitioning.models import Partition
+
+logger = logging.getLogger(__name__)
+
+RUNNING = (OperationStatus.PENDING, OperationStatus.DISPATCHED)
+# A stale ranking can make the first choices fail under the locks, as in auto-placement.
+MAX_ATTEMPTS = 5
+# The new copy gave up: the move cannot succeed any more.
+FAILED_STATES = frozenset({WorkloadState.FAILED, WorkloadState.CRASHLOOP, WorkloadState.EXITED})
+
+
+_UNRUN = (
+    "the slice moved at once: Fleet does not run this replica's workload, so its launcher must "
+    "start it on the new slice"
+)
+
+
+class MoveStep(StrEnum):
+    """Where a move is (``payload["step"]``)."""
+
+    WAIT_RUNNING = "wait_running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+def _timeout_s() -> float:
+    return float(getattr(settings, "FLEET_MOVE_TIMEOUT_SECONDS", 300.0))
+
+
+@transaction.atomic
+def allocation_move(
+    *,
+    allocation_id: int,
+    partition_id: int | None = None,
+    gpu_id: int | None = None,
+    start: int | None = None,
+    timeout_s: float | None = None,
+    workload: Any = None,
+    requested_by: Any = None,
+) -> Operation:
+    """Start moving one replica to a partition or a GPU; returns the ``move`` operation.
+
+    The new copy runs what the old one runs, or ``workload`` (a rolling update's new version:
+    checked by the caller)."""
+    if (partition_id is None) == (gpu_id is None):
+        raise ServiceError("move.target_required", "Give exactly one of 'partition' or 'gpu'.")
+    deployment_id = (
+        Allocation.objects.filter(pk=allocation_id).values_list("deployment_id", flat=True).first()
+    )
+    if deployment_id is None:
+        raise NotFound(
+            "allocation.not_found",
+            f"Allocation {allocation_id} does not exist.",
+            {"allocation": allocation_id},
+        )
+    deployment = lock_deployment(deployment_id)
+    old = Allocation.objects.select_related("partition", "gpu__host").get(pk=allocation_id)
+    _check_movable(old, deployment.gpu_count or 1)
+    if partition_id is not None:
+        target_gpu = Partition.objects.filter(pk=partition_id).values_list("gpu_id", flat=True)
+        found = target_gpu.first()
+        if found is None:
+            raise NotFound(
+                "partition.not_found",
+                f"Partition {partition_id} does not exist.",
+                {"partition": partition_id},
+            )
+        gpu_id = found
+        if partition_id == old.partition_id:
+            raise Conflict(
+                "move.same_target",
+                f"{deployment.name}[{old.replica}] already runs on that partition.",
+                {"partition": partition_id},
+            )
+    assert gpu_id is not None
+    if deployment.kind != "mps" and partition_id is None and gpu_id == old.gpu_id:
+        raise Conflict(
+            "move.same_target",
+            f"{deployment.name}[{old.replica}] already runs on that GPU.",
+            {"gpu": gpu_id},
+        )
+    gpu, [new], created, generation = reserve_target(
+        deployment,
+        old.replica,
+        gpu_id=gpu_id,
+        partition_id=partition_id,
+        start=start,
+        conflict="move.conflict",
+        replaces=old,
+        workload=workload if workload is not None else old.workload,
+    )
+    timeout = float(timeout_s if timeout_s is not None else _timeout_s())
+    now = timezone.now()
+    waits = runtime_of(deployment, new) != "none" and gpu.host.runtime != AgentRuntime.NONE
+    operation = operation_record(
+        kind=OperationKind.MOVE,
+        summary=f"Move {deployment.name}[{old.replica}] from {old.partition} to {new.partition}",
+        requested_by=requested_by,
+        gpu=gpu,
+        deployment=deployment,
+        status=OperationStatus.DISPATCHED,
+        payload={
+            "step": MoveStep.WAIT_RUNNING,
+            "steps": [
+                {
+                    "step": "reserve",
+                    "note": f"reserved {new.partition} (generation {generation})",
+                    "at": now.isoformat(),
+                }
+            ],
+            "replica": old.replica,
+            "from_allocation": old.pk,
+            "from_partition": old.partition_id,
+            "from_gpu": old.gpu_id,
+            "to_allocation": new.pk,
+            "to_partition": new.partition_id,
+            "to_gpu": new.gpu_id,
+            "created_partition": created,
+            "make_before_break": waits,
+            "deadline": (now + timedelta(seconds=timeout)).isoformat(),
+            "timeout_s": timeout,
+        },
+    )
+    schedule_push(gpu.host_id)
+    publish_changed("allocation", [old.pk, new.pk])
+    if not waits:  # nothing to wait for: the slice moves now
+        _switch(old, new)
+        _finish(operation, OperationStatus.SUCCEEDED, _UNRUN)
+        operation.refresh_from_db()
+        return operation
+    advance_after_commit(operation.pk)
+    return operation
+
+
+def allocation_move_anywhere(
+    *,
+    allocation_id: int,
+    reason: str = "",
+    workload: Any = None,
+    timeout_s: float | None = None,
+    off_its_gpu: bool = True,
+    avoid_gpus: Collection[int] = (),
+    requested_by: Any = None,
+) -> Operation:
+    """Move one replica to the placement engine's best target (off its own GPU unless
+    ``off_its_gpu`` is false: a rolling update's new copy may run beside the old one). Targets
+    on ``avoid_gpus`` (a rollout's GPUs still to drain: the replica would move again) come after
+    every other, in the engine's order. Raises :class:`RuleViolation` when no target takes
+    it."""
+    allocation = Allocation.objects.select_related("deployment").get(pk=allocation_id)
+    ranking = deployment_ranking(allocation.deployment)
+    targets = [
+        t
+        for t in ranking.feasible
+        if not off_its_gpu or allocation.gpu_id not in (t.gpu_ids or (t.gpu_id,))
+    ]
+    if avoid_gpus:
+        avoid = set(avoid_gpus)
+        targets.sort(key=lambda t: any(g in avoid for g in (t.gpu_ids or (t.gpu_id,))))
+    refusals = [v for refusal in ranking.infeasible[:5] for v in refusal.violations]
+    for target in targets[:MAX_ATTEMPTS]:
+        try:
+            with transaction.atomic():
+                operation = allocation_move(
+                    allocation_id=allocation_id,
+                    partition_id=target.partition_id,
+                    gpu_id=None if target.partition_id is not None else target.gpu_id,
+                    start=target.new_instance.start if target.new_instance else None,
+                    timeout_s=timeout_s,
+                    workload=workload,
+                    requested_by=requested_by,
+                )
+        except (RuleViolation, Conflict) as error:  # taken meanwhile: the next target
+            refusals.extend(violations_of(error))
+            continue
+        if reason:
+            _note(operation, reason)
+        return operation
+    raise RuleViolation(
+        f"No other GPU can take {allocation.deployment.name}[{allocation.replica}].",
+        refusals[:20],
+    )
+
+
+def gpu_moves_start(
+    *,
+    gpu_id: int,
+    reason: str,
+    partitions: Collection[int] | None = None,
+    avoid_gpus: Collection[int] = (),
+) -> tuple[list[int], list[int]]:
+    """A move for every replica on the GPU (or only on ``partitions`` of it) that has somewhere
+    else to go, preferring GPUs not in ``avoid_gpus`` (one savepoint each: a refusal costs only
+    that replica). Returns the move operations started and the allocations that have nowhere to
+    go."""
+    started, stuck = [], []
+    staying = Allocation.objects.placed().filter(
+        gpu_id=gpu_id, replaces__isnull=True, successor__isnull=True
+    )
+    if partitions is not None:
+        staying = staying.filter(partition_id__in=list(partitions))
+    for allocation_id in staying.values_list("pk", flat=True):
+        try:
+            with transaction.atomic():
+                started.append(
+                    allocation_move_anywhere(
+                        allocation_id=allocation_id, reason=reason, avoid_gpus=avoid_gpus
+                    ).pk
+                )
+        except ServiceError as error:
+            logger.info("allocation %s cannot move off GPU %s: %s", allocation_id, gpu_id, error)
+            stuck.append(allocation_id)
+    return started, stuck
+
+
+def moves_cancel_onto(
+    *, gpu_id: int, reason: str, partitions: Collection[int] | None = None
+) -> list[int]:
+    """Fail the running moves whose new copy is on ``gpu_id`` (or only on ``partitions`` of
+    it: a reshape keeps the others) that a drain empties: their old copies keep running.
+    Returns the operations failed."""
+    cancelled = []
+    arriving = Allocation.objects.filter(gpu_id=gpu_id, replaces__isnull=False)
+    if partitions is not None:
+        arriving = arriving.filter(partition_id__in=list(partitions))
+    for new in arriving:
+        operation = (
+            Operation.objects.select_for_update()
+            .filter(kind=OperationKind.MOVE, status__in=RUNNING, payload__to_allocation=new.pk)
+            .first()
+        )
+        full = Allocation.objects.select_related("gpu__host", "deployment").get(pk=new.pk)
+        _rollback(full)
+        if operation is not None:
+            _finish(operation, OperationStatus.FAILED, f"{reason}; the old copy keeps running")
+            cancelled.append(operation.pk)
+    return cancelled
+
+
+def _check_movable(old: Allocation, gpu_count: int) -> None:
+    name = f"{old.deployment.name}[{old.replica}]"
+    if old.state == AllocationState.RELEASING:
+        raise Conflict(
+            "move.not_placed", f"{name} is being released: there is nothing to move.", {}
+        )
+    if old.replaces_id is not None or Allocation.objects.filter(replaces=old).exists():
+        running = (
+            Operation.objects.filter(kind=OperationKind.MOVE, status__in=RUNNING)
+            .filter(deployment_id=old.deployment_id)
+            .values_list("pk", flat=True)
+            .first()
+        )
+        raise Conflict(
+            "move.in_progress",
+            f"{name} is already moving (operation {running}).",
+            {"operation": running},
+        )
+    if gpu_count > 1:
+        raise Conflict(
+            "move.multi_gpu",
+            f"{name} spans {gpu_count} GPUs; moving it is not supported yet: evict it and place "
+            "it again.",
+            {"gpu_count": gpu_count},
+        )
+
+
+def move_advance(*, operation_id: int) -> str:
+    """Move the move forward as far as it can go now; returns the step it is at."""
+    with transaction.atomic():
+        operation = (
+            Operation.objects.select_for_update()
+            .filter(pk=operation_id, kind=OperationKind.MOVE, status__in=RUNNING)
+            .first()
+        )
+        if operation is None:
+            return MoveStep.DONE
+        try:
+            return _advance(operation)
+        except ServiceError as error:
+            _finish(operation, OperationStatus.FAILED, error.message)
+            return MoveStep.FAILED
+
+
+def _advance(operation: Operation) -> str:
+    payload = operation.payload
+    assert operation.deployment_id is not None
+    lock_deployment(operation.deployment_id, allow_deleting=True)  # as place and evict do
+    new = Allocation.objects.select_related("gpu__host").filter(pk=payload["to_allocation"]).first()
+    old = (
+        Allocation.objects.select_related("gpu__host", "deployment")
+        .filter(pk=payload["from_allocation"])
+        .first()
+    )
+    if new is None or new.state == AllocationState.RELEASING:
+        _finish(
+            operation,
+            OperationStatus.FAILED,
+            "the new copy was evicted during the move; the old copy stays",
+        )
+        return MoveStep.FAILED
+    if old is None or old.state == AllocationState.RELEASING:
+        _promote(new)
+        _finish(
+            operation,
+            OperationStatus.SUCCEEDED,
+            "the old copy was evicted during the move; the new copy stays",
+        )
+        return MoveStep.DONE
+    if not payload["make_before_break"]:
+        _switch(old, new)
+        _finish(operation, OperationStatus.SUCCEEDED, _UNRUN)
+        return MoveStep.DONE
+    if new.workload_state == WorkloadState.RUNNING:
+        _switch(old, new)
+        payload = {**operation.payload, "running_at": timezone.now().isoformat()}
+        operation.payload = payload
+        _finish(
+            operation,
+            OperationStatus.SUCCEEDED,
+            f"the new copy runs on {new.gpu}; the old copy on {old.gpu} is stopping",
+        )
+        return MoveStep.DONE
+    if new.workload_state in FAILED_STATES:
+        detail = f": {new.workload_message}" if new.workload_message else ""
+        _rollback(new)
+        _finish(
+            operation,
+            OperationStatus.FAILED,
+            f"the new copy {new.workload_state}{detail}; the old copy keeps running",
+        )
+        return MoveStep.FAILED
+    deadline = parse_datetime(payload["deadline"])
+    if deadline is not None and timezone.now() > deadline:
+        _rollback(new)
+        _finish(
+            operation,
+            OperationStatus.FAILED,
+            f"the new copy was not running within {int(payload['timeout_s'])} s (it was "
+            f"{new.workload_state}); the old copy keeps running",
+        )
+        return MoveStep.FAILED
+    waiting = f"waiting for the new copy to run ({new.workload_state})"
+    if payload.get("waiting_for") != waiting:
+        _note(operation, waiting, waiting_for=waiting)
+    return MoveStep.WAIT_RUNNING
+
+
+def _switch(old: Allocation, new: Allocation) -> None:
+    """Release the old copy (its workload stops first) and make the new one the replica."""
+    Host.objects.select_for_update().get(pk=old.gpu.host_id)
+    # Out of the replica's place first: deleting it would point the new copy at nothing while
+    # the old row still stands, two copies of one replica.
+    Allocation.objects.filter(pk=old.pk).update(state=AllocationState.RELEASING)
+    allocations_release([old])
+    host_bump_generation(old.gpu.host_id)
+    schedule_push(old.gpu.host_id)
+    _promote(new)
+    publish_changed("gpu", [old.gpu_id, new.gpu_id])
+
+
+def _promote(new: Allocation) -> None:
+    Allocation.objects.filter(pk=new.pk).update(replaces=None, updated_at=timezone.now())
+    publish_changed("allocation", [new.pk])
+    publish_changed("deployment", [new.deployment_id])
+
+
+def _rollback(new: Allocation) -> None:
+    """Release the target: the new copy stops, the old copy was never touched."""
+    Host.objects.select_for_update().get(pk=new.gpu.host_id)
+    allocations_release([new])
+    host_bump_generation(new.gpu.host_id)
+    schedule_push(new.gpu.host_id)
+    publish_changed("gpu", [new.gpu_id])
+    publish_changed("deployment", [new.deployment_id])
+
+
+def _note(operation: Operation, note: str, **extra: Any) -> None:
+    operation_step(operation, note, **extra)
+
+
+def _finish(operation: Operation, status: str, reason: str) -> None:
+    operation_finish(operation, status, reason, done=MoveStep.DONE, failed=MoveStep.FAILED)
+
+
+def moves_advance(host_id: int | None = None) -> list[str]:
+    """Advance every running move (whose new copy is on ``host_id``): after each workload
+    report of that host, and from beat (deadlines)."""
+    running = Operation.objects.filter(kind=OperationKind.MOVE, status__in=RUNNING)
+    if host_id is not None:
+        running = running.filter(host_id=host_id)
+    return [move_advance(operation_id=pk) for pk in running.values_list("pk", flat=True)]

@@ -1,0 +1,232 @@
+"""What replicas run, and what holds their slices while it stops.
+
+A deployment's ``workload`` (:class:`hostagent.protocol.Workload`) goes to the agent in each
+replica's desired allocation; the agent starts, watches and stops it and reports its state
+(:func:`workloads_record`). An evicted replica whose workload may still run is not deleted: it
+becomes ``releasing``, leaves the desired state (so the agent stops it) and keeps its slice
+reserved until the agent says nothing runs for it any more. Only then is the slice free for
+another replica: two workloads never share a slice, whatever the order of events.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from fleet.allocations.models import Allocation, AllocationState, Deployment, WorkloadState
+from fleet.core import alerts
+from fleet.core.errors import ServiceError
+from fleet.core.events import publish_changed
+from fleet.inventory.models import AgentRuntime, Host
+from hostagent import protocol
+
+logger = logging.getLogger(__name__)
+
+# States in which nothing runs for a replica: its slice can be released at once.
+IDLE_STATES = frozenset({WorkloadState.NONE, WorkloadState.EXITED, WorkloadState.FAILED})
+
+
+def workload_from_input(data: Mapping[str, Any] | None) -> protocol.Workload:
+    """The full workload for an API input (missing fields at their defaults), checked by the
+    protocol's own rules; :class:`ServiceError` ``workload.invalid`` names each broken field."""
+    workload = protocol.default_workload()
+    if data:
+        for key, value in data.items():
+            if key in workload:
+                workload[key] = value  # type: ignore[literal-required]
+        health = data.get("health")
+        if isinstance(health, dict):
+            workload["health"] = {**protocol.default_health(), **health}
+    try:
+        checked: protocol.Workload = protocol.validate(workload, protocol.Workload)
+    except protocol.ProtocolError as error:
+        raise ServiceError(
+            "workload.invalid",
+            f"The workload is not valid: {error.reason}",
+            {"field": error.path.removeprefix("$.").removeprefix("$") or "workload"},
+        ) from None
+    problems = protocol.workload_problems(checked)
+    if problems:
+        raise ServiceError(
+            "workload.invalid",
+            f"The workload is not valid: {problems[0][1]}",
+            {"problems": [{"field": field, "message": message} for field, message in problems]},
+        )
+    return checked
+
+
+def _stored(deployment: Deployment, allocation: Allocation | None) -> Any:
+    if allocation is not None and allocation.workload is not None:
+        return allocation.workload
+    return deployment.workload
+
+
+def workload_of(deployment: Deployment, allocation: Allocation | None = None) -> protocol.Workload:
+    """What the replica copy ``allocation`` runs (the one it was placed with), else the
+    deployment's workload; checked again (a row edited by hand that breaks the rules runs
+    nothing rather than reaching an agent)."""
+    try:
+        return workload_from_input(_stored(deployment, allocation))
+    except ServiceError:
+        logger.warning(
+            "deployment %s: stored workload is not valid; running nothing", deployment.pk
+        )
+        return protocol.default_workload()
+
+
+def runtime_of(deployment: Deployment, allocation: Allocation | None = None) -> str:
+    stored = _stored(deployment, allocation)
+    workload = stored if isinstance(stored, dict) else {}
+    return str(workload.get("runtime", "none"))
+
+
+def can_run(host_runtime: str, workload_runtime: str) -> bool:
+    """Whether an agent with ``host_runtime`` runs a workload of ``workload_runtime``."""
+    return host_runtime in protocol.RUNS_ON.get(workload_runtime, frozenset())
+
+
+def allocations_release(allocations: Iterable[Allocation]) -> list[Allocation]:
+    """Take replicas off their slices: delete the rows whose workload cannot be running (runtime
+    ``none``, an agent that runs nothing, a state in :data:`IDLE_STATES`), mark the others
+    ``releasing``. Returns those still releasing. Call under the host's row lock."""
+    now = timezone.now()
+    gone, held = [], []
+    for allocation in allocations:
+        host_runtime = allocation.gpu.host.runtime
+        runs_something = runtime_of(allocation.deployment, allocation) != "none"
+        if (
+            not runs_something
+            or host_runtime == AgentRuntime.NONE
+            or allocation.workload_state in IDLE_STATES
+        ):
+            gone.append(allocation.pk)
+        else:
+            held.append(allocation)
+    if gone:
+        Allocation.objects.filter(pk__in=gone).delete()
+    if held:
+        Allocation.objects.filter(pk__in=[a.pk for a in held]).update(
+            state=AllocationState.RELEASING, released_at=now, updated_at=now
+        )
+        for allocation in held:
+            allocation.state = AllocationState.RELEASING
+            allocation.released_at = now
+    return held
+
+
+@dataclass(frozen=True)
+class Recorded:
+    changed: list[int]
+    released: list[int]
+
+
+_STATUS_FIELDS = ("workload_state", "started_at", "exit_code", "restarts", "workload_message")
+
+
+@transaction.atomic
+def workloads_record(
+    *, host_id: int, statuses: list[protocol.WorkloadStatus], full: bool
+) -> Recorded:
+    """Store what a host's agent reports about its replicas' workloads.
+
+    Only the host's own allocations are touched (an id of another host's is ignored). A
+    releasing replica reported ``none`` (or missing from a ``full`` report) is deleted: its
+    slice is free. Locks the host row first, as placements and evictions do (after the
+    deployment, which this never locks), so the two cannot deadlock.
+    """
+    Host.objects.select_for_update().filter(pk=host_id).first()
+    by_id = {s["allocation_id"]: s for s in statuses}
+    query = Allocation.objects.select_for_update().filter(gpu__host_id=host_id)
+    if not full:
+        query = query.filter(pk__in=list(by_id))
+    rows = list(query.only("pk", "state", "deployment_id", "gpu_id", "replica", *_STATUS_FIELDS))
+    changed: list[Allocation] = []
+    released: list[Allocation] = []
+    crashlooping: list[Allocation] = []
+    for row in rows:
+        status = by_id.get(row.pk)
+        releasing = row.state == AllocationState.RELEASING
+        if releasing and (status is None or status["state"] == "none"):
+            released.append(row)
+        elif status is not None:
+            was = row.workload_state
+            if _apply(row, status):
+                changed.append(row)
+                if row.workload_state == WorkloadState.CRASHLOOP != was:
+                    crashlooping.append(row)
+    now = timezone.now()
+    for row in changed:
+        row.updated_at = now
+    if changed:
+        Allocation.objects.bulk_update(changed, [*_STATUS_FIELDS, "updated_at"])
+    if released:
+        Allocation.objects.filter(pk__in=[r.pk for r in released]).delete()
+        logger.info(
+            "host %s: %d slice(s) released, their workloads stopped", host_id, len(released)
+        )
+        deployments = sorted({r.deployment_id for r in released})
+        transaction.on_commit(lambda: deployments_finalize(deployments), robust=True)
+    _alert_crashloops(crashlooping)
+    publish_changed("gpu", [r.gpu_id for r in (*changed, *released)])
+    publish_changed("allocation", [r.pk for r in changed])
+    publish_changed("deployment", [r.deployment_id for r in (*changed, *released)])
+    return Recorded(changed=[r.pk for r in changed], released=[r.pk for r in released])
+
+
+def _alert_crashloops(rows: list[Allocation]) -> None:
+    if not rows:
+        return
+    names = dict(
+        Deployment.objects.filter(pk__in={r.deployment_id for r in rows}).values_list("pk", "name")
+    )
+    for row in rows:
+        name = names.get(row.deployment_id, str(row.deployment_id))
+        replica = row.replica
+        alerts.alert_emit(
+            event=alerts.REPLICA_CRASHLOOP,
+            summary=f"{name}[{replica}] is in a crash loop after {row.restarts} restarts: "
+            f"{row.workload_message}",
+            subject={
+                "deployment": {"id": row.deployment_id, "name": name},
+                "replica": replica,
+                "allocation": {"id": row.pk},
+                "gpu": {"id": row.gpu_id},
+            },
+        )
+
+
+def _apply(row: Allocation, status: protocol.WorkloadStatus) -> bool:
+    started = status["started_at"]
+    values: dict[str, Any] = {
+        "workload_state": status["state"],
+        "started_at": datetime.fromtimestamp(started, tz=UTC) if started is not None else None,
+        "exit_code": status["exit_code"],
+        "restarts": status["restarts"],
+        "workload_message": status["message"][:256],
+    }
+    if all(getattr(row, name) == value for name, value in values.items()):
+        return False
+    for name, value in values.items():
+        setattr(row, name, value)
+    return True
+
+
+@transaction.atomic
+def deployments_finalize(deployment_ids: list[int]) -> list[int]:
+    """Delete the deployments being deleted that hold no slice any more; returns their ids."""
+    done = []
+    for deployment in Deployment.objects.select_for_update().filter(
+        pk__in=deployment_ids, deleting=True
+    ):
+        if not deployment.allocations.exists():
+            done.append(deployment.pk)
+            deployment.delete()
+    if done:
+        publish_changed("deployment", done)
+    return done

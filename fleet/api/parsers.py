@@ -1,0 +1,102 @@
+"""JSON request bodies with a size cap and a nesting cap, refused with the error envelope.
+
+DRF hands a ``JSONParser`` the whole of ``request.body`` (``DATA_UPLOAD_MAX_MEMORY_SIZE``, one
+limit for every endpoint, refused with Django's plain 400). These parsers are not ``JSONParser``
+subclasses, so DRF hands them the request stream instead: each reads at most its own cap plus
+one byte, and a body over the cap is a 413 envelope. Deep nesting makes ``json.loads`` (and any
+code that later walks the value) raise ``RecursionError``, which DRF turns into a 500; it is
+refused here as a 400 before parsing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from itertools import accumulate
+from typing import IO, Any
+
+from django.conf import settings
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import BaseParser
+from rest_framework.renderers import JSONRenderer
+from rest_framework.settings import api_settings
+from rest_framework.utils import json
+
+from fleet.core.errors import ServiceError
+
+# Far deeper than any payload Fleet defines (an agent hello is 9 levels), far below the
+# interpreter's recursion limit, so nothing that walks a parsed body can overflow the stack.
+MAX_JSON_DEPTH = 64
+
+TOO_LARGE = "request.too_large"
+
+# A JSON string with its escapes; brackets inside strings do not nest anything.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_NESTING = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def json_depth(raw: bytes) -> int:
+    """How deeply the arrays and objects of a JSON text nest, without parsing it (C-speed scans)."""
+    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_NESTING.__getitem__, brackets)), default=0)
+
+
+def too_large(max_bytes: int) -> ServiceError:
+    """The 413 envelope for a body over ``max_bytes`` (also sent by the ASGI cap)."""
+    return ServiceError(
+        TOO_LARGE,
+        f"The request body is larger than {max_bytes} bytes.",
+        {"max_bytes": max_bytes},
+        status_code=413,
+    )
+
+
+class JsonParser(BaseParser):
+    """``application/json`` of at most ``settings.<limit_setting>`` bytes and 64 levels."""
+
+    media_type = "application/json"
+    renderer_class = JSONRenderer  # what the browsable API's raw-data form sends
+    strict = api_settings.STRICT_JSON  # True by default: NaN and Infinity are not JSON
+    limit_setting = "FLEET_MAX_JSON_BYTES"
+
+    def parse(
+        self,
+        stream: IO[Any],
+        media_type: str | None = None,
+        parser_context: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        context = parser_context or {}
+        max_bytes: int = getattr(settings, self.limit_setting)
+        request = context.get("request")
+        declared = request.META.get("CONTENT_LENGTH") if request is not None else None
+        if declared and declared.isdigit() and int(declared) > max_bytes:
+            raise too_large(max_bytes)  # refused without reading a byte
+        raw = stream.read(max_bytes + 1)
+        if len(raw) > max_bytes:
+            raise too_large(max_bytes)
+        if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and json_depth(raw) > MAX_JSON_DEPTH:
+            raise ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels.")
+        return self._loads(raw, context.get("encoding") or settings.DEFAULT_CHARSET)
+
+    def _loads(self, raw: bytes, encoding: str) -> dict[str, Any]:
+        strict = json.strict_constant if self.strict else None
+        try:
+            value: dict[str, Any] = json.loads(raw.decode(encoding), parse_constant=strict)
+        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
+            raise ParseError(f"JSON parse error - {exc}") from None
+        except RecursionError:  # belt and braces: the depth scan should have refused it
+            raise ParseError("JSON parse error - nested too deeply.") from None
+        return value
+
+
+class EnrollJsonParser(JsonParser):
+    """``POST /agent/enroll``: anonymous, so the tightest cap (two short strings fit in 1 KiB)."""
+
+    limit_setting = "FLEET_MAX_ENROLL_BYTES"
+
+
+class ReportJsonParser(JsonParser):
+    """``POST /agent/report``: up to 1000 messages, hellos included, from an authenticated host."""
+
+    limit_setting = "FLEET_MAX_REPORT_BYTES"

@@ -1,0 +1,131 @@
+"""Serializers of what replicas run (a deployment's ``workload``) and of their reported state.
+
+The shape and bounds come from the wire contract (``hostagent.protocol.workloads``); the rules a
+type cannot say (the image grammar, reserved variables, one probe per health check) are checked by
+the service with the protocol's own function, so the API, the service and the agent agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from hostagent import protocol
+
+
+class _Strict(serializers.Serializer[Any]):
+    """Refuses keys it does not know: a typo (``imge``) must not be silently ignored."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(dict.fromkeys(unknown[:20], "Unknown field."))
+        return super().to_internal_value(data)
+
+
+class HttpCheckSerializer(_Strict):
+    port = serializers.IntegerField(min_value=1, max_value=65535)
+    path = serializers.CharField(max_length=protocol.MAX_TEXT, default="/")
+
+
+class TcpCheckSerializer(_Strict):
+    port = serializers.IntegerField(min_value=1, max_value=65535)
+
+
+class ExecCheckSerializer(_Strict):
+    command = serializers.ListField(
+        child=serializers.CharField(max_length=protocol.MAX_ARG_CHARS, trim_whitespace=False),
+        min_length=1,
+        max_length=protocol.MAX_ARGS,
+    )
+
+
+class HealthCheckSerializer(_Strict):
+    """Exactly one of ``http``, ``tcp``, ``exec``; a replica is *running* once it passes."""
+
+    http = HttpCheckSerializer(
+        required=False, help_text="GET http://127.0.0.1:port/path → 2xx/3xx."
+    )
+    tcp = TcpCheckSerializer(required=False, help_text="127.0.0.1:port accepts a connection.")
+    exec = ExecCheckSerializer(required=False, help_text="The command exits 0.")
+    interval_s = serializers.IntegerField(default=10, min_value=1, max_value=3600)
+    timeout_s = serializers.IntegerField(default=3, min_value=1, max_value=600)
+    retries = serializers.IntegerField(
+        default=3, min_value=1, max_value=100, help_text="Failures in a row that restart it."
+    )
+    start_period_s = serializers.IntegerField(
+        default=0,
+        min_value=0,
+        max_value=3600,
+        help_text="Failures in this first time do not count.",
+    )
+
+
+class WorkloadSerializer(_Strict):
+    """What each replica runs on its slice. ``none`` (the default) runs nothing: the slice is
+    reserved and an outside launcher reads the allocation's ``environment``."""
+
+    runtime = serializers.ChoiceField(choices=["container", "process", "none"], default="none")
+    image = serializers.CharField(
+        max_length=protocol.MAX_IMAGE_CHARS,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Container image reference, `[registry/]name[:tag][@digest]`.",
+    )
+    command = serializers.ListField(
+        child=serializers.CharField(max_length=protocol.MAX_ARG_CHARS, trim_whitespace=False),
+        max_length=protocol.MAX_ARGS,
+        default=list,
+        help_text="Arguments (a container's image command when empty).",
+    )
+    env = serializers.DictField(
+        child=serializers.CharField(
+            max_length=protocol.MAX_ARG_CHARS, allow_blank=True, trim_whitespace=False
+        ),
+        default=dict,
+        help_text=f"At most {protocol.MAX_ENV}; no CUDA_*, NVIDIA_* or FLEET_* device variables "
+        "(Fleet sets those).",
+    )
+    cwd = serializers.CharField(
+        max_length=protocol.MAX_TEXT, required=False, allow_null=True, default=None
+    )
+    user = serializers.CharField(
+        max_length=protocol.MAX_TEXT,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="User name or uid, optionally `:group`.",
+    )
+    restart = serializers.ChoiceField(choices=["always", "on-failure", "never"], default="always")
+    stop_grace_s = serializers.IntegerField(
+        default=30,
+        min_value=0,
+        max_value=protocol.MAX_STOP_GRACE_S,
+        help_text="SIGTERM, then SIGKILL after this many seconds.",
+    )
+    health = HealthCheckSerializer(required=False, allow_null=True, default=None)
+
+
+class LogsQuerySerializer(serializers.Serializer[Any]):
+    tail = serializers.IntegerField(
+        min_value=1, max_value=protocol.MAX_LOG_LINES, default=protocol.DEFAULT_LOG_LINES
+    )
+
+
+class LogsSerializer(serializers.Serializer[Any]):
+    lines = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        help_text="The newest lines of the replica's output (stdout and stderr), oldest first.",
+    )
+    truncated = serializers.BooleanField(
+        help_text="More output exists than was returned, or lines were cut (4 KiB a line, "
+        "512 KiB in all)."
+    )
+    error = serializers.CharField(
+        allow_null=True,
+        help_text="Why the agent has no lines (no output yet, the replica is not on its host), "
+        "else null.",
+    )

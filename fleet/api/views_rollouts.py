@@ -1,0 +1,208 @@
+"""Fleet-wide layout rollouts: ``/rollouts/`` (one layout for every GPU a selector picks, a
+layout per GPU, or a mig-parted config's entries, in waves of drain-and-reshape), their dry run,
+resume and abort."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.decorators import api_view
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from fleet.allocations.layout_rollouts import (
+    Selector,
+    layout_rollout_abort,
+    layout_rollout_resume,
+    layout_rollout_start,
+)
+from fleet.allocations.migparted_rollouts import migparted_layouts
+from fleet.api import serializers as s
+from fleet.api.serializers_mig import LayoutSerializer
+from fleet.api.views import _errors, _valid
+from fleet.core.errors import NotFound
+from fleet.core.models import Operation, OperationKind
+from fleet.inventory.labels import MAX_LABELS
+from fleet.partitioning.services import LayoutSpec
+
+
+class SelectorSerializer(serializers.Serializer[Any]):
+    product = serializers.CharField(
+        required=False, allow_blank=True, max_length=128, help_text="NVML name or catalog key."
+    )
+    labels = serializers.DictField(
+        child=serializers.CharField(max_length=63),
+        required=False,
+        help_text="Host labels every selected GPU's host carries.",
+    )
+    hosts = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), required=False, max_length=1000
+    )
+    gpus = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), required=False, max_length=1000
+    )
+
+    def validate_labels(self, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_LABELS:
+            raise serializers.ValidationError(f"At most {MAX_LABELS} labels.")
+        return value
+
+
+class GpuLayoutSerializer(serializers.Serializer[Any]):
+    gpu = serializers.IntegerField(min_value=1)
+    layout = LayoutSerializer()
+
+
+class MigPartedSourceSerializer(serializers.Serializer[Any]):
+    config = serializers.JSONField(
+        help_text="The mig-parted config: YAML or JSON text, or the document as an object."
+    )
+    name = serializers.CharField(
+        max_length=256, help_text="The config name (`nvidia-mig-parted apply -c NAME`)."
+    )
+
+    def validate_config(self, value: Any) -> Any:
+        if not isinstance(value, str | dict):
+            raise serializers.ValidationError("Give the config as text or as an object.")
+        return value
+
+
+class LayoutRolloutSerializer(serializers.Serializer[Any]):
+    selector = SelectorSerializer()
+    layout = LayoutSerializer(required=False, help_text="One layout for every selected GPU.")
+    layouts = serializers.ListField(
+        child=GpuLayoutSerializer(),
+        required=False,
+        max_length=1000,
+        help_text="A layout per GPU (each a GPU the selector picks; the others are left alone).",
+    )
+    migparted = MigPartedSourceSerializer(
+        required=False,
+        help_text="A mig-parted config: each selected GPU takes its entry's layout.",
+    )
+    max_unavailable = serializers.IntegerField(default=1, min_value=1, max_value=64)
+    timeout_s = serializers.IntegerField(
+        default=600, min_value=30, max_value=86_400, help_text="Each GPU's drain deadline."
+    )
+    dry_run = serializers.BooleanField(default=False)
+    place_waiting = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        required=False,
+        max_length=1000,
+        help_text="Deployments whose unplaced replicas the engine places once every GPU is "
+        "reshaped (the layout advisor's proposal names them).",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        given = [key for key in ("layout", "layouts", "migparted") if key in attrs]
+        if len(given) != 1:
+            raise serializers.ValidationError(
+                "Give exactly one of 'layout', 'layouts' or 'migparted'."
+            )
+        gpus = [entry["gpu"] for entry in attrs.get("layouts", ())]
+        if len(gpus) != len(set(gpus)):
+            raise serializers.ValidationError({"layouts": "Each GPU may appear once."})
+        return attrs
+
+
+class DryRunSerializer(serializers.Serializer[Any]):
+    gpus = serializers.ListField(child=serializers.DictField())
+    problems = serializers.ListField(child=serializers.CharField())
+    replicas_to_move = serializers.IntegerField()
+    replicas_without_room = serializers.IntegerField()
+
+
+@extend_schema(
+    methods=["GET"],
+    responses={200: s.OperationSerializer(many=True), **_errors(401, 403)},
+    description="The latest 100 layout rollouts (`layout_rollout` operations), newest first.",
+)
+@extend_schema(
+    methods=["POST"],
+    request=LayoutRolloutSerializer,
+    responses={
+        202: s.OperationSerializer,
+        200: DryRunSerializer,
+        **_errors(400, 401, 403, 409),
+    },
+    description=(
+        "Reshape every GPU the selector picks (a product, host labels, hosts or GPUs; at least "
+        "one) to `layout`, or each GPU to its own entry of `layouts` (the layout advisor's "
+        "proposal, `GET /capacity/advice`), or to its entry of a mig-parted config "
+        "(`migparted`: `config` as YAML/JSON text or an object, `name` the config to apply; "
+        "entries select GPUs by `devices` index and `device-filter`; a bad config is a 400 and "
+        "creates nothing), with drain-and-reshape, in waves of at most `max_unavailable` GPUs; "
+        "a GPU whose new layout keeps every partition that runs a replica is reshaped in place; "
+        "GPUs already in their layout are skipped. The first GPU that fails pauses the rollout "
+        "with its reason (`payload.paused`); resume or abort it. `dry_run`: the GPUs, the "
+        "replicas that would move and whether each has somewhere to go (changes nothing)."
+    ),
+)
+@api_view(["GET", "POST"])
+def rollouts(request: Request) -> Response:
+    if request.method == "GET":
+        rows = Operation.objects.filter(kind=OperationKind.LAYOUT_ROLLOUT).order_by("-id")[:100]
+        return Response(s.OperationSerializer(rows, many=True).data)
+    data = _valid(LayoutRolloutSerializer, request)
+    raw = data["selector"]
+    selector = Selector(
+        product=raw.get("product", ""),
+        labels=raw.get("labels") or {},
+        hosts=tuple(raw.get("hosts") or ()),
+        gpus=tuple(raw.get("gpus") or ()),
+    )
+    layout: LayoutSpec | dict[int, LayoutSpec]
+    if "layout" in data:
+        layout = LayoutSpec.from_json(data["layout"])
+    elif "layouts" in data:
+        layout = {e["gpu"]: LayoutSpec.from_json(e["layout"]) for e in data["layouts"]}
+    else:
+        layout = migparted_layouts(
+            selector=selector, config=data["migparted"]["config"], name=data["migparted"]["name"]
+        )
+    result = layout_rollout_start(
+        selector=selector,
+        layout=layout,
+        max_unavailable=data["max_unavailable"],
+        timeout_s=float(data["timeout_s"]),
+        dry_run=data["dry_run"],
+        requested_by=request.user,
+        place_waiting=tuple(data.get("place_waiting") or ()),
+    )
+    if isinstance(result, Operation):
+        return Response(s.OperationSerializer(result).data, status=status.HTTP_202_ACCEPTED)
+    return Response(result)
+
+
+@extend_schema(responses={200: s.OperationSerializer, **_errors(401, 403, 404)})
+@api_view(["GET"])
+def rollout(request: Request, pk: int) -> Response:
+    found = Operation.objects.filter(pk=pk, kind=OperationKind.LAYOUT_ROLLOUT).first()
+    if found is None:
+        raise NotFound("rollout.not_found", f"Layout rollout {pk} does not exist.", {})
+    return Response(s.OperationSerializer(found).data)
+
+
+@extend_schema(
+    request=None,
+    responses={200: s.OperationSerializer, **_errors(401, 403, 404, 409)},
+    description="Resume a paused rollout: the GPU that failed is tried again first.",
+)
+@api_view(["POST"])
+def rollout_resume(request: Request, pk: int) -> Response:
+    operation = layout_rollout_resume(operation_id=pk, requested_by=request.user)
+    return Response(s.OperationSerializer(operation).data)
+
+
+@extend_schema(
+    request=None,
+    responses={200: s.OperationSerializer, **_errors(401, 403, 404, 409)},
+    description="Abort: drains under way finish (each rolls its GPU back if it fails); no new "
+    "one starts.",
+)
+@api_view(["POST"])
+def rollout_abort(request: Request, pk: int) -> Response:
+    operation = layout_rollout_abort(operation_id=pk, requested_by=request.user)
+    return Response(s.OperationSerializer(operation).data)

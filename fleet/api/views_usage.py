@@ -1,0 +1,137 @@
+"""``GET /usage``: chargeback sums per team, deployment or product over a window, as JSON or
+CSV (:mod:`fleet.allocations.usage`)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from fleet.allocations.usage import GROUPS, UNITS, usage_report, usage_window
+from fleet.api.export import CsvRenderer, _cell
+from fleet.api.views import _errors
+
+UNIT_HELP = {
+    "mig_slice_hours": "MIG compute-slice-hours (a 3g profile for 2 h: 6).",
+    "mps_gib_hours": "MPS reserved GiB-hours.",
+    "mps_compute_percent_hours": "MPS compute-cap-%-hours (uncapped shares add none).",
+    "gpu_hours": "Whole-GPU-hours.",
+    "gpu_equivalent_hours": (
+        "GPU-equivalent hours: a MIG slice's share of its GPU's compute slices, an MPS share's "
+        "larger of memory and compute share (uncapped: its memory share), a whole GPU 1."
+    ),
+}
+
+
+class UsageQuerySerializer(serializers.Serializer[Any]):
+    # ``from`` is a keyword: declared below under its query name.
+    to = serializers.DateTimeField(
+        required=False, help_text="Window end (ISO 8601, UTC when no offset); default now."
+    )
+    group_by = serializers.ChoiceField(choices=list(GROUPS), required=False, default="team")
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        fields = super().get_fields()
+        fields["from"] = serializers.DateTimeField(
+            required=False,
+            help_text="Window start (ISO 8601, UTC when no offset); default 24 h before `to`. "
+            "At most 400 days before `to`.",
+        )
+        return fields
+
+
+class UsageUnitsSerializer(serializers.Serializer[Any]):
+    mig_slice_hours = serializers.FloatField(help_text=UNIT_HELP["mig_slice_hours"])
+    mps_gib_hours = serializers.FloatField(help_text=UNIT_HELP["mps_gib_hours"])
+    mps_compute_percent_hours = serializers.FloatField(
+        help_text=UNIT_HELP["mps_compute_percent_hours"]
+    )
+    gpu_hours = serializers.FloatField(help_text=UNIT_HELP["gpu_hours"])
+    gpu_equivalent_hours = serializers.FloatField(help_text=UNIT_HELP["gpu_equivalent_hours"])
+
+
+class UsageGroupSerializer(serializers.Serializer[Any]):
+    key = serializers.CharField(
+        allow_null=True,
+        help_text="The team or deployment id (as a string), or the product key.",
+    )
+    name = serializers.CharField(help_text="Its name when the usage was recorded.")
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        return {**super().get_fields(), **UsageUnitsSerializer().get_fields()}
+
+
+class UsageReportSerializer(serializers.Serializer[Any]):
+    to = serializers.DateTimeField()
+    group_by = serializers.ChoiceField(choices=list(GROUPS))
+    groups = UsageGroupSerializer(many=True, help_text="Largest GPU-equivalent hours first.")
+    totals = UsageUnitsSerializer()
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        return {"from": serializers.DateTimeField(), **super().get_fields()}
+
+
+def usage_csv(report: dict[str, Any]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow([report["group_by"], "name", *UNITS, "from", "to"])
+    start, end = report["from"].isoformat(), report["to"].isoformat()
+    for row in report["groups"]:
+        writer.writerow(
+            [_cell(v) for v in (row["key"], row["name"], *(row[u] for u in UNITS), start, end)]
+        )
+    return out.getvalue()
+
+
+class UsageView(APIView):
+    """Chargeback (any role)."""
+
+    renderer_classes = [JSONRenderer, CsvRenderer]
+    throttle_scope = "expensive"  # reads every interval of the window
+
+    @extend_schema(
+        parameters=[UsageQuerySerializer],
+        responses={
+            (200, "application/json"): UsageReportSerializer,
+            (200, "text/csv"): OpenApiResponse(
+                OpenApiTypes.STR, description="One row per group: key, name, the units, window."
+            ),
+            **_errors(400, 401, 403),
+        },
+        description=(
+            "What each team, deployment or product (`group_by`) held over `[from, to)`: every "
+            "allocation counts from its creation to its deletion (releasing time included), "
+            "clipped to the window; one still there counts until now. Units: MIG "
+            "compute-slice-hours, MPS GiB-hours and compute-%-hours, whole-GPU-hours, and "
+            "GPU-equivalent hours across kinds. `Accept: text/csv` or `?format=csv`: one CSV "
+            "row per group. 400: `usage.bad_window` (from not before to), "
+            "`usage.window_too_long` (over 400 days), `invalid` (malformed dates or group_by)."
+        ),
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params.dict()
+        params.pop("format", None)
+        query = UsageQuerySerializer(data=params)
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        window = usage_window(data.get("from"), data.get("to"), data.get("group_by"))
+        report = usage_report(window)
+        if isinstance(getattr(request, "accepted_renderer", None), CsvRenderer):
+            response = Response(usage_csv(report).encode(), content_type="text/csv; charset=utf-8")
+            response["Content-Disposition"] = 'attachment; filename="usage.csv"'
+            return response
+        return Response(UsageReportSerializer(report).data)
+
+    def handle_exception(self, exc: Exception) -> Response:
+        # Errors are the JSON envelope, whatever format was asked for.
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = "application/json"
+        return super().handle_exception(exc)

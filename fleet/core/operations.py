@@ -1,0 +1,107 @@
+"""The audit trail's one writer: every change in flight, or done, is an :class:`Operation`.
+
+Every floor records operations (a host created, a layout set, a replica placed, a GPU gone
+unhealthy), so the writer lives on the lowest one and knows the rows it points at only by their
+ids (``gpu.host_id``): core imports no app above it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from django.utils import timezone
+
+from fleet.core.alerts import alert_operation_ended
+from fleet.core.events import publish_changed
+from fleet.core.models import FINAL_STATUSES, Operation, OperationStatus
+
+
+class _Row(Protocol):
+    @property
+    def pk(self) -> Any: ...
+
+
+class _GpuRow(_Row, Protocol):
+    @property
+    def host_id(self) -> Any: ...
+
+
+def operation_record(
+    *,
+    kind: str,
+    summary: str,
+    requested_by: Any = None,
+    gpu: _GpuRow | None = None,
+    host: _Row | None = None,
+    deployment: _Row | None = None,
+    generation: int | None = None,
+    payload: dict[str, Any] | None = None,
+    status: str = OperationStatus.PENDING,
+    reason: str = "",
+) -> Operation:
+    """Record one operation (``summary`` cut to 255 characters) and tell browsers after commit.
+
+    ``host`` defaults to the GPU's host. An anonymous ``requested_by`` is recorded as nobody.
+    """
+    operation = Operation.objects.create(
+        kind=kind,
+        summary=summary[:255],
+        requested_by=requested_by if getattr(requested_by, "is_authenticated", False) else None,
+        gpu_id=gpu.pk if gpu is not None else None,
+        host_id=host.pk if host is not None else (gpu.host_id if gpu is not None else None),
+        deployment_id=deployment.pk if deployment is not None else None,
+        generation=generation,
+        payload=payload or {},
+        status=status,
+        reason=reason,
+        finished_at=timezone.now() if status in FINAL_STATUSES else None,
+    )
+    alert_operation_ended(operation, status=status, reason=reason)
+    publish_changed("operation", [operation.pk])
+    if operation.gpu_id is not None:
+        publish_changed("gpu", [operation.gpu_id])
+    if operation.deployment_id is not None:
+        publish_changed("deployment", [operation.deployment_id])
+    if operation.host_id is not None:
+        publish_changed("host", [operation.host_id])
+    return operation
+
+
+def operation_step(
+    operation: Operation, note: str, *, step: str | None = None, **extra: Any
+) -> None:
+    """A long-running operation's progress: ``note`` joins its step log (``payload["steps"]``,
+    under the step it is leaving), it moves to ``step`` when given, ``extra`` joins its payload;
+    saved, and browsers told."""
+    payload = dict(operation.payload)
+    payload["steps"] = [
+        *payload.get("steps", []),
+        {"step": payload.get("step"), "note": note, "at": timezone.now().isoformat()},
+    ]
+    if step is not None:
+        payload["step"] = step
+    payload.update(extra)
+    operation.payload = payload
+    operation.save(update_fields=["payload", "updated_at"])
+    publish_changed("operation", [operation.pk])
+
+
+def operation_finish(
+    operation: Operation, status: str, reason: str, *, done: str = "done", failed: str = "failed"
+) -> None:
+    """End a long-running operation: ``reason`` joins its step log, its step becomes ``done``
+    (succeeded) or ``failed``; status, reason and finish time written; webhooks and browsers
+    told."""
+    now = timezone.now()
+    payload = dict(operation.payload)
+    payload["steps"] = [
+        *payload.get("steps", []),
+        {"step": payload.get("step"), "note": reason, "at": now.isoformat()},
+    ]
+    payload["step"] = done if status == OperationStatus.SUCCEEDED else failed
+    Operation.objects.filter(pk=operation.pk).update(
+        status=status, reason=reason[:2000], payload=payload, finished_at=now, updated_at=now
+    )
+    operation.status = status
+    alert_operation_ended(operation, status=status, reason=reason)
+    publish_changed("operation", [operation.pk])

@@ -1,0 +1,287 @@
+"""Teams: who belongs to which team with which role, and the writes on teams and quotas.
+
+Fleet roles (viewer, operator, admin: :mod:`fleet.core.roles`) stay as they are: a fleet
+operator acts on every team's deployments, an admin manages teams. A team role adds, for a user
+without the fleet operator role, the right to act on that team's deployments (``operator``).
+Any team member sees the whole fleet read-only (:func:`fleet.core.roles.role_of` gives them the
+viewer role), other teams' deployments included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.db.models import ProtectedError
+from django.utils.text import slugify
+
+from fleet.core.errors import Conflict, NotFound, ServiceError
+from fleet.core.models import (
+    DEFAULT_TEAM_SLUG,
+    OperationKind,
+    OperationStatus,
+    Team,
+    TeamMembership,
+    TeamRole,
+)
+from fleet.core.operations import operation_record
+from fleet.core.roles import Role, role_of
+
+QUOTA_KEYS = ("gpus", "mig_compute_slices", "mps_memory_mib", "mig_profiles")
+MAX_QUOTA = 10**9
+MAX_PROFILES = 64
+
+
+def team_roles_of(user: Any) -> dict[int, str]:
+    """``{team id: role}`` of the user's teams (cached on the user object, like its role)."""
+    if user is None or not getattr(user, "is_authenticated", False) or not user.is_active:
+        return {}
+    cached: dict[int, str] | None = getattr(user, "_fleet_teams", None)
+    if cached is None:
+        cached = dict(TeamMembership.objects.filter(user=user).values_list("team_id", "role"))
+        user._fleet_teams = cached
+    return cached
+
+
+def can_operate_team(user: Any, team_id: int) -> bool:
+    """Fleet operators and admins act on every team's deployments; others need the team's
+    ``operator`` role."""
+    if role_of(user) >= Role.OPERATOR:
+        return True
+    return team_roles_of(user).get(team_id) == TeamRole.OPERATOR
+
+
+def operated_teams(user: Any) -> list[int]:
+    """The teams whose deployments the user may act on as a team operator (fleet operators:
+    every team, which this does not list)."""
+    return sorted(t for t, role in team_roles_of(user).items() if role == TeamRole.OPERATOR)
+
+
+def default_team_for(user: Any) -> int:
+    """The team a new deployment joins when none is named: the user's only operated team, or
+    ``default`` for a fleet operator. Refused (400 ``team.required``) when ambiguous."""
+    if role_of(user) >= Role.OPERATOR:
+        team, _ = Team.objects.get_or_create(
+            slug=DEFAULT_TEAM_SLUG, defaults={"name": DEFAULT_TEAM_SLUG}
+        )
+        return team.pk
+    teams = operated_teams(user)
+    if len(teams) == 1:
+        return teams[0]
+    raise ServiceError(
+        "team.required",
+        "Name the deployment's 'team': you operate more than one team, or none.",
+        {"teams": teams},
+    )
+
+
+def _checked_name(name: Any) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name.strip()) > 100:
+        raise ServiceError(
+            "team.name_invalid", "A team name is 1 to 100 characters.", {"field": "name"}
+        )
+    return name.strip()
+
+
+def _checked_slug(slug: Any, name: str) -> str:
+    value = slugify(slug if isinstance(slug, str) and slug else name)[:100]
+    if not value:
+        raise ServiceError(
+            "team.slug_invalid", "The slug must hold letters or digits.", {"field": "slug"}
+        )
+    return value
+
+
+def _audit(team: Team, summary: str, requested_by: Any, **payload: Any) -> None:
+    operation_record(
+        kind=OperationKind.TEAM,
+        summary=summary,
+        requested_by=requested_by,
+        status=OperationStatus.SUCCEEDED,
+        payload={"team": team.pk, **payload},
+    )
+
+
+@transaction.atomic
+def team_create(*, name: Any, slug: Any = None, requested_by: Any = None) -> Team:
+    checked = _checked_name(name)
+    try:
+        with transaction.atomic():
+            team = Team.objects.create(name=checked, slug=_checked_slug(slug, checked))
+    except IntegrityError:
+        raise Conflict(
+            "team.name_taken", f"A team named {checked!r} (or with its slug) already exists."
+        ) from None
+    _audit(team, f"Created team {team.name}", requested_by)
+    return team
+
+
+def lock_team(team_id: int) -> Team:
+    team = Team.objects.select_for_update().filter(pk=team_id).first()
+    if team is None:
+        raise NotFound("team.not_found", f"Team {team_id} does not exist.", {"team": team_id})
+    return team
+
+
+@transaction.atomic
+def team_update(*, team_id: int, changes: Mapping[str, Any], requested_by: Any = None) -> Team:
+    """Rename a team (``name``, ``slug``); the ``default`` team keeps its slug."""
+    team = lock_team(team_id)
+    unknown = sorted(set(changes) - {"name", "slug"})
+    if unknown:
+        raise ServiceError(
+            "team.field_unknown", f"Only 'name' and 'slug' change here, not {unknown[0]!r}."
+        )
+    if "name" in changes:
+        team.name = _checked_name(changes["name"])
+    if "slug" in changes:
+        if team.slug == DEFAULT_TEAM_SLUG:
+            raise Conflict("team.default", "The default team keeps its slug.")
+        team.slug = _checked_slug(changes["slug"], team.name)
+    try:
+        with transaction.atomic():
+            team.save()
+    except IntegrityError:
+        raise Conflict("team.name_taken", "Another team has that name or slug.") from None
+    _audit(team, f"Renamed team {team.name}", requested_by, changes=dict(changes))
+    return team
+
+
+@transaction.atomic
+def team_delete(*, team_id: int, requested_by: Any = None) -> None:
+    """Delete an empty team; one that owns deployments (or ``default``) stays: 409."""
+    team = lock_team(team_id)
+    if team.slug == DEFAULT_TEAM_SLUG:
+        raise Conflict("team.default", "The default team cannot be deleted.")
+    try:
+        with transaction.atomic():
+            team.delete()
+    except ProtectedError:
+        raise Conflict(
+            "team.not_empty",
+            f"Team {team.name} owns deployments: delete or reassign them first.",
+            {"team": team_id},
+        ) from None
+    _audit(team, f"Deleted team {team.name}", requested_by)
+
+
+def _checked_members(members: Any) -> dict[int, str]:
+    if not isinstance(members, list) or len(members) > 1000:
+        raise ServiceError(
+            "team.members_invalid", "'members' is a list of {user, role} (1000 at most)."
+        )
+    wanted: dict[int, str] = {}
+    for entry in members:
+        user = entry.get("user") if isinstance(entry, Mapping) else None
+        role = entry.get("role", TeamRole.VIEWER) if isinstance(entry, Mapping) else None
+        if not isinstance(user, int) or isinstance(user, bool) or role not in TeamRole.values:
+            raise ServiceError(
+                "team.members_invalid",
+                "Each member is {'user': <id>, 'role': 'viewer' | 'operator'}.",
+                {"entry": entry if isinstance(entry, Mapping) else None},
+            )
+        wanted[user] = str(role)
+    return wanted
+
+
+@transaction.atomic
+def team_members_set(*, team_id: int, members: Any, requested_by: Any = None) -> Team:
+    """Make ``members`` (``[{"user": id, "role": "viewer" | "operator"}]``) the team's members,
+    exactly: users not listed leave it."""
+    team = lock_team(team_id)
+    wanted = _checked_members(members)
+    found = set(get_user_model().objects.filter(pk__in=wanted).values_list("pk", flat=True))
+    missing = sorted(set(wanted) - found)
+    if missing:
+        raise NotFound(
+            "user.not_found", f"User {missing[0]} does not exist.", {"users": missing[:20]}
+        )
+    TeamMembership.objects.filter(team=team).exclude(user_id__in=wanted).delete()
+    for user_id, role in wanted.items():
+        TeamMembership.objects.update_or_create(team=team, user_id=user_id, defaults={"role": role})
+    _audit(team, f"Set the members of team {team.name}", requested_by, members=_listed(wanted))
+    return team
+
+
+def _listed(members: Mapping[int, str]) -> list[dict[str, Any]]:
+    return [{"user": user, "role": role} for user, role in sorted(members.items())]
+
+
+def _checked_limit(key: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_QUOTA:
+        raise ServiceError(
+            "quota.invalid",
+            f"'{key}' is a whole number from 0 to {MAX_QUOTA}, or null (no limit).",
+            {"field": key},
+        )
+    return int(value)
+
+
+def _checked_profiles(value: Any) -> dict[str, int]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or len(value) > MAX_PROFILES:
+        raise ServiceError(
+            "quota.invalid",
+            f"'mig_profiles' maps profile names to counts ({MAX_PROFILES} profiles at most).",
+            {"field": "mig_profiles"},
+        )
+    checked: dict[str, int] = {}
+    for profile, count in value.items():
+        name = str(profile).strip()
+        if not name or len(name) > 32:
+            raise ServiceError(
+                "quota.invalid", "A profile name is 1 to 32 characters.", {"field": "mig_profiles"}
+            )
+        limit = _checked_limit(f"mig_profiles.{name}", count)
+        if limit is not None:
+            checked[name.removeprefix("mig-")] = limit
+    return checked
+
+
+@transaction.atomic
+def team_quota_set(*, team_id: int, quota: Any, requested_by: Any = None) -> Team:
+    """Set the limits given (any of ``gpus``, ``mig_compute_slices``, ``mps_memory_mib``,
+    ``mig_profiles``; ``null`` lifts one); limits not given stay. A limit below what the team
+    holds now is taken: nothing is evicted, and new replicas are refused until it fits."""
+    if not isinstance(quota, Mapping):
+        raise ServiceError("malformed_request", "The body must be a JSON object.")
+    unknown = sorted(set(quota) - set(QUOTA_KEYS))
+    if unknown:
+        raise ServiceError(
+            "quota.field_unknown",
+            f"Unknown quota {unknown[0]!r}; the quotas are {', '.join(QUOTA_KEYS)}.",
+            {"field": unknown[0], "fields": list(QUOTA_KEYS)},
+        )
+    team = lock_team(team_id)
+    for key in ("gpus", "mig_compute_slices", "mps_memory_mib"):
+        if key in quota:
+            setattr(team, f"quota_{key}", _checked_limit(key, quota[key]))
+    if "mig_profiles" in quota:
+        team.quota_mig_profiles = _checked_profiles(quota["mig_profiles"])
+    team.save()
+    operation_record(
+        kind=OperationKind.SET_QUOTA,
+        summary=f"Set the quota of team {team.name}",
+        requested_by=requested_by,
+        status=OperationStatus.SUCCEEDED,
+        payload={"team": team.pk, "quota": quota_as_dict(team)},
+    )
+    return team
+
+
+def quota_as_dict(team: Team) -> dict[str, Any]:
+    return {
+        "gpus": team.quota_gpus,
+        "mig_compute_slices": team.quota_mig_compute_slices,
+        "mps_memory_mib": team.quota_mps_memory_mib,
+        "mig_profiles": dict(team.quota_mig_profiles or {}),
+    }
+
+
+def members_of(team: Team) -> Iterable[TeamMembership]:
+    return team.memberships.select_related("user").order_by("user__username")

@@ -1,0 +1,109 @@
+"""The deployment pages: the list of every deployment and one deployment's replicas, and the
+fragments their scripts re-fetch after a ``changed`` frame. Scaling goes through the REST API
+(``PATCH /api/v1/deployments/{id}/``) like every other action."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from fleet.allocations.models import Deployment
+from fleet.allocations.scaling import MAX_REPLICAS, MIN_REPLICAS
+from fleet.core.models import Team
+from fleet.core.roles import Role, role_of
+from fleet.core.teams import can_operate_team
+from fleet.web import presenters_deployments as presenters
+from fleet.web import selectors
+from fleet.web.access import role_required
+from fleet.web.replica_metrics import metrics_context
+from fleet.web.views import page_context
+
+
+def _list_context(request: HttpRequest) -> dict[str, Any]:
+    """The rows, of one team when ``?team=`` names its slug (the same filter as the API's)."""
+    team = request.GET.get("team", "").strip()[:100]
+    deployments = selectors.tray_deployments()
+    if team:
+        deployments = deployments.filter(team__slug=team)
+    return {
+        "rows": [presenters.deployment_row(d) for d in deployments],
+        "team": team,
+        "teams": list(Team.objects.order_by("name").values_list("slug", "name")),
+    }
+
+
+@role_required(Role.VIEWER)
+def deployment_list(request: HttpRequest) -> HttpResponse:
+    """Every deployment (or one team's): its team, request, what it runs, its replicas and its
+    state."""
+    context = {**page_context(request, "deployments"), **_list_context(request)}
+    return render(request, "web/deployments.html", context)
+
+
+def _deployment_or_404(deployment_id: int) -> Deployment:
+    deployment = selectors.deployment_detail(deployment_id)
+    if deployment is None:
+        raise Http404("No such deployment.")
+    return deployment
+
+
+def detail_context(deployment: Deployment) -> dict[str, Any]:
+    rows = presenters.replica_rows(deployment, now=timezone.now())
+    row = presenters.deployment_row(deployment)
+    return {
+        "deployment": deployment,
+        "row": row,
+        "runtime": row.runtime,
+        "replicas": rows,
+        "gpu_ids": sorted({r.gpu_id for r in rows if r.gpu_id is not None}),
+        "operations": selectors.operations_feed(deployment_id=deployment.pk, limit=20),
+        "events": selectors.deployment_events(deployment),
+    }
+
+
+@role_required(Role.VIEWER)
+def deployment_detail(request: HttpRequest, deployment_id: int) -> HttpResponse:
+    """The spec, the replica count (operators change it), every replica with its slice and
+    workload, and the deployment's operations and events."""
+    deployment = _deployment_or_404(deployment_id)
+    context = {
+        **page_context(request, "deployments", deployment=deployment.pk),
+        **detail_context(deployment),
+        # Its team's operators act on it too (scale, roll out, delete); making room moves other
+        # deployments' replicas: fleet operators only.
+        "can_operate": can_operate_team(request.user, deployment.team_id),
+        "can_defrag": role_of(request.user) >= Role.OPERATOR,
+        "request_items": presenters.request_items(deployment),
+        "workload_json": presenters.workload_json(deployment.workload),
+        "min_replicas": MIN_REPLICAS,
+        "max_replicas": MAX_REPLICAS,
+        **metrics_context(deployment, request.GET),
+    }
+    return render(request, "web/deployment_detail.html", context)
+
+
+@never_cache
+@require_GET
+@role_required(Role.VIEWER)
+def deployment_rows(request: HttpRequest) -> HttpResponse:
+    """Every row of the deployments list, re-rendered after a change."""
+    return render(request, "web/fragments/deployment_rows.html", _list_context(request))
+
+
+@never_cache
+@require_GET
+@role_required(Role.VIEWER)
+def deployment_panel(request: HttpRequest, deployment_id: int) -> HttpResponse:
+    """The deployment page's live parts, re-rendered after a change."""
+    deployment = _deployment_or_404(deployment_id)
+    context = {
+        **page_context(request, "deployments"),
+        **detail_context(deployment),
+        "can_operate": can_operate_team(request.user, deployment.team_id),
+    }
+    return render(request, "web/fragments/deployment_panel.html", context)

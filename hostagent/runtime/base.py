@@ -1,0 +1,165 @@
+"""What the supervisor asks of a runtime (:class:`Runtime`), and the values it passes around.
+
+A runtime starts, stops, watches and finds again the workloads of one kind: containers
+(:mod:`hostagent.runtime.docker`, the one module importing ``docker``) or process groups
+(:mod:`hostagent.runtime.process`). It knows nothing of restart policies, health or the
+control plane: that is the supervisor's job, so both runtimes behave the same there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from hostagent.protocol import Workload
+from hostagent.runtime.output import Output
+
+RuntimeName = Literal["docker", "process"]
+
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""``PATH`` of a process workload (the workload's ``env`` may override it)."""
+BASE_LANG = "C.UTF-8"
+
+
+class RuntimeUnavailable(RuntimeError):
+    """The runtime cannot be used on this host (no Docker daemon answers, say)."""
+
+
+class StartError(RuntimeError):
+    """A workload could not be started (no such image, command or user); the message says why
+    in words an operator can act on, and is what the replica reports as ``failed``."""
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """One replica to run, resolved on this host: the desired allocation, its workload and the
+    device it landed on.
+
+    Attributes:
+        device_uuid: the MIG instance (``MIG-…``) or GPU (``GPU-…``) the replica runs on;
+            ``None`` while its partition does not exist (the replica stays ``pending``).
+        environment: what Fleet sets (:func:`hostagent.protocol.workload_environment`),
+            added over the workload's own ``env``.
+        mps_pipe_directory: the MPS daemon's pipe directory when the replica is an MPS share
+            (containers get it mounted and ``ipc=host``).
+        gpu_request: ask Docker for the device (``--gpus device=<uuid>``): true on the NVML
+            backend, false on the simulated one (there is no such device to hand over).
+    """
+
+    allocation_id: int
+    key: str
+    gpu_uuid: str
+    deployment: str
+    replica: int
+    workload: Workload
+    device_uuid: str | None
+    environment: dict[str, str] = field(default_factory=dict)
+    mps_pipe_directory: str | None = None
+    gpu_request: bool = False
+
+    def fingerprint(self) -> str:
+        """What a launch depends on: a replica whose fingerprint changes is started again."""
+        return json.dumps(
+            [
+                self.workload,
+                self.device_uuid,
+                self.environment,
+                self.mps_pipe_directory,
+                self.gpu_request,
+            ],
+            sort_keys=True,
+        )
+
+    def full_environment(self) -> dict[str, str]:
+        """The workload's ``env`` with Fleet's variables over it (Fleet's always win)."""
+        return {**self.workload["env"], **self.environment}
+
+
+@dataclass(frozen=True)
+class Running:
+    """A started workload as its runtime identifies it.
+
+    ``ident`` is the container ID, or ``<pid>:<start ticks>`` for a process (the start time
+    from ``/proc/<pid>/stat`` tells a reused PID from ours). ``pid`` is the container's init or
+    the process group leader, as the host sees it (``None`` when not known).
+    """
+
+    allocation_id: int
+    runtime: RuntimeName
+    ident: str
+    started_at: float
+    pid: int | None
+    gpu_uuid: str | None = None
+    deployment: str = ""
+    stop_grace_s: int = 30
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How a workload ended; ``exit_code`` is ``None`` when it cannot be known (a process that
+    ended while another agent process was its parent), negative for a signal (``-9``)."""
+
+    exit_code: int | None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Found:
+    """A workload of this host found at start (adoption): still running when ``exit`` is
+    ``None``."""
+
+    running: Running
+    exit: Exit | None
+
+
+class Runtime(Protocol):
+    """Starts and watches workloads of one kind. Every method may block (a pull, a stop with
+    its grace period): the supervisor calls them from its worker threads, never from the
+    agent's loop. Methods other than :meth:`start` raise nothing but ``OSError`` or
+    :class:`RuntimeUnavailable` when the runtime itself fails."""
+
+    name: RuntimeName
+
+    def start(self, spec: ReplicaSpec) -> Running:
+        """Start the replica's workload; raises :class:`StartError` saying why not."""
+        ...
+
+    def stop(self, running: Running, grace_s: float) -> Exit:
+        """SIGTERM, wait up to ``grace_s``, SIGKILL; return once it has exited."""
+        ...
+
+    def observe(self, running: Sequence[Running]) -> dict[str, Exit]:
+        """Which of ``running`` have ended (by ``ident``), and how."""
+        ...
+
+    def find(self) -> list[Found]:
+        """The workloads this host runs with this runtime (containers by label, processes by
+        the state file and their start time)."""
+        ...
+
+    def exec_check(
+        self, running: Running, spec: ReplicaSpec, command: list[str], timeout_s: float
+    ) -> int:
+        """Run a health check command inside the container, or beside the process with its
+        environment; return its exit status. Raises ``TimeoutError`` past ``timeout_s``."""
+        ...
+
+    def discard(self, running: Running) -> None:
+        """Forget an ended workload (remove the container, drop the state entry)."""
+        ...
+
+    def maintain(self) -> None:
+        """Periodic housekeeping (rotate process logs)."""
+        ...
+
+    def logs(self, allocation_id: int, tail: int) -> Output:
+        """The last ``tail`` lines of the replica's output (stdout and stderr), running or
+        ended; raises :class:`~hostagent.runtime.output.NoOutput` saying why there are none."""
+        ...
+
+
+def by_ident(running: Sequence[Running]) -> dict[str, Running]:
+    """Index handles by ``ident``."""
+    return {r.ident: r for r in running}

@@ -1,0 +1,383 @@
+"""The supervisor's machinery: its thread, one pass over the replicas, and the operations it
+runs on worker threads (start, stop, health check, watch, adoption).
+
+Every operation follows one pattern: decided and marked ``busy`` under the lock, run on a worker
+(the slow call, outside the lock), finished under the lock (the policy decides what comes next).
+One operation at most is in flight per replica, so a replica is never started twice, and one
+replica's failure (its runtime raising, a bug) costs only that replica (review D1).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from hostagent.logs import FailureLog
+from hostagent.protocol import (
+    AgentRuntime,
+    Event,
+    EventKind,
+    WorkloadRuntime,
+    WorkloadStatus,
+    clip,
+)
+from hostagent.runtime.adoption import adopt_found, unsupported
+from hostagent.runtime.base import Exit, ReplicaSpec, Running, Runtime, StartError
+from hostagent.runtime.health import run_check
+from hostagent.runtime.policy import (
+    Replica,
+    Timing,
+    on_check,
+    on_exit,
+    on_start_failure,
+    on_started,
+)
+from hostagent.runtime.store import ReplicaStore, Stored
+from hostagent.runtime.workers import Workers
+
+logger = logging.getLogger(__name__)
+
+WORKERS = 32
+MAX_EVENTS = 100
+"""Events kept while no connection takes them (the oldest go first)."""
+
+
+class Reconciler:
+    """The state and the machinery of :class:`~hostagent.runtime.supervisor.Supervisor`."""
+
+    def __init__(
+        self,
+        runtimes: Mapping[WorkloadRuntime, Runtime],
+        *,
+        agent_runtime: AgentRuntime,
+        state_dir: Path | None = None,
+        timing: Timing | None = None,
+        workers: int = WORKERS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.runtimes = dict(runtimes)
+        self.agent_runtime = agent_runtime
+        self.timing = timing or Timing()
+        self._by_name = {r.name: r for r in self.runtimes.values()}
+        self._store = ReplicaStore(state_dir)
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._replicas: dict[int, Replica] = {}
+        self._final: dict[int, WorkloadStatus] = {}
+        self._dirty: set[int] = set()
+        self._events: list[Event] = []
+        self._listeners: list[Callable[[], None]] = []
+        self._adopted: set[str] = set()
+        self._adoption_news = False
+        self._in_flight: set[str] = set()
+        self._authority_gpus: set[str] = set()
+        self.authoritative = False
+        self._closed = False
+        self._next_observe = 0.0
+        self._next_maintain = 0.0
+        self._workers = Workers(workers)
+        self._thread: threading.Thread | None = None
+        self._log = FailureLog(logger)
+
+    # -- the supervising thread ------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                if self._closed:
+                    return
+                try:
+                    delay = self._tick(self._clock())
+                except Exception as exc:  # a bug of one tick must not end supervision (D1)
+                    self._log.failure("supervising workloads", exc, expected=False)
+                    delay = self.timing.poll_s
+                self._wake.wait(timeout=delay)
+            self._notify()
+
+    def _tick(self, now: float) -> float:
+        """One pass over every replica (under the lock); return how long to sleep."""
+        for name, runtime in self._by_name.items():
+            if name not in self._adopted and name not in self._in_flight:
+                self._submit(name, functools.partial(self._adopt, runtime))
+        if now >= self._next_observe:
+            self._next_observe = now + self.timing.poll_s
+            self._observe_all()
+        if now >= self._next_maintain:
+            self._next_maintain = now + self.timing.maintain_every_s
+            for runtime in self._by_name.values():
+                self._submit(f"maintain:{runtime.name}", runtime.maintain)
+        for r in list(self._replicas.values()):
+            try:
+                self._step(r, now)
+            except Exception as exc:  # one replica's bug costs only that replica (D1)
+                self._log.failure(f"supervising allocation {r.allocation_id}", exc, expected=False)
+        due = [r.not_before for r in self._replicas.values() if r.running is None]
+        due += [r.next_check for r in self._replicas.values() if r.running is not None]
+        return max(0.01, min([self.timing.poll_s, *(d - now for d in due if d > now)]))
+
+    def _step(self, r: Replica, now: float) -> None:
+        if r.busy:
+            return
+        spec = r.spec
+        if spec is None or not r.wanted:
+            removing = spec is not None or r.stop_reason == "orphan"
+            if removing and r.running is not None:
+                self._stop(r, "removed" if spec is not None else "orphan")
+            elif removing:
+                self._forget(r)
+            return
+        runtime = self.runtimes.get(spec.workload["runtime"])
+        if runtime is None or unsupported(spec, self.agent_runtime, self.runtimes):
+            return
+        if r.running is not None:
+            if r.stop_reason == "unhealthy" or r.launched != spec.fingerprint():
+                self._stop(r, r.stop_reason or "replace")
+            elif spec.workload["health"] is not None and now >= r.next_check:
+                self._check(r, runtime)
+            return
+        if (
+            r.launched == spec.fingerprint()
+            and r.state in ("exited", "failed")
+            and (r.state == "exited" or spec.workload["restart"] == "never")
+        ):
+            return  # ended for good (until its spec changes)
+        if r.hold or runtime.name not in self._adopted or spec.device_uuid is None:
+            return
+        if now >= r.not_before:
+            self._start(r, runtime, spec)
+
+    # -- operations (submitted under the lock, run on a worker, finished under the lock) ---------
+
+    def _submit(self, key: str, call: Callable[[], None]) -> None:
+        self._in_flight.add(key)
+
+        def run() -> None:
+            try:
+                call()
+            finally:
+                with self._wake:
+                    self._in_flight.discard(key)
+                    self._wake.notify_all()
+                self._notify()
+
+        self._workers.submit(run)
+
+    def _adopt(self, runtime: Runtime) -> None:
+        try:
+            found = runtime.find()
+        except Exception as exc:
+            self._log.failure(f"finding the {runtime.name} workloads of this host", exc)
+            return
+        with self._wake:
+            orphans = self._authority_gpus if self.authoritative else None
+            for r in adopt_found(self._replicas, found, self._clock(), orphans):
+                self._changed(r)
+            self._adopted.add(runtime.name)
+            self._adoption_news = True
+
+    def _start(self, r: Replica, runtime: Runtime, spec: ReplicaSpec) -> None:
+        if r.ended is not None:
+            r.restarts += 1
+            self._save()
+        r.busy, r.launched = True, spec.fingerprint()
+        r.state, r.message = "starting", "starting"
+        self._changed(r)
+
+        def start() -> None:
+            error = None
+            try:
+                running = runtime.start(spec)
+            except StartError as exc:
+                error = str(exc)
+            except Exception as exc:  # the runtime failed (its daemon is gone): say so, retry
+                error = f"{type(exc).__name__}: {exc}"
+            with self._wake:
+                r.busy = False
+                if error is not None:
+                    on_start_failure(r, clip(error), self._clock(), self.timing)
+                else:
+                    r.ended = None
+                    on_started(r, running, self._clock())
+                self._changed(r)
+
+        self._submit(f"start:{r.allocation_id}", start)
+
+    def _stop(self, r: Replica, reason: str) -> None:
+        running = r.running
+        assert running is not None
+        runtime = self._by_name.get(running.runtime)
+        if runtime is None:
+            return
+        r.busy, r.stop_reason = True, reason
+        r.state, r.message = "stopping", f"stopping ({reason})"
+        self._changed(r)
+        grace = r.stop_grace_s
+
+        def stop() -> None:
+            try:
+                ended = runtime.stop(running, grace)
+            except Exception as exc:
+                self._log.failure(f"stopping allocation {r.allocation_id}", exc)
+                with self._wake:
+                    r.busy = False  # tried again at the next tick
+                return
+            with self._wake:
+                r.busy = False
+                self._ended(r, running, ended)
+
+        self._submit(f"stop:{r.allocation_id}", stop)
+
+    def _check(self, r: Replica, runtime: Runtime) -> None:
+        running, spec = r.running, r.spec
+        assert running is not None and spec is not None
+        r.busy = True
+
+        def check() -> None:
+            try:
+                failure = run_check(runtime, running, spec)
+            except Exception as exc:
+                failure = clip(f"{type(exc).__name__}: {exc}")
+            with self._wake:
+                r.busy = False
+                if r.running is running and on_check(r, failure, self._clock(), self.timing):
+                    r.stop_reason = "unhealthy"
+                self._changed(r)
+
+        self._submit(f"check:{r.allocation_id}", check)
+
+    def _observe_all(self) -> None:
+        for name, runtime in self._by_name.items():
+            live = [
+                r.running
+                for r in self._replicas.values()
+                if r.running is not None and r.running.runtime == name
+            ]
+            key = f"observe:{name}"
+            if live and key not in self._in_flight:
+                self._submit(key, functools.partial(self._observe, runtime, live))
+
+    def _observe(self, runtime: Runtime, handles: list[Running]) -> None:
+        try:
+            ended = runtime.observe(handles)
+        except Exception as exc:
+            self._log.failure(f"watching the {runtime.name} workloads", exc)
+            return
+        with self._wake:
+            for r in list(self._replicas.values()):
+                running = r.running
+                stopping = r.busy and r.state == "stopping"  # the stop reports it
+                if running is not None and running.ident in ended and not stopping:
+                    self._ended(r, running, ended[running.ident])
+
+    def _ended(self, r: Replica, running: Running, ended: Exit) -> None:
+        """A workload ended (by itself or stopped): the policy decides what comes next."""
+        if r.running is not running:
+            return
+        now = self._clock()
+        if r.spec is None or not r.wanted:
+            r.running, r.ended, r.exit_code = None, running, ended.exit_code
+            if r.spec is not None or r.stop_reason == "orphan":
+                self._forget(r)
+            else:
+                r.state, r.message = "exited", "not claimed by a desired state yet"
+                self._changed(r)
+            return
+        r.ended = running
+        if on_exit(r, ended, now, self.timing):
+            spec = r.spec
+            self._event(
+                "crashloop",
+                spec.gpu_uuid,
+                f"{spec.deployment} replica {spec.replica} (allocation {r.allocation_id}): "
+                f"{len(r.failures)} failures within {self.timing.crashloop_window_s:g} s; "
+                f"last: {r.message}",
+            )
+        self._changed(r)
+
+    def _forget(self, r: Replica) -> None:
+        """Nothing runs for the replica any more: report ``none`` once, then drop it."""
+        self._replicas.pop(r.allocation_id, None)
+        orphan = r.spec is None
+        r.state = "none"
+        r.message = "stopped: not given to this agent" if orphan else "stopped"
+        if orphan:
+            self._event(
+                "orphan_stopped",
+                r.gpu_uuid or "",
+                f"stopped the workload of allocation {r.allocation_id}: no desired state gives "
+                "it to this host",
+            )
+        self._final[r.allocation_id] = status_of(r)
+        self._dirty.discard(r.allocation_id)
+        ended = r.ended
+        if ended is not None and (runtime := self._by_name.get(ended.runtime)) is not None:
+            self._submit(f"discard:{ended.ident}", lambda: runtime.discard(ended))
+        self._save()
+        self._wake.notify_all()
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+
+    def _changed(self, r: Replica) -> None:
+        key = (r.state, r.started_at, r.exit_code, r.restarts, r.message)
+        if key != r.reported and r.allocation_id in self._replicas:
+            r.reported = key
+            self._dirty.add(r.allocation_id)
+
+    def _event(self, kind: EventKind, gpu: str, detail: str) -> None:
+        del self._events[: max(0, len(self._events) - MAX_EVENTS + 1)]
+        self._events.append(
+            {
+                "type": "event",
+                "kind": kind,
+                "gpu_uuid": gpu[:96],
+                "gpu_instance_id": None,
+                "xid": None,
+                "detail": clip(detail),
+                "ts": time.time(),
+            }
+        )
+        logger.warning("%s: %s", kind, detail)
+
+    def _save(self) -> None:
+        self._store.save(
+            [Stored(r.spec, r.restarts) for r in self._replicas.values() if r.spec and r.wanted]
+        )
+
+    @property
+    def adopted(self) -> bool:
+        """Every runtime has looked for the workloads already on this host: until then a full
+        report would omit them, and the control plane would take them for gone."""
+        with self._lock:
+            return set(self._by_name) <= self._adopted
+
+    def _notify(self) -> None:
+        with self._lock:
+            due = bool(self._dirty or self._final or self._events or self._adoption_news)
+            self._adoption_news = False
+        if due:
+            for listener in self._listeners:
+                listener()
+
+
+def reportable(r: Replica) -> bool:
+    """Whether the replica is reported: one given to this agent, or a workload found here."""
+    return r.spec is not None or r.running is not None or r.ended is not None
+
+
+def status_of(r: Replica) -> WorkloadStatus:
+    """The replica as the ``workloads`` message says it (``pids`` filled in by the caller)."""
+    code = r.exit_code
+    return {
+        "allocation_id": r.allocation_id,
+        "state": r.state,
+        "started_at": r.started_at,
+        "exit_code": None if code is None else max(-255, min(255, code)),
+        "restarts": min(r.restarts, 2**31 - 1),
+        "message": clip(r.message),
+        "pids": [],
+    }

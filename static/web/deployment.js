@@ -1,0 +1,174 @@
+// @ts-check
+// One deployment: its head, replicas, events and operations re-rendered by the server after a
+// change, and the replica count (operators) changed through the REST API.
+import { api, debounce, live, toast } from "./core.js";
+
+const page = /** @type {HTMLElement} */ (document.getElementById("deployment-page"));
+const deploymentId = Number(page.dataset.deployment);
+const PARTS = ["dep-head", "dep-replicas", "dep-side"];
+let gone = false;
+
+/** The GPUs its replicas hold (an agent's ack or event names the GPU, not the deployment). */
+function gpuIds() {
+  const raw = document.getElementById("replicas")?.dataset.gpus || "";
+  return raw.split(",").filter(Boolean).map(Number);
+}
+
+function showGone() {
+  const head = document.getElementById("dep-head");
+  if (head && !document.getElementById("dep-gone")) {
+    const note = document.createElement("p");
+    note.id = "dep-gone";
+    note.className = "form-error";
+    note.setAttribute("role", "status");
+    note.textContent = "This deployment has been deleted.";
+    head.append(note);
+  }
+  for (const control of document.querySelectorAll("#scale-form input, #scale-form button")) {
+    /** @type {HTMLInputElement} */ (control).disabled = true;
+  }
+}
+
+const refresh = debounce(async () => {
+  if (gone) return;
+  let response;
+  try {
+    response = await fetch(`/ui/deployments/${deploymentId}/panel`, { credentials: "same-origin", headers: { Accept: "text/html" } });
+  } catch { return; }
+  if (response.status === 404) { gone = true; showGone(); return; }
+  if (!response.ok) return;
+  const template = document.createElement("template");
+  template.innerHTML = await response.text();
+  for (const id of PARTS) {
+    const fresh = template.content.getElementById(id);
+    const old = document.getElementById(id);
+    if (fresh && old && fresh.innerHTML !== old.innerHTML) old.innerHTML = fresh.innerHTML;
+  }
+  syncLogReplicas();
+}, 250);
+
+live.on("frame", (frame) => {
+  const c = frame.changed || {};
+  const mine = gpuIds();
+  if ((c.deployment || []).includes(deploymentId) || (c.gpu || []).some((id) => mine.includes(id))) refresh();
+});
+live.on("resync", () => refresh());
+live.on("hello", () => live.subscribe([])); // no telemetry needed here
+
+// ---- scaling (operators) ----------------------------------------------------------------------
+
+const form = /** @type {HTMLFormElement | null} */ (document.getElementById("scale-form"));
+if (form) {
+  const input = /** @type {HTMLInputElement} */ (form.elements.namedItem("replicas"));
+  const button = /** @type {HTMLButtonElement} */ (form.querySelector("button[type=submit]"));
+  const error = /** @type {HTMLElement} */ (document.getElementById("scale-error"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const raw = input.value.trim();
+    // The server judges the value (and says why it refuses): send what was typed.
+    const replicas = /^-?\d+$/.test(raw) ? Number(raw) : raw;
+    button.disabled = true;
+    error.hidden = true;
+    input.removeAttribute("aria-invalid");
+    const result = await api("PATCH", `/api/v1/deployments/${deploymentId}/`, { replicas });
+    button.disabled = false;
+    if (!result.ok) {
+      error.textContent = (result.data && result.data.message) || `The request failed (${result.status}).`;
+      error.hidden = false;
+      input.setAttribute("aria-invalid", "true");
+      return;
+    }
+    toast(`${result.data.name}: ${result.data.replicas} replicas wanted`, { kind: "ok" });
+    refresh();
+  });
+}
+
+// ---- logs: the last lines a replica printed, asked of its host's agent ---------------------------
+
+const LOG_LINES = 200;
+const FOLLOW_EVERY_MS = 2000;
+const logs = /** @type {HTMLDetailsElement | null} */ (document.getElementById("dep-logs"));
+const logReplica = /** @type {HTMLSelectElement | null} */ (document.getElementById("logs-replica"));
+const logOutput = /** @type {HTMLElement | null} */ (document.getElementById("logs-output"));
+const logError = /** @type {HTMLElement | null} */ (document.getElementById("logs-error"));
+const logStatus = /** @type {HTMLElement | null} */ (document.getElementById("logs-status"));
+const logFollow = /** @type {HTMLInputElement | null} */ (document.getElementById("logs-follow"));
+/** @type {number | undefined} */
+let following;
+let fetching = false;
+
+/** The picker lists the placed replicas of the (re-rendered) table; the choice is kept. */
+function syncLogReplicas() {
+  if (!logReplica) return;
+  const rows = /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll("#replicas tr[data-allocation-id]"));
+  const wanted = [...rows].map((row) => [row.dataset.allocationId || "", row.dataset.logsLabel || ""]);
+  const current = [...logReplica.options].map((o) => [o.value, o.textContent]);
+  if (JSON.stringify(wanted) === JSON.stringify(current)) return;
+  const chosen = logReplica.value;
+  logReplica.replaceChildren(...wanted.map(([value, label]) => new Option(label, value)));
+  if (wanted.some(([value]) => value === chosen)) logReplica.value = chosen;
+  else if (logs?.open) fetchLogs();
+}
+
+/** @param {string} message */
+function showLogError(message) {
+  if (!logError) return;
+  logError.textContent = message;
+  logError.hidden = !message;
+}
+
+async function fetchLogs() {
+  if (!logReplica || !logOutput || !logStatus || fetching) return;
+  const id = logReplica.value;
+  if (!id) {
+    logOutput.textContent = "";
+    logStatus.textContent = "No replica is placed: nothing runs yet.";
+    return;
+  }
+  fetching = true;
+  logOutput.setAttribute("aria-busy", "true");
+  const result = await api("GET", `/api/v1/allocations/${id}/logs?tail=${LOG_LINES}`);
+  fetching = false;
+  logOutput.removeAttribute("aria-busy");
+  if (logReplica.value !== id) return; // another replica was chosen meanwhile
+  if (!result.ok) {
+    showLogError((result.data && result.data.message) || `The request failed (${result.status}).`);
+    return;
+  }
+  showLogError("");
+  const { lines, truncated, error } = result.data;
+  const text = lines.join("\n");
+  if (logOutput.textContent !== text) {
+    const atEnd = logOutput.scrollTop + logOutput.clientHeight >= logOutput.scrollHeight - 4;
+    logOutput.textContent = text;
+    if (atEnd) logOutput.scrollTop = logOutput.scrollHeight;
+  }
+  const count = `${lines.length} line${lines.length === 1 ? "" : "s"}${truncated ? " (older output not shown)" : ""}`;
+  logStatus.textContent = error ? `${count}: ${error}` : `${count}, read ${new Date().toLocaleTimeString()}`;
+}
+
+/** Follow re-fetches every 2 s while the panel is open and Follow is checked, never otherwise. */
+function scheduleFollow() {
+  window.clearInterval(following);
+  following = undefined;
+  if (logs?.open && logFollow?.checked) following = window.setInterval(fetchLogs, FOLLOW_EVERY_MS);
+}
+
+if (logs && logReplica) {
+  logs.addEventListener("toggle", () => {
+    if (logs.open) fetchLogs();
+    scheduleFollow();
+  });
+  logFollow?.addEventListener("change", () => {
+    if (logFollow.checked) fetchLogs();
+    scheduleFollow();
+  });
+  logReplica.addEventListener("change", () => {
+    if (logOutput) logOutput.textContent = "";
+    showLogError("");
+    fetchLogs();
+  });
+  document.getElementById("logs-refresh")?.addEventListener("click", () => fetchLogs());
+}
+
+live.start();

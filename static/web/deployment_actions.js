@@ -1,0 +1,101 @@
+// @ts-check
+// A deployment's operator actions: a rolling update to a new workload, the defrag proposal and
+// its Apply, and deleting it. Each calls the REST API and follows the operation it starts.
+import { api, el, followOperation, isFinal, toast, toastError } from "./core.js";
+
+const section = document.getElementById("dep-actions");
+const page = /** @type {HTMLElement} */ (document.getElementById("deployment-page"));
+const deploymentId = Number(page.dataset.deployment);
+const name = section?.dataset.name || "";
+
+/** Follow an operation, toasting its outcome. @param {any} operation @param {string} what */
+function follow(operation, what) {
+  toast(what, { lines: [operation.summary || ""], timeout: 5000 });
+  followOperation(operation, (latest) => {
+    if (!isFinal(latest.status)) return;
+    const kind = latest.status === "succeeded" ? "ok" : "error";
+    toast(`${what}: ${latest.status}`, { kind, lines: [latest.reason || ""], timeout: 10000 });
+  });
+}
+
+function wireRollout() {
+  const form = /** @type {HTMLFormElement | null} */ (document.getElementById("rollout-form"));
+  if (!form) return;
+  const error = /** @type {HTMLElement} */ (document.getElementById("rollout-error"));
+  const textarea = /** @type {HTMLTextAreaElement} */ (form.elements.namedItem("workload"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    error.hidden = true;
+    textarea.removeAttribute("aria-invalid");
+    let workload;
+    try {
+      workload = JSON.parse(textarea.value);
+    } catch (e) {
+      error.textContent = `The workload is not valid JSON: ${/** @type {Error} */ (e).message}`;
+      error.hidden = false;
+      textarea.setAttribute("aria-invalid", "true");
+      return;
+    }
+    const data = new FormData(form);
+    const rollout = { max_surge: Number(data.get("max_surge")), max_unavailable: Number(data.get("max_unavailable")) };
+    const result = await api("PATCH", `/api/v1/deployments/${deploymentId}/`, { workload, rollout });
+    if (!result.ok) {
+      const details = result.data?.details || {};
+      const problems = (details.problems || []).map((/** @type {{field: string, message: string}} */ p) => `${p.field}: ${p.message}`);
+      error.textContent = [result.data?.message || `The request failed (${result.status}).`, ...problems].join(" · ");
+      error.hidden = false;
+      textarea.setAttribute("aria-invalid", "true");
+      return;
+    }
+    follow(result.data, `Rolling update of ${name}`);
+  });
+}
+
+/** @param {any} plan */
+function describePlan(plan) {
+  if (plan.fits_now) return [el("p", { text: "The next replica fits now: place it from the fleet view's tray." })];
+  if (!plan.target) return [el("p", { text: "No plan of a few moves lets the next replica fit." })];
+  const items = plan.moves.map((/** @type {any} */ m) => el("li", {
+    text: m.allocation != null
+      ? `Move allocation ${m.allocation} from GPU ${m.from_gpu} to GPU ${m.to_gpu}`
+      : `Destroy the idle slice ${m.partition} on GPU ${m.from_gpu}`,
+  }));
+  return [
+    el("ol", {}, ...items),
+    el("p", { class: "muted small", text: `Then the replica fits on GPU ${plan.target.gpu}.` }),
+    el("button", { type: "button", class: "btn small primary", id: "defrag-apply" }, "Apply"),
+  ];
+}
+
+function wireDefrag() {
+  const show = document.getElementById("defrag-show");
+  const box = document.getElementById("defrag-plan");
+  if (!show || !box) return;
+  show.addEventListener("click", async () => {
+    const result = await api("GET", `/api/v1/deployments/${deploymentId}/defrag`);
+    if (!result.ok) { toastError(result, "No proposal"); return; }
+    box.replaceChildren(...describePlan(result.data));
+    document.getElementById("defrag-apply")?.addEventListener("click", async () => {
+      const applied = await api("POST", `/api/v1/deployments/${deploymentId}/defrag`, {});
+      if (!applied.ok) { toastError(applied, "Could not apply the proposal"); return; }
+      box.replaceChildren(el("p", { text: `Applying: operation ${applied.data.id}. Each step shows in the operations.` }));
+      follow(applied.data, `Making room for ${name}`);
+    });
+  });
+}
+
+function wireDelete() {
+  const button = /** @type {HTMLButtonElement | null} */ (document.getElementById("dep-delete"));
+  if (!button) return;
+  button.addEventListener("click", async () => {
+    if (!confirm(`Delete ${name}? Every replica stops; the audit trail stays.`)) return;
+    const result = await api("DELETE", `/api/v1/deployments/${deploymentId}/`);
+    if (!result.ok) { toastError(result, `Could not delete ${name}`); return; }
+    toast(`Deleting ${name}`, { kind: "ok", lines: ["Its workloads are stopping."] });
+    button.disabled = true;
+  });
+}
+
+wireRollout();
+wireDefrag();
+wireDelete();

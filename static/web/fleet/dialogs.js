@@ -1,0 +1,250 @@
+// @ts-check
+// The keyboard and click alternatives to dragging: the Place dialog (every target with its
+// verdict; for a placed replica, where to move it), Place all, evicting from the tray, and the
+// new-deployment dialog.
+import { api, canDeploy, el, toast, toastError, violations } from "../core.js";
+import { changes } from "./changes.js";
+import { move } from "./move.js";
+import { place } from "./place.js";
+import { hostsBox, trayBox } from "./state.js";
+import { describeTarget, fitNote, loadTargets } from "./targets.js";
+
+const placeDialog = /** @type {HTMLDialogElement} */ (document.getElementById("place-dialog"));
+
+/** @param {HTMLElement} dep a tray deployment, or a placed replica (`data-allocation`): move it */
+async function openPlaceDialog(dep) {
+  const id = Number(dep.dataset.deployment);
+  const name = dep.dataset.name || "";
+  const allocation = dep.dataset.allocation ? Number(dep.dataset.allocation) : null;
+  const from = /** @type {HTMLElement | null} */ (dep.closest("article.gpu"));
+  /** @type {HTMLElement} */ (placeDialog.querySelector("#place-title")).textContent = `${allocation == null ? "Place" : "Move"} ${name}`;
+  const list = /** @type {HTMLElement} */ (placeDialog.querySelector("#place-targets"));
+  const sub = /** @type {HTMLElement} */ (placeDialog.querySelector("#place-sub"));
+  list.replaceChildren(el("p", { class: "muted small" }, el("span", { class: "spinner" }), " Checking every GPU…"));
+  sub.textContent = dep.querySelector(".chip")?.textContent || "";
+  placeDialog.showModal();
+  const targets = await loadTargets(id);
+  /** @param {{gpu?: number, partition?: number}} target */
+  const choose = async (target) => {
+    placeDialog.close();
+    if (allocation == null) await place(id, name, target);
+    else await move(allocation, name, from, target);
+    dep.focus();
+  };
+  const verb = allocation == null ? "Place here" : "Move here";
+  const rows = targets ? targetRows(targets, choose, verb) : fallbackRows(choose, verb);
+  list.replaceChildren(...rows);
+  list.querySelector("button")?.focus();
+}
+
+/**
+ * @param {Map<number, import("./state.js").TargetInfo>} targets
+ * @param {(target: {gpu?: number, partition?: number}) => void} choose
+ * @param {string} verb
+ */
+function targetRows(targets, choose, verb) {
+  const feasible = [];
+  const infeasible = [];
+  for (const [gpu, info] of targets) {
+    const card = document.getElementById(`gpu-${gpu}`);
+    const label = card ? card.dataset.label : `GPU ${gpu}`;
+    if (info.fit) feasible.push({ gpu, info, card });
+    else infeasible.push({ gpu, info, label });
+  }
+  feasible.sort((a, b) => (b.info.best?.score ?? 0) - (a.info.best?.score ?? 0));
+  const rows = [el("h3", { text: `Fits (${feasible.length})` })];
+  if (!feasible.length) rows.push(el("p", { class: "muted small", text: "No GPU can take it right now." }));
+  for (const { gpu, info, card } of feasible.slice(0, 50)) {
+    const target = info.gpuFeasible ? { gpu } : { partition: info.best.partition };
+    rows.push(el("div", { class: "target" },
+      el("div", {}, el("div", { class: "where", text: describeTarget(card, target) }),
+        el("div", { class: "score", text: `${fitNote(info)} · score ${Number(info.best?.score ?? 0).toFixed(2)}` })),
+      el("button", { type: "button", class: "btn small primary", onclick: () => choose(target), "data-gpu": gpu }, verb)));
+  }
+  rows.push(el("h3", { text: `Does not fit (${infeasible.length})` }));
+  for (const { gpu, info, label } of infeasible.slice(0, 80)) {
+    rows.push(el("div", { class: "target no", "data-gpu": gpu },
+      el("div", {}, el("div", { class: "where", text: label }), el("div", { class: "why", text: fitNote(info) }))));
+  }
+  return rows;
+}
+
+/** Without a preview: the shown GPUs, and the server checks the fit.
+ * @param {(target: {gpu: number}) => void} choose @param {string} verb */
+function fallbackRows(choose, verb) {
+  const rows = [el("p", { class: "muted small", text: "No fit preview from the server: pick a GPU and the server checks the fit." })];
+  for (const card of /** @type {HTMLElement[]} */ ([...hostsBox.querySelectorAll("article.gpu:not([hidden])")]).slice(0, 200)) {
+    const gpu = Number(card.dataset.gpu);
+    rows.push(el("div", { class: "target" }, el("div", { class: "where", text: `${card.dataset.label} · ${card.dataset.mode}` }),
+      el("button", { type: "button", class: "btn small", onclick: () => choose({ gpu }) }, verb)));
+  }
+  return rows;
+}
+
+/** @param {HTMLElement} dep */
+async function evict(dep) {
+  const name = dep.dataset.name;
+  if (!confirm(`Evict every replica of ${name}? Its workloads stop.`)) return;
+  const result = await api("POST", `/api/v1/deployments/${dep.dataset.deployment}/evict`, {});
+  if (!result.ok) { toastError(result, `Could not evict ${name}`); return; }
+  toast(`Evicting ${name}`, { lines: [`${result.data.length} replica(s) released; the agents stop them.`] });
+  changes.tray = true;
+  changes.flush();
+}
+
+/** Places every replica of the deployment that fits now; the tray and the cards follow through
+ * the live updates (and once here, for a browser whose socket is down).
+ * @param {HTMLElement} dep @param {HTMLButtonElement} button */
+async function placeAll(dep, button) {
+  const name = dep.dataset.name;
+  button.disabled = true;
+  const result = await api("POST", `/api/v1/deployments/${dep.dataset.deployment}/place-all`, {});
+  button.disabled = false;
+  if (!result.ok) { toastError(result, `Could not place ${name}`); return; }
+  const { placed, unplaced, reasons } = result.data;
+  const left = unplaced ? [`${unplaced} left unplaced: ${reasons[0]?.message || "no capacity"}`] : [];
+  toast(`Placing ${placed.length} replica(s) of ${name}`, { kind: unplaced ? "warn" : "ok", lines: ["Waiting for the agents to apply them…", ...left] });
+  changes.tray = true;
+  changes.add("gpu", [...new Set(placed.map((/** @type {{gpu: number | null}} */ op) => op.gpu).filter(Boolean))]);
+}
+
+// ---- new deployment ---------------------------------------------------------------------------
+
+const newDialog = /** @type {HTMLDialogElement} */ (document.getElementById("new-dialog"));
+const newForm = /** @type {HTMLFormElement} */ (document.getElementById("new-form"));
+const newError = /** @type {HTMLElement} */ (newForm.querySelector("#new-error"));
+
+function syncKind() {
+  const data = new FormData(newForm);
+  const kind = data.get("kind");
+  for (const label of /** @type {NodeListOf<HTMLElement>} */ (newForm.querySelectorAll("[data-for]"))) label.hidden = label.dataset.for !== kind;
+  const runtime = String(data.get("runtime") || "none");
+  for (const el of /** @type {NodeListOf<HTMLElement>} */ (newForm.querySelectorAll("[data-runtime]"))) el.hidden = !(el.dataset.runtime || "").split(" ").includes(runtime);
+  const health = String(data.get("health") || "");
+  for (const el of /** @type {NodeListOf<HTMLElement>} */ (newForm.querySelectorAll("[data-health]"))) el.hidden = !health || !(el.dataset.health || "").split(" ").includes(health);
+}
+
+/** Arguments as a shell would split them: spaces separate, quotes ('…' or "…") group.
+ * @param {string} text @returns {string[]} */
+export function splitArgs(text) {
+  const args = [];
+  const pattern = /"((?:[^"\\]|\\.)*)"|'([^']*)'|(\S+)/g;
+  for (const m of text.matchAll(pattern)) args.push(m[1] !== undefined ? m[1].replace(/\\(.)/g, "$1") : m[2] ?? m[3]);
+  return args;
+}
+
+/** @param {FormData} data @returns {Object<string, unknown> | undefined} */
+function workloadBody(data) {
+  const runtime = String(data.get("runtime") || "none");
+  if (runtime === "none") return undefined;
+  /** @type {Object<string, unknown>} */
+  const workload = { runtime, command: splitArgs(String(data.get("command") || "")) };
+  if (runtime === "container") workload.image = String(data.get("image") || "").trim();
+  if (runtime === "process") {
+    if (data.get("cwd")) workload.cwd = String(data.get("cwd")).trim();
+    if (data.get("user")) workload.user = String(data.get("user")).trim();
+  }
+  /** @type {Object<string, string>} */
+  const env = {};
+  for (const line of String(data.get("env") || "").split("\n")) {
+    const at = line.indexOf("=");
+    if (line.trim() && at > 0) env[line.slice(0, at).trim()] = line.slice(at + 1);
+    else if (line.trim()) env[line.trim()] = "";
+  }
+  workload.env = env;
+  workload.restart = data.get("restart") || "always";
+  workload.stop_grace_s = Number(data.get("stop_grace_s") || 30);
+  const health = String(data.get("health") || "");
+  if (health === "http") workload.health = { http: { port: Number(data.get("health_port")), path: String(data.get("health_path") || "/") } };
+  if (health === "tcp") workload.health = { tcp: { port: Number(data.get("health_port")) } };
+  if (health === "exec") workload.health = { exec: { command: splitArgs(String(data.get("health_command") || "")) } };
+  return workload;
+}
+
+/** "field.sub: message" for every error in a nested DRF error object.
+ * @param {unknown} node @param {string} [path] @returns {string[]} */
+function fieldErrors(node, path = "") {
+  if (node === null || node === undefined) return [];
+  if (typeof node !== "object") return [`${path}: ${node}`];
+  if (Array.isArray(node)) return node.every((v) => typeof v !== "object") ? [`${path}: ${node.join(" ")}`] : node.flatMap((v, i) => fieldErrors(v, `${path}[${i}]`));
+  return Object.entries(node).flatMap(([k, v]) => fieldErrors(v, path ? `${path}.${k}` : k));
+}
+
+function openNewDialog() {
+  newForm.reset();
+  syncKind();
+  newError.hidden = true;
+  newDialog.showModal();
+}
+
+/** @param {FormData} data */
+function deploymentBody(data) {
+  const kind = data.get("kind");
+  /** @type {Object<string, unknown>} */
+  const body = { name: data.get("name"), kind, replicas: Number(data.get("replicas") || 1) };
+  if (data.get("team")) body.team = data.get("team");
+  if (kind === "mig") body.profile = data.get("profile");
+  if (kind === "mps") {
+    body.memory_mib = Number(data.get("memory_mib"));
+    if (data.get("max_compute_percent")) body.max_compute_percent = Number(data.get("max_compute_percent"));
+  }
+  if (kind === "gpu") body.gpu_count = Number(data.get("gpu_count") || 1);
+  const workload = workloadBody(data);
+  if (workload) body.workload = workload;
+  return body;
+}
+
+/** @param {SubmitEvent} e */
+async function createDeployment(e) {
+  e.preventDefault();
+  const body = deploymentBody(new FormData(newForm));
+  const result = await api("POST", "/api/v1/deployments/", body);
+  if (!result.ok) {
+    const details = result.data?.details || {};
+    const problems = (details.problems || []).map((/** @type {{field: string, message: string}} */ p) => `workload.${p.field}: ${p.message}`);
+    const fields = details.fields ? fieldErrors(details.fields) : problems;
+    newError.textContent = [result.data?.message, ...violations(result.data).map((v) => v.message), ...fields].filter(Boolean).join(" · ");
+    newError.hidden = false;
+    return;
+  }
+  newDialog.close();
+  toast(`Created ${body.name}`, { kind: "ok", lines: ["Drag it onto a GPU to place it."] });
+  changes.tray = true;
+  changes.flush();
+}
+
+/** Wires the tray's buttons and keys, and the new-deployment form. */
+export function enableDialogs() {
+  trayBox.addEventListener("click", (e) => {
+    const button = /** @type {HTMLElement | null} */ (/** @type {Element} */ (e.target).closest("button[data-action]"));
+    if (!button) return;
+    const dep = /** @type {HTMLElement} */ (button.closest(".dep"));
+    if (button.dataset.action === "place") openPlaceDialog(dep);
+    else if (button.dataset.action === "evict") evict(dep);
+    else if (button.dataset.action === "place-all") placeAll(dep, /** @type {HTMLButtonElement} */ (button));
+    else if (button.dataset.action === "new-deployment") openNewDialog();
+  });
+  trayBox.addEventListener("keydown", (e) => {
+    const target = /** @type {HTMLElement} */ (e.target);
+    const dep = target.classList && target.classList.contains("dep") ? target : null;
+    if (!dep) return;
+    if (e.key === "Enter" || e.key === " ") {
+      e.preventDefault();
+      if (dep.dataset.placeable === "1" && dep.draggable) openPlaceDialog(dep);
+    } else if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+      e.preventDefault();
+      const all = /** @type {HTMLElement[]} */ ([...trayBox.querySelectorAll(".dep[tabindex]")]);
+      all[all.indexOf(dep) + (e.key === "ArrowDown" ? 1 : -1)]?.focus();
+    }
+  });
+  // A placed replica: focus it, Enter, then pick where it moves (the drag's alternative).
+  hostsBox.addEventListener("keydown", (e) => {
+    const replica = /** @type {HTMLElement} */ (e.target).closest?.('[data-allocation][draggable="true"]');
+    if (!replica || (e.key !== "Enter" && e.key !== " ")) return;
+    e.preventDefault();
+    if (canDeploy) openPlaceDialog(/** @type {HTMLElement} */ (replica));
+  });
+  newForm.addEventListener("change", syncKind);
+  newForm.addEventListener("click", (e) => { if (/** @type {Element} */ (e.target).closest("[data-close]")) newDialog.close(); });
+  newForm.addEventListener("submit", createDeployment);
+}

@@ -1,0 +1,121 @@
+// @ts-check
+// The fit preview of a deployment: GET /deployments/{id}/targets read per GPU, marked on the
+// cards while dragging and listed in the Place dialog, and the API target a drop stands for.
+import { api } from "../core.js";
+
+/** @typedef {import("./state.js").TargetInfo} TargetInfo */
+
+/**
+ * Reads GET /deployments/{id}/targets into GPU id -> {fit, gpuFeasible, gpuReasons, partitions,
+ * best}; null when the server has no preview.
+ * @param {number} deploymentId
+ * @returns {Promise<Map<number, TargetInfo> | null>}
+ */
+export async function loadTargets(deploymentId) {
+  const result = await api("GET", `/api/v1/deployments/${deploymentId}/targets`);
+  if (!result.ok || !result.data || !Array.isArray(result.data.feasible)) return null;
+  /** @type {Map<number, TargetInfo>} */
+  const byGpu = new Map();
+  /** @param {number} gpu @returns {TargetInfo} */
+  const info = (gpu) => {
+    let found = byGpu.get(gpu);
+    if (!found) {
+      found = { fit: false, gpuFeasible: null, gpuReasons: [], partitions: new Map(), best: null };
+      byGpu.set(gpu, found);
+    }
+    return found;
+  };
+  for (const entry of result.data.feasible) {
+    const i = info(entry.gpu);
+    i.fit = true;
+    if (entry.partition == null) i.gpuFeasible = entry;
+    else i.partitions.set(entry.partition, { fit: true, entry });
+    if (!i.best || entry.score > i.best.score) i.best = entry;
+  }
+  for (const entry of result.data.infeasible || []) {
+    const i = info(entry.gpu);
+    const reasons = (entry.violations || []).map((/** @type {{message: string}} */ v) => v.message);
+    if (entry.partition == null) i.gpuReasons.push(...reasons);
+    else i.partitions.set(entry.partition, { fit: false, reasons });
+  }
+  // The team's quota refuses every drop, whatever room the GPUs have: say so on each of them.
+  const quota = (result.data.quota || []).map((/** @type {{message: string}} */ v) => v.message);
+  if (quota.length) {
+    for (const i of byGpu.values()) {
+      Object.assign(i, { fit: false, best: null, gpuFeasible: null, gpuReasons: [...quota, ...i.gpuReasons] });
+      for (const key of i.partitions.keys()) i.partitions.set(key, { fit: false, reasons: quota });
+    }
+  }
+  return byGpu;
+}
+
+/** One line on whether (and where) it fits, or the first reason it does not. @param {TargetInfo} i */
+export function fitNote(i) {
+  if (i.fit) {
+    const entry = i.best;
+    if (entry && entry.new_instance) return `Fits: new instance at slice ${entry.new_instance.start}`;
+    if (entry && entry.partition != null) return "Fits on a free instance";
+    return "Fits";
+  }
+  const first = i.gpuReasons[0] || [...i.partitions.values()].flatMap((p) => p.reasons || [])[0];
+  return first || "Does not fit";
+}
+
+/** Marks a card (and its slices) with the preview's verdict. @param {HTMLElement} card @param {TargetInfo | undefined} i */
+export function markCard(card, i) {
+  const note = /** @type {HTMLElement | null} */ (card.querySelector(".fit-note"));
+  if (!i) { delete card.dataset.fit; if (note) note.textContent = ""; return; }
+  card.dataset.fit = i.fit ? "yes" : "no";
+  if (note) { note.textContent = fitNote(i); note.title = note.textContent; }
+  for (const slice of /** @type {NodeListOf<HTMLElement>} */ (card.querySelectorAll(".slice[data-partition]"))) {
+    const p = i.partitions.get(Number(slice.dataset.partition));
+    if (p) {
+      slice.dataset.fit = p.fit ? "yes" : "no";
+      if (!p.fit) slice.dataset.why = (p.reasons || []).join(" ");
+    } else delete slice.dataset.fit;
+  }
+}
+
+export function clearMarks() {
+  for (const node of /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll("[data-fit]"))) delete node.dataset.fit;
+  for (const node of document.querySelectorAll(".fit-note")) node.textContent = "";
+  for (const node of document.querySelectorAll(".drop-hover")) node.classList.remove("drop-hover");
+}
+
+/**
+ * The API target for a drop on `card` (and maybe on one of its MIG slices).
+ * @param {HTMLElement} card
+ * @param {HTMLElement | null} slice
+ * @param {Map<number, TargetInfo> | null} targets
+ * @returns {{gpu?: number, partition?: number}}
+ */
+export function targetFor(card, slice, targets) {
+  const gpu = Number(card.dataset.gpu);
+  const info = targets ? targets.get(gpu) : null;
+  if (slice) {
+    const pid = Number(slice.dataset.partition);
+    const p = info && info.partitions.get(pid);
+    if (p && p.fit) return { partition: pid };
+    if (info && info.gpuFeasible) return { gpu };
+    if (!info || !info.fit) return { partition: pid }; // the server says why not
+  }
+  if (info && !info.gpuFeasible && info.best && info.best.partition != null) {
+    return { partition: info.best.partition };
+  }
+  return { gpu };
+}
+
+/** The card holding MIG partition `pid`, if it is on the page. @param {number | null | undefined} pid */
+export function cardOfPartition(pid) {
+  if (pid == null) return null;
+  const node = document.querySelector(`[data-partition="${pid}"]`);
+  return node ? /** @type {HTMLElement | null} */ (node.closest("article.gpu")) : null;
+}
+
+/** `host/gpuN`, and the slice for a partition target. @param {HTMLElement | null} card @param {{gpu?: number, partition?: number}} target */
+export function describeTarget(card, target) {
+  const where = card ? card.dataset.label : `GPU ${target.gpu}`;
+  if (target.partition == null) return where;
+  const slice = card && card.querySelector(`.slice[data-partition="${target.partition}"] .p`);
+  return `${where} · ${slice ? slice.textContent : `partition ${target.partition}`}`;
+}

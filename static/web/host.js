@@ -1,0 +1,111 @@
+// @ts-check
+// One host: its head, maintenance, GPUs, labels and operations re-rendered by the server after
+// a change; cordon, uncordon, drain (now or at a time) and labels (operators) through the REST
+// API, the API's message shown when it refuses.
+import { api, debounce, live, toast } from "./core.js";
+
+const page = /** @type {HTMLElement} */ (document.getElementById("host-page"));
+const hostId = Number(page.dataset.host);
+const gpuIds = (page.dataset.gpus || "").split(",").filter(Boolean).map(Number);
+const PARTS = ["host-head", "host-maint", "host-gpus", "host-labels", "host-side"];
+const error = /** @type {HTMLElement | null} */ (document.getElementById("maint-error"));
+
+const refresh = debounce(async () => {
+  let response;
+  try {
+    response = await fetch(`/ui/hosts/${hostId}/panel`, { credentials: "same-origin", headers: { Accept: "text/html" } });
+  } catch { return; }
+  if (!response.ok) return;
+  const template = document.createElement("template");
+  template.innerHTML = await response.text();
+  for (const id of PARTS) {
+    const fresh = template.content.getElementById(id);
+    const old = document.getElementById(id);
+    if (fresh && old && fresh.innerHTML !== old.innerHTML) old.innerHTML = fresh.innerHTML;
+  }
+}, 250);
+
+live.on("frame", (frame) => {
+  const c = frame.changed || {};
+  if ((c.host || []).includes(hostId) || (c.gpu || []).some((id) => gpuIds.includes(id)) || c.operation) refresh();
+});
+live.on("resync", () => refresh());
+live.on("hello", () => live.subscribe([])); // no telemetry needed here
+
+/** Show the API's message (or clear it). */
+function showError(result) {
+  if (!error) return;
+  if (result === null) { error.hidden = true; error.textContent = ""; return; }
+  error.textContent = (result.data && result.data.message) || `The request failed (${result.status}).`;
+  error.hidden = false;
+}
+
+async function act(action, body) {
+  showError(null);
+  const result = await api("POST", `/api/v1/hosts/${hostId}/${action}`, body);
+  if (!result.ok) { showError(result); return; }
+  const done = { cordon: "cordoned", uncordon: "back in service", drain: "drain started" }[action] || action;
+  toast(`Host ${done}`, { kind: "ok" });
+  refresh();
+}
+
+const actions = document.getElementById("maint-actions");
+if (actions) {
+  const force = /** @type {HTMLInputElement} */ (document.getElementById("drain-force"));
+  actions.addEventListener("click", (event) => {
+    const button = /** @type {HTMLElement} */ (event.target).closest("button[data-action]");
+    if (!button) return;
+    const action = /** @type {HTMLElement} */ (button).dataset.action || "";
+    act(action, action === "drain" ? { force: force.checked } : undefined);
+  });
+}
+
+const scheduleForm = /** @type {HTMLFormElement | null} */ (document.getElementById("drain-at-form"));
+if (scheduleForm) {
+  const input = /** @type {HTMLInputElement} */ (scheduleForm.elements.namedItem("at"));
+  scheduleForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const when = new Date(input.value);
+    if (!input.value || Number.isNaN(when.getTime())) {
+      showError({ status: 400, data: { message: "Choose the date and time the drain starts." } });
+      input.setAttribute("aria-invalid", "true");
+      return;
+    }
+    input.removeAttribute("aria-invalid");
+    const force = /** @type {HTMLInputElement | null} */ (document.getElementById("drain-force"));
+    act("drain", { at: when.toISOString(), force: Boolean(force && force.checked) });
+  });
+}
+
+const labelsForm = /** @type {HTMLFormElement | null} */ (document.getElementById("labels-form"));
+if (labelsForm) {
+  const input = /** @type {HTMLTextAreaElement} */ (labelsForm.elements.namedItem("labels"));
+  const labelsError = /** @type {HTMLElement} */ (document.getElementById("labels-error"));
+  labelsForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    /** @type {Object<string, string>} */
+    const labels = {};
+    for (const line of input.value.split("\n")) {
+      if (!line.trim()) continue;
+      const at = line.indexOf("=");
+      // The server judges keys and values (and says why it refuses): send what was typed.
+      if (at < 0) labels[line.trim()] = "";
+      else labels[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+    }
+    labelsError.hidden = true;
+    input.removeAttribute("aria-invalid");
+    const result = await api("PATCH", `/api/v1/hosts/${hostId}/`, { labels });
+    if (!result.ok) {
+      const problems = (result.data && result.data.details && result.data.details.fields) || null;
+      const detail = problems && problems.labels ? ` ${[].concat(problems.labels).join(" ")}` : "";
+      labelsError.textContent = ((result.data && result.data.message) || `The request failed (${result.status}).`) + detail;
+      labelsError.hidden = false;
+      input.setAttribute("aria-invalid", "true");
+      return;
+    }
+    toast("Labels saved", { kind: "ok" });
+    refresh();
+  });
+}
+
+live.start();

@@ -1,0 +1,135 @@
+"""The layout advisor end to end in one process: its proposal for waiting replicas, applied as a
+rollout through the API, reshapes the GPUs (in place where running replicas keep their
+partitions) and the engine then places the waiting replicas."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.agents.delivery import agent_ack
+from fleet.agents.discovery import agent_hello
+from fleet.agents.documents import host_desired_state
+from fleet.agents.enrollment import host_issue_token
+from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
+from fleet.core.models import Operation
+from fleet.inventory.models import Gpu, Host
+from fleet.inventory.services import host_create
+from fleet.mig import Instance, product_by_key, validate_layout
+from fleet.partitioning.models import Partition
+from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
+from tests.agent_sim import SimAgent
+from tests.helpers import assert_error, snapshot_rows
+
+pytestmark = pytest.mark.django_db
+
+TWO_3G = LayoutSpec(
+    mode="mig", instances=(MigInstanceSpec("3g.40gb", 0), MigInstanceSpec("3g.40gb", 4))
+)
+H100 = product_by_key("h100-sxm5-80gb")
+
+
+@pytest.fixture
+def world(django_capture_on_commit_callbacks):
+    host, _ = host_create(name="node")
+    host_issue_token(host)
+    agent = SimAgent(["h100-sxm5-80gb"] * 2)
+    Host.objects.filter(pk=host.pk).update(hostname="sim-0", status="ready")
+    agent_hello(host=host, hello=agent.hello())
+    gpus = list(Gpu.objects.filter(host=host).order_by("index"))
+    for gpu in gpus:
+        gpu_set_layout(gpu_id=gpu.pk, spec=TWO_3G)
+
+    def sync():
+        with django_capture_on_commit_callbacks(execute=True):
+            agent_ack(host=host, ack=agent.apply(host_desired_state(Host.objects.get(pk=host.pk))))
+
+    sync()
+    chat = deployment_create(
+        name="chat", request=DeploymentRequest(kind="mig", profile="3g.40gb"), replicas=1
+    )
+    running = Partition.objects.get(gpu=gpus[0], start=4)
+    with django_capture_on_commit_callbacks(execute=True):
+        deployment_place(deployment_id=chat.pk, partition_id=running.pk)
+    sync()
+    return agent, gpus, sync, chat, running
+
+
+def _held(agent, gpu):
+    return sorted((i.profile_id, i.start) for i in agent.backend.mig_instances(gpu.uuid))
+
+
+def test_an_applied_proposal_lets_the_waiting_replicas_be_placed(
+    world, viewer_client, operator_client, django_capture_on_commit_callbacks
+):
+    agent, gpus, sync, chat, running = world
+    big = deployment_create(
+        name="big", request=DeploymentRequest(kind="mig", profile="4g.40gb"), replicas=2
+    )
+    small = deployment_create(
+        name="small", request=DeploymentRequest(kind="mps", memory_mib=8000), replicas=4
+    )
+    answer = viewer_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"})
+    assert answer.status_code == 200, answer.json()
+    advice = answer.json()
+    assert advice["solver"]["status"] == "optimal" and advice["solver"]["gap_percent"] == 0.0
+    assert advice["solver"]["objective"] == advice["solver"]["bound"]
+    assert advice["waiting_replicas"] == 6 and advice["placed_replicas"] == 6
+    assert advice["moved_replicas"] == 0
+    assert {w["deployment"]: w["placed"] for w in advice["waiting"]} == {"big": 2, "small": 4}
+    for gpu in advice["gpus"]:
+        layout = [
+            Instance(H100.profile(i["profile"]).id, i["start"]) for i in gpu["layout"]["instances"]
+        ]
+        assert validate_layout(H100, layout) == ()
+    mine = next(g for g in advice["gpus"] if g["gpu"] == gpus[0].pk)
+    assert {"profile": 9, "start": 4, "mps": None} in mine["layout"]["instances"]  # chat stays
+    body = advice["rollout"]
+    assert body["selector"] == {"gpus": sorted(g["gpu"] for g in advice["gpus"])}
+    assert sorted(body["place_waiting"]) == sorted([big.pk, small.pk])
+
+    with django_capture_on_commit_callbacks(execute=True):
+        started = operator_client.post(
+            "/api/v1/rollouts/", {**body, "max_unavailable": 2}, format="json"
+        )
+    assert started.status_code == 202, started.json()
+    operation = Operation.objects.get(pk=started.json()["id"])
+    for _ in range(12):
+        sync()
+        operation.refresh_from_db()
+        if operation.status != "dispatched":
+            break
+    assert operation.status == "succeeded", operation.payload
+    assert "placed 6 waiting replica(s)" in [e["note"] for e in operation.payload["log"]]
+    sync()
+    assert big.allocations.placed().count() == 2
+    assert small.allocations.placed().count() == 4
+    assert chat.allocations.get().partition_id == running.pk  # never moved
+    assert not any(g["drained"] for g in advice["gpus"])
+    notes = [e["note"] for e in operation.payload["log"]]
+    assert any(n.startswith(f"reshaping GPU {gpus[0].pk} in place") for n in notes)
+    assert not Operation.objects.filter(kind="drain", gpu=gpus[0]).exists()
+    assert all(_held(agent, gpu) for gpu in gpus)
+    # Nothing waits any more: nothing to propose.
+    again = viewer_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}).json()
+    assert again["waiting_replicas"] == 0 and again["rollout"] is None
+
+
+def test_bad_advice_queries_are_refused_and_change_nothing(world, viewer_client):
+    before = snapshot_rows()
+    assert_error(viewer_client.get("/api/v1/capacity/advice"), 400)
+    assert_error(
+        viewer_client.get("/api/v1/capacity/advice", {"product": "nope"}),
+        400,
+        "advice.unknown_product",
+    )
+    assert_error(
+        viewer_client.get(
+            "/api/v1/capacity/advice", {"product": "h100-sxm5-80gb", "time_limit_s": 99}
+        ),
+        400,
+    )
+    assert snapshot_rows() == before
+
+
+def test_anyone_signed_in_may_ask_and_nobody_else(world, client):
+    assert_error(client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}), 401)

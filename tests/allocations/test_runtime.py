@@ -1,0 +1,186 @@
+"""A replica is placed only where its workload can run: the drop, the preview, auto-placement and
+health re-placement all refuse a host whose agent lacks the runtime (``placement.runtime``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.allocations.health import replace_allocations
+from fleet.allocations.models import Allocation
+from fleet.allocations.selectors import placement_demand
+from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
+from fleet.inventory.models import Gpu
+from fleet.mps import MpsPolicy
+from fleet.partitioning.services import LayoutSpec, gpu_set_layout
+from fleet.placement import Demand
+from tests.factories import GpuFactory, HostFactory
+from tests.helpers import assert_error, snapshot_rows
+
+pytestmark = pytest.mark.django_db
+
+CONTAINER = {"runtime": "container", "image": "registry.example/llm:1.2"}
+PROCESS = {"runtime": "process", "command": ["serve"]}
+
+
+def mps_gpu(name: str, runtime: str) -> Gpu:
+    gpu = GpuFactory(host=HostFactory(name=name, runtime=runtime), product_key="a30-24gb")
+    gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="mps", mps=MpsPolicy()))
+    return gpu
+
+
+def create(client, name: str, workload: dict[str, object], *, replicas: int = 1, auto=False):
+    body = {
+        "name": name,
+        "kind": "mps",
+        "memory_mib": 4096,
+        "replicas": replicas,
+        "workload": workload,
+        "auto": auto,
+    }
+    return client.post("/api/v1/deployments/", body, format="json")
+
+
+@pytest.mark.parametrize(
+    ("workload", "demand"),
+    [
+        (None, None),
+        ({"runtime": "none"}, None),
+        (PROCESS, Demand(runtimes=("docker", "process"), workload="process")),
+        (CONTAINER, Demand(runtimes=("docker",), workload="container")),
+    ],
+)
+def test_the_demand_names_the_host_runtimes_that_run_the_workload(workload, demand):
+    deployment = deployment_create(
+        name="d",
+        request=DeploymentRequest(kind="mps", memory_mib=1024),
+        replicas=1,
+        workload=workload,
+    )
+    assert placement_demand(deployment) == demand
+
+
+def test_a_container_replica_dropped_on_a_process_host_is_422_and_writes_nothing(
+    operator_client,
+):
+    gpu = mps_gpu("gpu-proc", "process")
+    deployment = create(operator_client, "llm", CONTAINER).json()
+    before = snapshot_rows()
+
+    response = operator_client.post(
+        f"/api/v1/deployments/{deployment['id']}/place", {"gpu": gpu.pk}, format="json"
+    )
+
+    body = assert_error(response, 422, "placement.runtime")
+    assert "gpu-proc runs workloads with the process runtime" in body["message"]
+    assert "needs container" in body["message"]
+    assert snapshot_rows() == before
+
+
+def test_the_preview_explains_the_runtime_refusal(operator_client, viewer_client):
+    refused = mps_gpu("gpu-proc", "process")
+    fits = mps_gpu("gpu-docker", "docker")
+    deployment = create(operator_client, "llm", CONTAINER).json()
+
+    body = viewer_client.get(f"/api/v1/deployments/{deployment['id']}/targets").json()
+
+    assert [t["gpu"] for t in body["feasible"]] == [fits.pk]
+    (refusal,) = [r for r in body["infeasible"] if r["gpu"] == refused.pk]
+    assert [v["code"] for v in refusal["violations"]] == ["placement.runtime"]
+
+
+def test_auto_placement_puts_a_container_only_where_an_agent_runs_containers(operator_client):
+    mps_gpu("a-none", "none")
+    mps_gpu("b-proc", "process")
+    docker = mps_gpu("c-docker", "docker")
+
+    response = create(operator_client, "llm", CONTAINER, replicas=2, auto=True)
+
+    assert response.status_code == 201, response.json()
+    assert set(Allocation.objects.values_list("gpu_id", flat=True)) == {docker.pk}
+
+
+def test_auto_placement_with_no_host_that_runs_the_workload_is_422(operator_client):
+    mps_gpu("b-proc", "process")
+    before = snapshot_rows()
+
+    response = create(operator_client, "llm", CONTAINER, auto=True)
+
+    body = assert_error(response, 422)
+    codes = {v["code"] for v in body["details"]["violations"]}
+    assert codes == {"placement.runtime"}
+    assert snapshot_rows()["hosts"] == before["hosts"]
+    assert not Allocation.objects.exists()
+
+
+def test_a_process_replica_runs_on_docker_and_process_hosts_not_on_none():
+    mps_gpu("a-none", "none")
+    process = mps_gpu("b-proc", "process")
+    deployment = deployment_create(
+        name="worker",
+        request=DeploymentRequest(kind="mps", memory_mib=4096),
+        replicas=1,
+        workload=PROCESS,
+    )
+
+    deployment_place(deployment_id=deployment.pk, gpu_id=process.pk)
+
+    assert Allocation.objects.get().gpu_id == process.pk
+
+
+def test_health_re_placement_moves_a_container_only_to_a_host_that_runs_it(
+    django_capture_on_commit_callbacks,
+):
+    sick = mps_gpu("a-docker", "docker")
+    mps_gpu("b-proc", "process")
+    spare = mps_gpu("c-docker", "docker")
+    deployment = deployment_create(
+        name="llm",
+        request=DeploymentRequest(kind="mps", memory_mib=4096),
+        replicas=1,
+        workload=CONTAINER,
+    )
+    deployment_place(deployment_id=deployment.pk, gpu_id=sick.pk)
+    Gpu.objects.filter(pk=sick.pk).update(cordoned=True)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        replace_allocations(gpu_id=sick.pk, reason="test")
+
+    placed = Allocation.objects.exclude(state="releasing").get()
+    assert placed.gpu_id == spare.pk
+
+
+SERVER = {**CONTAINER, "health": {"http": {"port": 8080, "path": "/ready"}}}
+
+
+def test_copies_of_a_workload_with_a_port_go_one_per_host(operator_client):
+    """Containers share their host's network: the second copy of a server listening on 8080
+    goes to the other host, though the first host's MPS GPU has room for both; a third copy has
+    nowhere to go and says why."""
+    near = mps_gpu("near", "docker")
+    GpuFactory(host=near.host, product_key="a30-24gb")
+    far = mps_gpu("far", "docker")
+    created = create(operator_client, "server", SERVER, replicas=2, auto=True)
+    assert created.status_code == 201, created.json()
+    hosts = set(Allocation.objects.values_list("gpu__host__name", flat=True))
+    assert hosts == {"near", "far"}
+    demand = placement_demand(Allocation.objects.first().deployment)
+    assert demand is not None and demand.port == 8080
+    assert demand.avoid_hosts == {near.host_id, far.host_id}
+
+    scaled = operator_client.patch(
+        f"/api/v1/deployments/{created.json()['id']}/", {"replicas": 3}, format="json"
+    )
+    body = scaled.json()
+    assert scaled.status_code == 422 and body["code"] == "placement.port_in_use", body
+    deployment_id = created.json()["id"]
+    targets = operator_client.get(f"/api/v1/deployments/{deployment_id}/targets").json()
+    assert targets["feasible"] == []
+    codes = {v["code"] for r in targets["infeasible"] for v in r["violations"]}
+    assert "placement.port_in_use" in codes
+
+
+def test_a_workload_without_a_port_may_run_twice_on_one_host(operator_client):
+    near = mps_gpu("near", "docker")
+    created = create(operator_client, "batch", CONTAINER, replicas=2, auto=True)
+    assert created.status_code == 201, created.json()
+    assert set(Allocation.objects.values_list("gpu_id", flat=True)) == {near.pk}

@@ -1,0 +1,212 @@
+"""The Docker runtime against the real Docker Engine and the local busybox image."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from hostagent.protocol import workload_environment
+from hostagent.runtime import ReplicaSpec, StartError
+from hostagent.runtime.docker import DockerRuntime, container_config, gpu_request
+from hostagent.runtime.output import NoOutput
+from tests.hostagent.runtime.conftest import IMAGE
+from tests.hostagent.runtime.fakes import wait_for, workload
+
+MIG = "MIG-7d5bd3e0-5a4c-5d6e-9b4e-2f1c0a9e8d7c"
+
+
+def container_spec(allocation_id=11, *, gpu_request=False, pipe=None, **changes) -> ReplicaSpec:
+    changes.setdefault(
+        "command", ["sh", "-c", "env; trap 'exit 0' TERM; while :; do sleep 0.05; done"]
+    )
+    environment = workload_environment(
+        device_uuid=MIG,
+        allocation_id=allocation_id,
+        deployment="qwen-7b",
+        replica=2,
+        mps_pipe_directory=pipe,
+        mps_memory_mib=4096 if pipe else None,
+        mps_compute_percent=30 if pipe else None,
+    )
+    return ReplicaSpec(
+        allocation_id=allocation_id,
+        key=f"a{allocation_id}",
+        gpu_uuid="GPU-1",
+        deployment="qwen-7b",
+        replica=2,
+        workload=workload("container", **{"image": IMAGE, **changes}),
+        device_uuid=MIG,
+        environment=environment,
+        mps_pipe_directory=pipe,
+        gpu_request=gpu_request,
+    )
+
+
+@pytest.fixture
+def runtime(docker_host):
+    rt = DockerRuntime(docker_host)
+    yield rt
+    rt.close()
+
+
+def env_of(docker_client, container_id) -> dict[str, str]:
+    logs = wait_for(lambda: docker_client.containers.get(container_id).logs().decode())
+    return dict(line.split("=", 1) for line in logs.splitlines() if "=" in line)
+
+
+def test_a_replicas_container_carries_its_labels_environment_and_host_network(
+    runtime, docker_client, docker_host
+):
+    running = runtime.start(container_spec(env={"MODEL": "qwen-7b"}))
+    attrs = docker_client.api.inspect_container(running.ident)
+    assert attrs["State"]["Running"] and running.pid == attrs["State"]["Pid"]
+    labels = attrs["Config"]["Labels"]
+    assert labels["fleet.allocation"] == "11"
+    assert labels["fleet.deployment"] == "qwen-7b"
+    assert labels["fleet.host"] == docker_host
+    assert attrs["HostConfig"]["NetworkMode"] == "host"
+    assert attrs["HostConfig"]["RestartPolicy"]["Name"] in ("", "no")  # the agent restarts
+    assert not attrs["HostConfig"].get("DeviceRequests")  # simulated backend: no device
+    env = env_of(docker_client, running.ident)
+    assert env["CUDA_VISIBLE_DEVICES"] == env["NVIDIA_VISIBLE_DEVICES"] == MIG
+    assert (env["FLEET_ALLOCATION_ID"], env["FLEET_DEPLOYMENT"], env["FLEET_REPLICA"]) == (
+        "11",
+        "qwen-7b",
+        "2",
+    )
+    assert env["MODEL"] == "qwen-7b"
+
+
+def test_on_nvml_the_container_asks_for_its_device_as_docker_run_gpus_does(docker_host):
+    spec = container_spec(gpu_request=True)
+    [request] = container_config(spec, docker_host)["host"]["device_requests"]
+    assert dict(request) == gpu_request(MIG)
+    assert dict(request) == {
+        "Driver": "nvidia",
+        "Count": 0,
+        "DeviceIDs": [MIG],
+        "Capabilities": [["gpu"]],
+        "Options": {},
+    }
+    cli = shutil.which("docker")
+    if cli is None:
+        return
+    name = f"{docker_host}-cli"
+    subprocess.run(
+        [cli, "create", "--name", name, "--gpus", f"device={MIG}", IMAGE, "true"],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        inspected = subprocess.run(
+            [cli, "inspect", "-f", "{{json .HostConfig.DeviceRequests}}", name],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        subprocess.run([cli, "rm", "-f", name], capture_output=True)
+    import json
+
+    [by_cli] = json.loads(inspected.stdout)
+    for field in ("Count", "DeviceIDs", "Capabilities"):
+        assert by_cli[field] == request[field]
+
+
+def test_without_an_nvidia_runtime_a_gpu_container_fails_with_dockers_reason(runtime):
+    with pytest.raises(StartError, match="nvidia"):
+        runtime.start(container_spec(gpu_request=True))
+
+
+def test_an_mps_share_gets_ipc_host_the_pipe_directory_and_its_limits(
+    runtime, docker_client, tmp_path
+):
+    pipe = str(tmp_path / "mps" / "pipe")
+    running = runtime.start(container_spec(pipe=pipe))
+    attrs = docker_client.api.inspect_container(running.ident)
+    assert attrs["HostConfig"]["IpcMode"] == "host"
+    assert f"{pipe}:{pipe}:rw" in attrs["HostConfig"]["Binds"]
+    env = env_of(docker_client, running.ident)
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == pipe
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
+
+
+def test_stop_ends_the_container_within_its_grace_period(runtime):
+    stubborn = runtime.start(container_spec(command=["sleep", "60"]))  # PID 1 ignores SIGTERM
+    started = time.monotonic()
+    assert runtime.stop(stubborn, grace_s=1).exit_code == 137
+    assert time.monotonic() - started < 1 + 5
+    polite = runtime.start(container_spec(12))
+    time.sleep(0.2)
+    assert runtime.stop(polite, grace_s=30).exit_code == 0
+
+
+def test_an_exit_is_observed_with_its_code(runtime):
+    running = runtime.start(container_spec(command=["sh", "-c", "exit 3"]))
+    ended = wait_for(lambda: runtime.observe([running]).get(running.ident))
+    assert ended.exit_code == 3
+
+
+def test_a_missing_image_that_cannot_be_pulled_fails_with_the_reason(runtime):
+    with pytest.raises(
+        StartError,
+        match=r"the image registry\.invalid/llm:1\.2 is not on this host and cannot be pulled",
+    ):
+        runtime.start(container_spec(image="registry.invalid/llm:1.2"))
+
+
+def test_a_restarted_agent_finds_this_hosts_containers_and_no_others(
+    runtime, docker_host, docker_client
+):
+    live = runtime.start(container_spec(11))
+    gone = runtime.start(container_spec(12, command=["sh", "-c", "exit 3"]))
+    wait_for(lambda: runtime.observe([gone]))
+    other = DockerRuntime(f"{docker_host}-other")
+    try:
+        assert other.find() == []
+    finally:
+        other.close()
+    again = DockerRuntime(docker_host)
+    found = {f.running.allocation_id: f for f in again.find()}
+    again.close()
+    assert found[11].exit is None and found[11].running.ident == live.ident
+    assert found[11].running.gpu_uuid == "GPU-1" and found[11].running.stop_grace_s == 30
+    assert found[12].exit.exit_code == 3
+
+
+def test_an_exec_check_runs_inside_the_container(runtime):
+    spec = container_spec()
+    running = runtime.start(spec)
+    inside = ["sh", "-c", f'test "$CUDA_VISIBLE_DEVICES" = {MIG} && test -x /bin/busybox']
+    assert runtime.exec_check(running, spec, inside, timeout_s=5) == 0
+    assert runtime.exec_check(running, spec, ["sh", "-c", "exit 2"], timeout_s=5) == 2
+    with pytest.raises(TimeoutError):
+        runtime.exec_check(running, spec, ["sleep", "3"], timeout_s=0.3)
+
+
+def test_the_last_lines_of_a_containers_stdout_and_stderr_are_read(runtime):
+    # Docker copies stdout and stderr apart: their order is known only a while apart.
+    command = [
+        "sh",
+        "-c",
+        "for i in 1 2 3 4; do echo out $i; done; sleep 0.5; echo err >&2; sleep 30",
+    ]
+    running = runtime.start(container_spec(12, command=command))
+    out = wait_for(lambda: (o := runtime.logs(12, 3)).lines[-1:] == ["err"] and o, 15)
+    assert out.lines == ["out 3", "out 4", "err"] and out.truncated
+    whole = runtime.logs(12, 100)
+    assert whole.lines == [*(f"out {i}" for i in range(1, 5)), "err"] and not whole.truncated
+    runtime.stop(running, 0)
+    assert runtime.logs(12, 1).lines == ["err"]  # an ended container keeps its output
+
+
+def test_a_replica_without_a_container_or_without_output_has_no_lines(runtime):
+    with pytest.raises(NoOutput, match="no container"):
+        runtime.logs(404, 10)
+    runtime.start(container_spec(13, command=["sleep", "30"]))
+    with pytest.raises(NoOutput, match="no output yet"):
+        runtime.logs(13, 10)

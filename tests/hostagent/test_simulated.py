@@ -1,0 +1,180 @@
+"""The simulator behaves like the hardware where the control plane depends on it: Ampere MIG
+toggles pending a reset (D3), profiles hidden while MIG is off (D2), the MPS server and its
+clients (D5), the GPU reset, compute mode (D19), lost event registrations (D7), and the probe."""
+
+from __future__ import annotations
+
+import pytest
+
+from hostagent.faults import apply_fault
+from hostagent.gpu.backend import InUse, NotSupported
+from hostagent.gpu.simulated import DriverQuirks, SimulatedBackend
+from hostagent.mps import MpsError, MpsLimits, MpsManager
+from tests.hostagent import specs
+
+
+def backend(*gpus, quirks: DriverQuirks | None = None) -> tuple[SimulatedBackend, list[str]]:
+    sim = SimulatedBackend(list(gpus), seed=3, quirks=quirks)
+    sim.init()
+    return sim, [g.uuid for g in sim.list_gpus()]
+
+
+def test_an_ampere_mig_toggle_waits_for_a_reset_and_names_what_holds_the_gpu():
+    sim, (a100, h100) = backend(specs.a100(), specs.h100(), quirks=DriverQuirks.like_hardware())
+    outcome = sim.set_mig_mode(a100, True)
+    assert outcome.needs_reset and "nvidia-persistenced" in outcome.message
+    gpu = sim.list_gpus()[0]
+    assert (gpu.mig_mode_current, gpu.mig_mode_pending) == (False, True)
+    sim.reset_gpu(a100)
+    assert sim.list_gpus()[0].mig_mode_current is True
+    # Hopper switches at once.
+    assert sim.set_mig_mode(h100, True) == (True, False, "")
+    assert sim.list_gpus()[1].mig_mode_current is True
+
+
+def test_without_quirks_every_mig_toggle_switches_at_once():
+    sim, (a100,) = backend(specs.a100())
+    assert sim.set_mig_mode(a100, True).needs_reset is False
+    assert sim.list_gpus()[0].mig_mode_current is True
+
+
+def test_profiles_are_hidden_while_mig_is_off_on_r535_era_drivers():
+    sim, (a30,) = backend(specs.a30(), quirks=DriverQuirks(hide_profiles_while_mig_off=True))
+    assert sim.possible_placements(a30) == []
+    sim.set_mig_mode(a30, True)
+    assert {p.profile_id for p in sim.possible_placements(a30)} == {0, 5, 6, 14, 21}
+
+
+def test_an_mps_client_is_served_by_a_server_process_that_outlives_it(tmp_path):
+    sim, (l4,) = backend(specs.l4())
+    mps = MpsManager(sim.mps_control, tmp_path)
+    mps.ensure(l4, MpsLimits(50))
+    plain = sim.run_process(l4, 100, mps=False)
+    client = sim.run_process(l4, 2048)
+    kinds = {p.pid: p.kind for p in sim.processes(l4)}
+    [server] = [pid for pid, kind in kinds.items() if kind == "mps_server"]
+    assert kinds[client] == "mps_client" and kinds[plain] == "compute"
+    assert sim.mps_control.command(mps.daemon(l4), f"get_client_list {server}") == str(client)
+    sim.kill_process(client)
+    assert {p.kind for p in sim.processes(l4)} == {"compute", "mps_server"}
+    mps.stop(l4)
+    assert [p.kind for p in sim.processes(l4)] == ["compute"]
+
+
+def test_the_mps_server_of_a_mig_instance_keeps_it_busy_like_the_driver(tmp_path):
+    sim, (h100,) = backend(specs.h100())
+    sim.set_mig_mode(h100, True)
+    gi = sim.create_gpu_instance(h100, 9, 0).gpu_instance_id
+    ci = sim.create_compute_instance(h100, gi).compute_instance_id
+    assert ci is not None
+    server = sim.start_mps_server(h100, gpu_instance_id=gi)
+    [listed] = sim.processes(h100)
+    assert (listed.pid, listed.kind, listed.gpu_instance_id) == (server, "mps_server", gi)
+    with pytest.raises(InUse) as exc:
+        sim.destroy_compute_instance(h100, gi, ci)
+    assert exc.value.pids == (server,)
+
+
+def test_default_limits_reach_only_servers_spawned_later_as_in_mps(tmp_path):
+    sim, (l4,) = backend(specs.l4())
+    mps = MpsManager(sim.mps_control, tmp_path)
+    mps.ensure(l4, MpsLimits(50))
+    sim.run_process(l4, 100)
+    daemon = mps.daemon(l4)
+    server = sim.mps_control.command(daemon, "get_server_list")
+    sim.mps_control.command(daemon, "set_default_active_thread_percentage 25")
+    assert sim.mps_control.command(daemon, "get_default_active_thread_percentage") == "25.0"
+    assert sim.mps_control.command(daemon, f"get_active_thread_percentage {server}") == "50.0"
+    sim.mps_control.command(daemon, f"set_active_thread_percentage {server} 25")
+    assert sim.mps_control.command(daemon, f"get_active_thread_percentage {server}") == "25.0"
+    with pytest.raises(MpsError):
+        sim.mps_control.command(daemon, "set_default_device_pinned_mem_limit GPU-other 1G")
+
+
+def test_a_gpu_reset_is_refused_while_processes_run_and_clears_the_gpu_otherwise():
+    sim, (a100,) = backend(specs.a100())
+    sim.set_mig_mode(a100, True)
+    gi = sim.create_gpu_instance(a100, 9, 0).gpu_instance_id
+    sim.create_compute_instance(a100, gi)
+    pid = sim.run_process(a100, 100, gpu_instance_id=gi)
+    with pytest.raises(InUse) as exc:
+        sim.reset_gpu(a100)
+    assert exc.value.pids == (pid,)
+    sim.kill_process(pid)
+    sim.reset_gpu(a100)
+    assert sim.mig_instances(a100) == []
+
+
+def test_the_reset_fault_resets_even_a_busy_gpu_as_a_reboot_does():
+    sim, (a100,) = backend(specs.a100())
+    sim.run_process(a100, 100)
+    apply_fault(sim, {"fault": "reset_gpu", "gpu": 0})
+    assert sim.processes(a100) == []
+
+
+def test_compute_mode_follows_mps_and_cannot_change_in_mig_mode():
+    sim, (a30,) = backend(specs.a30())
+    sim.set_compute_mode(a30, True)
+    assert sim.compute_mode(a30) == "exclusive_process"
+    sim.set_compute_mode(a30, False)
+    sim.set_mig_mode(a30, True)
+    with pytest.raises(NotSupported):
+        sim.set_compute_mode(a30, True)
+
+
+def test_events_are_lost_while_registration_fails_and_flow_once_registered_again():
+    sim, (h100, a100) = backend(specs.h100(), specs.a100())
+    apply_fault(sim, {"fault": "fail_event_registration", "gpu": 0, "attempts": 1})
+    sim.inject_xid(h100, 79)
+    sim.inject_xid(a100, 48)
+    assert [(e.gpu_uuid, e.xid) for e in sim.wait_events(0)] == [(a100, 48)]
+    assert sim.events_lost(h100) == 1
+    sim.inject_xid(h100, 79)  # the retry of that wait failed too
+    assert sim.wait_events(0) == []
+    sim.inject_xid(h100, 79)
+    assert [(e.gpu_uuid, e.xid) for e in sim.wait_events(0)] == [(h100, 79)]
+
+
+def test_a_gpu_reset_drops_the_event_registration_until_the_next_wait():
+    sim, (h100,) = backend(specs.h100())
+    sim.reset_gpu(h100)
+    sim.inject_xid(h100, 79)
+    assert sim.wait_events(0) == []
+    sim.inject_xid(h100, 79)
+    assert [e.xid for e in sim.wait_events(0)] == [79]
+
+
+def test_the_probe_records_every_gpu_like_the_nvml_probe_and_changes_nothing(tmp_path):
+    sim, (a30, l4) = backend(
+        specs.a30(), specs.l4(), quirks=DriverQuirks(hide_profiles_while_mig_off=True)
+    )
+    MpsManager(sim.mps_control, tmp_path).ensure(l4, MpsLimits())
+    client = sim.run_process(l4, 512)
+    before = (sim.list_gpus(), sim.processes(l4))
+    record = sim.probe()
+    assert (sim.list_gpus(), sim.processes(l4)) == before
+    assert (record["backend"], record["driver_version"]) == ("simulated", sim.driver_version())
+    assert record["driver_branch"] == int(sim.driver_version().split(".")[0])
+    a30_record, l4_record = record["gpus"]
+    assert a30_record["uuid"] == a30 and a30_record["mig_mode"] == {"current": 0, "pending": 0}
+    assert a30_record["gpu_instance_profiles"]["answered"] is False
+    assert set(a30_record["gpu_instance_profiles"]["errors"].values()) == {"NOT_SUPPORTED"}
+    assert [p["pid"] for p in l4_record["processes"]["mps"]] == [client]
+    names = {p["pid"]: p["name"] for p in l4_record["processes"]["compute"]}
+    assert names.pop(client) == "python3"
+    assert list(names.values()) == ["nvidia-cuda-mps-server"]
+    assert l4_record["mig_mode"] == "NOT_SUPPORTED" and l4_record["compute_mode"] == 0
+
+
+def test_the_probe_names_profiles_by_their_nvml_constants_once_mig_is_on():
+    sim, (h100,) = backend(specs.h100(), quirks=DriverQuirks(hide_profiles_while_mig_off=True))
+    sim.set_mig_mode(h100, True)
+    gi = sim.create_gpu_instance(h100, 15, 0).gpu_instance_id
+    sim.create_compute_instance(h100, gi)
+    [gpu] = sim.probe()["gpus"]
+    constants = {p["id"]: p["constant"] for p in gpu["gpu_instance_profiles"]["profiles"]}
+    # nvidia-smi IDs 19/20/15/14/9/5/0 are 1_SLICE, 1_SLICE_REV1, 1_SLICE_REV2, 2, 3, 4, 7 (§1.1).
+    assert constants == {19: 0, 20: 7, 15: 9, 14: 1, 9: 2, 5: 3, 0: 4}
+    [instance] = gpu["gpu_instances"]
+    assert (instance["profile_id"], instance["placement"]) == (15, [0, 2])
+    assert [d["uuid"] for d in gpu["mig_devices"]] == [sim.mig_instances(h100)[0].uuid]

@@ -1,0 +1,30 @@
+"""The alerts page: admins see the webhooks (never a secret) and the latest deliveries."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from fleet.core import alerts
+from fleet.core.models import AlertWebhook
+
+pytestmark = pytest.mark.django_db
+
+
+def test_admins_see_the_webhooks_and_deliveries_but_never_a_secret(admin_user):
+    AlertWebhook.objects.create(
+        url="https://alerts.example.org/in", events=["host.back"], secret="very-secret-value-123"
+    )
+    alerts.alert_emit(event=alerts.HOST_BACK, summary="Host h1 is back", subject={})
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get("/alerts/").content.decode()
+    assert "https://alerts.example.org/in" in page
+    assert "Host h1 is back" in page
+    assert "very-secret-value-123" not in page
+    assert 'href="/alerts/"' in page  # the admin's menu offers it
+
+
+def test_operators_get_no_alerts_page_and_no_menu_entry(operator_web):
+    assert operator_web.get("/alerts/").status_code == 403
+    assert 'href="/alerts/"' not in operator_web.get("/operations/").content.decode()

@@ -1,0 +1,110 @@
+"""The capacity page: per product what fits now and after a reshape, MPS and whole-GPU room, the
+host heat strip with its table, and the "what would fit" form; its panel fragment re-renders."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+
+def profile_row(html: str, profile: str) -> list[str]:
+    row = re.search(rf'<tr data-profile="{re.escape(profile)}">(.*?)</tr>', html, re.S)
+    assert row is not None, profile
+    return re.findall(r'<td class="num">(\d+)</td>', row.group(1))
+
+
+@pytest.mark.parametrize("persona", ["viewer_web", "operator_web"])
+def test_the_capacity_page_shows_each_profile_now_and_after_a_reshape(
+    request, persona, small_fleet
+):
+    html = request.getfixturevalue(persona).get("/capacity/").content.decode()
+
+    # The balanced layout: 1g.10gb at 0 and 1 and 2g.20gb at 2 are idle, 3g.40gb at 4 is busy.
+    assert profile_row(html, "1g.10gb") == ["2", "4"]
+    assert profile_row(html, "2g.20gb") == ["1", "2"]
+    assert profile_row(html, "3g.40gb") == ["0", "1"]
+    assert "NVIDIA H100 80GB HBM3" in html
+
+
+def test_the_page_is_accessible_markup(viewer_web, small_fleet):
+    html = viewer_web.get("/capacity/").content.decode()
+
+    assert html.count("<h1") == 1
+    assert 'href="/capacity/" aria-current="page"' in html
+    for control in ("cap-kind", "cap-profile", "cap-memory", "cap-compute", "cap-gpus"):
+        assert f'<label for="{control}"' in html and f'id="{control}"' in html
+    assert '<th scope="col">Fits now</th>' in html and '<th scope="row">1g.10gb</th>' in html
+    # The heat strip is decoration; the per-host table says the same in text.
+    assert '<ol class="cap-strip" aria-hidden="true">' in html
+    assert '<th scope="row">h100-x01</th>' in html
+    assert 'role="status" aria-live="polite"' in html
+
+
+def test_the_form_offers_the_fleets_mig_profiles(viewer_web, small_fleet):
+    html = viewer_web.get("/capacity/").content.decode()
+    assert '<option value="1g.10gb+me">1g.10gb+me</option>' in html
+
+
+def test_the_panel_fragment_re_renders_the_numbers(viewer_web, small_fleet):
+    response = viewer_web.get("/ui/capacity")
+    html = response.content.decode()
+    assert response.status_code == 200 and "no-cache" in response["Cache-Control"]
+    assert profile_row(html, "1g.10gb") == ["2", "4"]
+    assert "<h1" not in html
+
+
+def test_anonymous_users_are_sent_to_the_login_page(client, small_fleet):
+    for url in ("/capacity/", "/ui/capacity"):
+        response = client.get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/login/"), url
+
+
+def test_every_page_links_to_capacity_in_the_header(viewer_web, small_fleet):
+    assert 'href="/capacity/"' in viewer_web.get("/operations/").content.decode()
+
+
+def test_the_repack_form_offers_the_fleets_products_and_operators_the_pace(
+    viewer_web, operator_web, small_fleet
+):
+    viewer = viewer_web.get("/capacity/").content.decode()
+    operator = operator_web.get("/capacity/").content.decode()
+
+    for control in ("repack-product", "repack-count"):
+        assert f'<label for="{control}"' in viewer and f'id="{control}"' in viewer
+    assert '<option value="h100-sxm5-80gb">NVIDIA H100 80GB HBM3</option>' in viewer
+    assert 'id="repack-plan" class="cap-answer" role="status"' in viewer
+    assert 'src="/static/web/repack.js"' in viewer
+    assert 'id="repack-unavailable"' in operator and 'id="repack-unavailable"' not in viewer
+
+
+def test_the_fleet_view_has_a_status_line_for_highlighted_gpus(viewer_web, small_fleet):
+    html = viewer_web.get("/?highlight=1,2").content.decode()
+    assert '<p class="muted small highlight-note" id="highlight-note" role="status" hidden>' in html
+
+
+def test_no_advice_section_while_no_replica_waits(viewer_web, small_fleet):
+    from fleet.allocations.models import Deployment
+
+    Deployment.objects.filter(name="llama-chat").update(replicas=1)  # its one placed replica
+    html = viewer_web.get("/capacity/").content.decode()
+    assert 'id="cap-advice"' not in html
+
+
+@pytest.mark.parametrize(("persona", "can_apply"), [("viewer_web", False), ("operator_web", True)])
+def test_waiting_replicas_bring_the_advisor_and_operators_may_apply_it(
+    request, persona, can_apply, small_fleet
+):
+    from fleet.allocations.services import DeploymentRequest, deployment_create
+
+    deployment_create(
+        name="waits", request=DeploymentRequest(kind="mig", profile="4g.40gb"), replicas=2
+    )
+    html = request.getfixturevalue(persona).get("/capacity/").content.decode()
+    # llama-chat's second replica waits too.
+    assert 'id="cap-advice"' in html and "3 replicas wait for a place" in html
+    assert '<label for="advice-product"' in html
+    assert '<option value="h100-sxm5-80gb">NVIDIA H100 80GB HBM3</option>' in html
+    assert ("Apply as rollout" in html) is can_apply
