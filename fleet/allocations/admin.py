@@ -14,7 +14,11 @@ class AllocationInline(ReadOnlyAdmin, admin.TabularInline[Allocation, Deployment
 
 
 @admin.register(Deployment)
-class DeploymentAdmin(admin.ModelAdmin[Deployment]):
+class DeploymentAdmin(ReadOnlyAdmin, admin.ModelAdmin[Deployment]):
+    """Shown, never changed here: creating, resizing, scaling and deleting a deployment go
+    through its services (the API and the dashboard), which check quotas and capacity and tell
+    the agents. A row edited or deleted here would free capacity its replicas still hold."""
+
     list_display = (
         "name",
         "kind",

@@ -7,6 +7,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from fleet.core.admin import ReadOnlyAdmin
 from fleet.inventory.labels import labels_problems
 from fleet.inventory.models import Gpu, Host
 from fleet.inventory.services import host_issue_enrollment, host_revoke_token
@@ -86,7 +87,10 @@ class HostAdmin(admin.ModelAdmin[Host]):
     )
     list_filter = ("status",)
     search_fields = ("name", "hostname")
+    # The status changes only through its services (cordon, drain, maintenance; an agent's
+    # messages and the offline sweep), which move or keep the replicas accordingly.
     readonly_fields = (
+        "status",
         "hostname",
         "agent_version",
         "driver_version",
@@ -100,7 +104,10 @@ class HostAdmin(admin.ModelAdmin[Host]):
 
 
 @admin.register(Gpu)
-class GpuAdmin(admin.ModelAdmin[Gpu]):
+class GpuAdmin(ReadOnlyAdmin, admin.ModelAdmin[Gpu]):
+    """Agents report GPUs; cordons, layouts and health go through their services (the API and
+    the dashboard), which keep what is placed on a GPU within what it has."""
+
     list_display = ("__str__", "uuid", "mode", "health", "cordoned", "memory_mib")
     list_filter = ("mode", "health", "cordoned", "product_name")
     search_fields = ("uuid", "product_name", "host__name")

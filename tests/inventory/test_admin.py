@@ -86,3 +86,54 @@ def test_viewers_and_operators_cannot_use_the_admin(viewer, operator):
         client = Client()
         client.force_login(user)
         assert client.get("/admin/inventory/host/").status_code == 302
+
+
+def test_the_admin_shows_gpus_and_deployments_but_changes_neither(admin_browser):
+    """Their rows change only through services that keep placements within capacity: an edit
+    or a delete here would free capacity that running replicas still hold."""
+    from fleet.allocations.services import DeploymentRequest, deployment_create
+    from fleet.inventory.services import gpu_upsert
+
+    host, _ = host_create(name="gpu-10")
+    gpu = gpu_upsert(
+        host=host,
+        index=0,
+        uuid="GPU-admin-0",
+        product_name="NVIDIA H100 80GB HBM3",
+        product_key="h100-sxm5-80gb",
+        memory_mib=81559,
+        mig_capable=True,
+    )
+    deployment = deployment_create(
+        name="chat", request=DeploymentRequest(kind="mps", memory_mib=4096), replicas=1
+    )
+    for model, pk, change in (
+        ("inventory/gpu", gpu.pk, {"memory_mib": "999999", "mode": "mps", "cordoned": "on"}),
+        ("allocations/deployment", deployment.pk, {"memory_mib": "1", "replicas": "9"}),
+    ):
+        page = admin_browser.get(f"/admin/{model}/{pk}/change/")
+        assert page.status_code == 200 and b'name="_save"' not in page.content
+        admin_browser.post(f"/admin/{model}/{pk}/change/", change)
+        assert admin_browser.get(f"/admin/{model}/{pk}/delete/").status_code == 403
+        assert admin_browser.get(f"/admin/{model}/add/").status_code == 403
+    gpu.refresh_from_db()
+    deployment.refresh_from_db()
+    assert (gpu.memory_mib, gpu.cordoned) == (81559, False)
+    assert (deployment.memory_mib, deployment.replicas) == (4096, 1)
+
+
+def test_a_hosts_status_is_not_edited_in_the_admin(admin_browser):
+    """Ready, cordoned, draining: only the services that also move or keep the replicas."""
+    host, _ = host_create(name="gpu-11")
+    admin_browser.post(
+        f"/admin/inventory/host/{host.pk}/change/",
+        {
+            "name": "gpu-11",
+            "labels": '{"zone": "a"}',
+            "status": "ready",
+            "gpus-TOTAL_FORMS": "0",
+            "gpus-INITIAL_FORMS": "0",
+        },
+    )
+    host.refresh_from_db()
+    assert host.labels == {"zone": "a"} and host.status == "offline"
