@@ -30,7 +30,7 @@ from django.utils.dateparse import parse_datetime
 from fleet.allocations.autoplace import deployment_autoplace
 from fleet.allocations.drain import current_layout
 from fleet.allocations.models import Allocation, Deployment
-from fleet.allocations.moves import RUNNING, allocation_move
+from fleet.allocations.moves import allocation_move
 from fleet.allocations.selectors import deployment_defrag_plan
 from fleet.allocations.services import lock_deployment
 from fleet.core.alerts import alert_operation_ended
@@ -38,7 +38,7 @@ from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import operation_record
+from fleet.core.operations import RUNNING, operation_lock_running, operation_record
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
 from fleet.placement import Move
@@ -161,11 +161,7 @@ def deployment_defrag_apply(*, deployment_id: int, requested_by: Any = None) -> 
 def defrag_advance(*, operation_id: int) -> str:
     """Move the defrag on as far as it can go now; returns its phase."""
     with transaction.atomic():
-        operation = (
-            Operation.objects.select_for_update()
-            .filter(pk=operation_id, kind=OperationKind.DEFRAG, status__in=RUNNING)
-            .first()
-        )
+        operation = operation_lock_running(operation_id, OperationKind.DEFRAG)
         if operation is None:
             return "done"
         payload = dict(operation.payload)

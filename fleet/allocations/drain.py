@@ -26,7 +26,13 @@ from fleet.allocations.moves import gpu_moves_start, moves_cancel_onto
 from fleet.core.errors import Conflict, ServiceError
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import operation_finish, operation_record, operation_step
+from fleet.core.operations import (
+    RUNNING,
+    operation_finish,
+    operation_lock_running,
+    operation_record,
+    operation_step,
+)
 from fleet.inventory.models import Gpu, Host, SharingMode
 from fleet.partitioning import converters
 from fleet.partitioning.desired import lock_gpu
@@ -55,7 +61,6 @@ class DrainStep(StrEnum):
     FAILED = "failed"
 
 
-RUNNING = (OperationStatus.PENDING, OperationStatus.DISPATCHED)
 # Rounds of moves before what is left is stopped and placed again: a move is cancelled when its
 # target starts draining too (a rollout's next GPU), and the replica can often go elsewhere.
 MOVE_ROUNDS = 3
@@ -160,11 +165,7 @@ def _finish(operation: Operation, status: str, reason: str) -> None:
 def drain_advance(*, operation_id: int) -> str:
     """Move the drain forward as far as it can go now; returns the step it is at."""
     with transaction.atomic():
-        operation = (
-            Operation.objects.select_for_update()
-            .filter(pk=operation_id, status__in=RUNNING)
-            .first()
-        )
+        operation = operation_lock_running(operation_id)
         if operation is None:
             return DrainStep.DONE
         try:

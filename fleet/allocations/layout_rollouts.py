@@ -25,7 +25,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from fleet.allocations.autoplace import deployment_autoplace
-from fleet.allocations.drain import RUNNING, current_layout, gpu_drain
+from fleet.allocations.drain import current_layout, gpu_drain
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.selectors import deployment_ranking
 from fleet.core.alerts import alert_operation_ended
@@ -33,7 +33,7 @@ from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import operation_record
+from fleet.core.operations import RUNNING, operation_lock_running, operation_record
 from fleet.inventory.models import Gpu
 from fleet.partitioning import converters
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
@@ -259,11 +259,7 @@ def layout_rollout_advance(*, operation_id: int) -> str:
     """Move the rollout on: collect finished drains, start the next wave. Returns ``running``,
     ``paused`` or ``done``."""
     with transaction.atomic():
-        operation = (
-            Operation.objects.select_for_update()
-            .filter(pk=operation_id, kind=OperationKind.LAYOUT_ROLLOUT, status__in=RUNNING)
-            .first()
-        )
+        operation = operation_lock_running(operation_id, OperationKind.LAYOUT_ROLLOUT)
         if operation is None:
             return "done"
         payload = dict(operation.payload)

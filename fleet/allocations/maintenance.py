@@ -31,12 +31,17 @@ from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import operation_finish, operation_record, operation_step
+from fleet.core.operations import (
+    RUNNING,
+    operation_finish,
+    operation_lock_running,
+    operation_record,
+    operation_step,
+)
 from fleet.inventory.models import HELD_STATUSES, Gpu, Host, HostStatus
 
 logger = logging.getLogger(__name__)
 
-RUNNING = (OperationStatus.PENDING, OperationStatus.DISPATCHED)
 MAX_SCHEDULE_AHEAD = timedelta(days=30)
 DEFAULT_TIMEOUT_S = 1800.0
 RETRY_STUCK_S = 5.0
@@ -219,11 +224,7 @@ def _start(operation: Operation, host: Host, now: datetime) -> None:
 def host_drain_advance(*, operation_id: int) -> str:
     """Move the host drain forward as far as it can go now; returns the step it is at."""
     with transaction.atomic():
-        operation = (
-            Operation.objects.select_for_update()
-            .filter(pk=operation_id, kind=OperationKind.DRAIN_HOST, status__in=RUNNING)
-            .first()
-        )
+        operation = operation_lock_running(operation_id, OperationKind.DRAIN_HOST)
         if operation is None:
             return HostDrainStep.DONE
         try:

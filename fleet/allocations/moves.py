@@ -41,14 +41,19 @@ from fleet.core.errors import Conflict, NotFound, RuleViolation, ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import operation_finish, operation_record, operation_step
+from fleet.core.operations import (
+    RUNNING,
+    operation_finish,
+    operation_lock_running,
+    operation_record,
+    operation_step,
+)
 from fleet.inventory.models import AgentRuntime, Host
 from fleet.partitioning.desired import host_bump_generation, schedule_push
 from fleet.partitioning.models import Partition
 
 logger = logging.getLogger(__name__)
 
-RUNNING = (OperationStatus.PENDING, OperationStatus.DISPATCHED)
 # A stale ranking can make the first choices fail under the locks, as in auto-placement.
 MAX_ATTEMPTS = 5
 # The new copy gave up: the move cannot succeed any more.
@@ -313,11 +318,7 @@ def _check_movable(old: Allocation, gpu_count: int) -> None:
 def move_advance(*, operation_id: int) -> str:
     """Move the move forward as far as it can go now; returns the step it is at."""
     with transaction.atomic():
-        operation = (
-            Operation.objects.select_for_update()
-            .filter(pk=operation_id, kind=OperationKind.MOVE, status__in=RUNNING)
-            .first()
-        )
+        operation = operation_lock_running(operation_id, OperationKind.MOVE)
         if operation is None:
             return MoveStep.DONE
         try:

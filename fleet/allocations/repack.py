@@ -29,13 +29,12 @@ from django.utils.dateparse import parse_datetime
 
 from fleet.allocations.defrag import advance_step, step_of
 from fleet.allocations.models import Allocation, RequestKind
-from fleet.allocations.moves import RUNNING
 from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_request
 from fleet.core.errors import Conflict, ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import operation_record
+from fleet.core.operations import RUNNING, operation_lock_running, operation_record
 from fleet.inventory.models import Gpu
 from fleet.placement import Demand, PlacementRequest
 from fleet.placement.repack import DEFAULT_TIME_LIMIT_S, RepackPlan, ReplicaKey, plan_repack
@@ -184,11 +183,7 @@ def capacity_repack_apply(
 def repack_advance(*, operation_id: int) -> str:
     """Move the repack on as far as it can go now; returns ``wait``, ``done`` or ``failed``."""
     with transaction.atomic():
-        operation = (
-            Operation.objects.select_for_update()
-            .filter(pk=operation_id, kind=OperationKind.REPACK, status__in=RUNNING)
-            .first()
-        )
+        operation = operation_lock_running(operation_id, OperationKind.REPACK)
         if operation is None:
             return "done"
         payload = dict(operation.payload)

@@ -26,14 +26,19 @@ from django.utils.dateparse import parse_datetime
 
 from fleet.allocations.autoplace import deployment_autoplace
 from fleet.allocations.models import Allocation, Deployment, WorkloadState
-from fleet.allocations.moves import RUNNING, allocation_move_anywhere
+from fleet.allocations.moves import allocation_move_anywhere
 from fleet.allocations.services import deployment_evict, lock_deployment
 from fleet.allocations.workloads import runtime_of, workload_from_input, workload_of
 from fleet.core.errors import Conflict, ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import operation_finish, operation_record
+from fleet.core.operations import (
+    RUNNING,
+    operation_finish,
+    operation_lock_running,
+    operation_record,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -134,11 +139,7 @@ def deployment_roll(
 def rollout_advance(*, operation_id: int) -> str:
     """Move the rollout on as far as it can go now; returns the step it is at."""
     with transaction.atomic():
-        operation = (
-            Operation.objects.select_for_update()
-            .filter(pk=operation_id, kind=OperationKind.ROLLOUT, status__in=RUNNING)
-            .first()
-        )
+        operation = operation_lock_running(operation_id, OperationKind.ROLLOUT)
         if operation is None:
             return RolloutStep.DONE
         assert operation.deployment_id is not None

@@ -15,6 +15,19 @@ from fleet.core.alerts import alert_operation_ended
 from fleet.core.events import publish_changed
 from fleet.core.models import FINAL_STATUSES, Operation, OperationStatus
 
+# An operation in flight: recorded, or handed to an agent or a worker, and not ended.
+RUNNING = (OperationStatus.PENDING, OperationStatus.DISPATCHED)
+
+
+def operation_lock_running(operation_id: int, kind: str | None = None) -> Operation | None:
+    """The operation, row-locked for the caller's transaction, while it is still running (and
+    of ``kind`` when given); ``None`` once it has ended. What every ``*_advance`` starts with:
+    two workers advancing one operation take turns, and the later one finds it moved on."""
+    found = Operation.objects.select_for_update().filter(pk=operation_id, status__in=RUNNING)
+    if kind is not None:
+        found = found.filter(kind=kind)
+    return found.first()
+
 
 class _Row(Protocol):
     @property

@@ -11,8 +11,8 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from fleet.allocations.drain import RUNNING
 from fleet.core.models import Operation, OperationKind
+from fleet.core.operations import RUNNING
 from fleet.core.roles import Role
 from fleet.web.access import role_required
 from fleet.web.views import page_context
