@@ -28,10 +28,9 @@ from fleet.inventory.telemetry import (
     store_raw_seconds,
     unpack_replicas,
 )
-from fleet.inventory.telemetry.stores import bucket_minutes
+from fleet.inventory.telemetry.stores import minutes_to_roll_up
 
 ROLLUP_MARK = "replica_rollup"
-ROLLUP_GRACE_S = 5.0
 MAX_POINTS = 720
 WINDOWS: dict[str, int] = {"1h": 3600, "24h": 86_400, "7d": 7 * 86_400}
 
@@ -136,16 +135,12 @@ def replica_rollup(now: float | None = None) -> int:
     Idempotent (a repeated minute is ignored by the unique constraint) and bounded: at most the
     minutes still in the raw window. Points of replicas that no longer exist are dropped.
     Returns rows written."""
-    now = time.time() if now is None else now
     store = get_store()
-    last_closed = int((now - ROLLUP_GRACE_S) // ROLLUP_SECONDS) - 1
-    first_kept = int(now // ROLLUP_SECONDS) - bucket_minutes(store_raw_seconds(store)) + 1
-    mark = store.get_mark(ROLLUP_MARK)
-    start = max(first_kept, (mark + 1) if mark is not None else first_kept)
+    minutes = minutes_to_roll_up(store, ROLLUP_MARK, time.time() if now is None else now)
     host_ids = list(Host.objects.values_list("pk", flat=True))
     existing = set(Allocation.objects.values_list("pk", flat=True))
     written = 0
-    for minute in range(start, last_closed + 1):
+    for minute in minutes:
         rows = _minute_rows(store.replica_buckets(host_ids, minute).values(), minute, existing)
         ReplicaSample.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
         written += len(rows)

@@ -20,13 +20,11 @@ from fleet.inventory.telemetry.codec import (
     unpack,
 )
 from fleet.inventory.telemetry.stores import (
-    bucket_minutes,
     get_store,
-    store_raw_seconds,
+    minutes_to_roll_up,
 )
 
 ROLLUP_MARK = "rollup"
-ROLLUP_GRACE_S = 5.0
 
 
 CHECKPOINT_BATCH = 500
@@ -42,14 +40,11 @@ def rollup(now: float | None = None) -> int:
 
     now = time.time() if now is None else now
     store = get_store()
-    last_closed = int((now - ROLLUP_GRACE_S) // ROLLUP_SECONDS) - 1
-    first_kept = int(now // ROLLUP_SECONDS) - bucket_minutes(store_raw_seconds(store)) + 1
-    mark = store.get_mark(ROLLUP_MARK)
-    start = max(first_kept, (mark + 1) if mark is not None else first_kept)
+    minutes = minutes_to_roll_up(store, ROLLUP_MARK, now)
     host_ids = list(Host.objects.values_list("pk", flat=True))
     gpu_ids = set(Gpu.objects.values_list("pk", flat=True))
     written = 0
-    for minute in range(start, last_closed + 1):
+    for minute in minutes:
         rows = []
         for data in store.raw_buckets(host_ids, minute).values():
             by_gpu: dict[int, list[Point]] = {}

@@ -338,3 +338,17 @@ def trusted_ts(ts: float, now: float) -> float:
 def store_raw_seconds(store: TelemetryStore) -> int:
     """How long ``store`` keeps 1 s points (a store may be configured apart from settings)."""
     return int(getattr(store, "raw_s", raw_seconds()))
+
+
+# A minute is rolled up this long after it closed: ticks of its last second still in flight.
+ROLLUP_GRACE_S = 5.0
+
+
+def minutes_to_roll_up(store: TelemetryStore, mark: str, now: float) -> range:
+    """The closed minutes a rollup that records its progress under ``mark`` has still to do:
+    from the one after the mark (or the oldest still in the raw window) to the last closed one.
+    Bounded by the raw window, however long the rollup was not run."""
+    last_closed = int((now - ROLLUP_GRACE_S) // ROLLUP_SECONDS) - 1
+    first_kept = int(now // ROLLUP_SECONDS) - bucket_minutes(store_raw_seconds(store)) + 1
+    done = store.get_mark(mark)
+    return range(max(first_kept, (done + 1) if done is not None else first_kept), last_closed + 1)
