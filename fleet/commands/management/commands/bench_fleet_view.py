@@ -7,20 +7,24 @@ See :mod:`fleet.bench.fleet_view` for what is measured and how.
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from fleet.bench.fleet_view import ViewOptions, run_fleet_view_bench
+from fleet.commands.bench import StackBenchCommand
 
 
-class Command(BaseCommand):
+class Command(StackBenchCommand):
     help = __doc__
+    database_help = (
+        "PostgreSQL server for a scratch database (default: FLEET_DATABASE_URL; without it, "
+        "SQLite in a temporary directory)"
+    )
+    workdir_help = "scratch data and logs"
 
     def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
         parser.add_argument(
             "--gpus",
             type=int,
@@ -29,15 +33,7 @@ class Command(BaseCommand):
             help="fleet size (repeatable; default: 1000 and 10000)",
         )
         parser.add_argument("--repeat", type=int, default=3, help="loads per size (median)")
-        parser.add_argument("--json", type=Path, default=None, help="also write the JSON here")
         parser.add_argument("--product", default="h100-sxm5-80gb")
-        parser.add_argument(
-            "--database-url",
-            default=os.environ.get("FLEET_DATABASE_URL", ""),
-            help="PostgreSQL server for a scratch database (default: FLEET_DATABASE_URL; "
-            "without it, SQLite in a temporary directory)",
-        )
-        parser.add_argument("--workdir", type=Path, default=None, help="scratch data and logs")
 
     def handle(self, *args: Any, **options: Any) -> None:
         result = run_fleet_view_bench(
@@ -47,10 +43,7 @@ class Command(BaseCommand):
                 repeat=options["repeat"],
                 database_url=options["database_url"],
                 workdir=options["workdir"],
-                log=lambda line: self.stderr.write(line),
+                log=self.log,
             )
         )
-        text = json.dumps(result, indent=2)
-        self.stdout.write(text)
-        if options["json"] is not None:
-            options["json"].write_text(text + "\n", encoding="utf-8")
+        self.emit(result, options)

@@ -6,26 +6,24 @@ See :mod:`fleet.bench.live` for what is measured and how ``dropped`` is defined.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from fleet.bench.live import run_bench
 from fleet.bench.options import Options, default_servers
+from fleet.commands.bench import StackBenchCommand
 
 
-class Command(BaseCommand):
+class Command(StackBenchCommand):
     help = __doc__
 
     def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
         parser.add_argument("--hosts", type=int, required=True)
         parser.add_argument("--gpus-per-host", type=int, default=8)
         parser.add_argument("--seconds", type=float, default=30.0, help="measurement window")
-        parser.add_argument("--json", type=Path, default=None, help="also write the JSON here")
         parser.add_argument(
             "--servers",
             type=int,
@@ -51,17 +49,11 @@ class Command(BaseCommand):
             "are created in this command's database and deleted afterwards",
         )
         parser.add_argument("--server-pid", type=int, action="append", default=[])
-        parser.add_argument(
-            "--database-url",
-            default=os.environ.get("FLEET_DATABASE_URL", ""),
-            help="PostgreSQL server for the scratch database (default: FLEET_DATABASE_URL)",
-        )
         parser.add_argument("--warmup-timeout", type=float, default=120.0)
         parser.add_argument("--channel-capacity", type=int, default=None)
         parser.add_argument(
             "--live-batch", type=float, default=None, help="FLEET_LIVE_BATCH_SECONDS for servers"
         )
-        parser.add_argument("--workdir", type=Path, default=None, help="logs and configs")
 
     def handle(self, *args: Any, **options: Any) -> None:
         def interrupted(signum: int, frame: Any) -> None:
@@ -86,10 +78,7 @@ class Command(BaseCommand):
                 live_batch_s=options["live_batch"],
                 workdir=options["workdir"],
                 server_pids=options["server_pid"],
-                log=lambda line: self.stderr.write(line),
+                log=self.log,
             )
         )
-        text = json.dumps(result, indent=2)
-        self.stdout.write(text)
-        if options["json"] is not None:
-            options["json"].write_text(text + "\n", encoding="utf-8")
+        self.emit(result, options)

@@ -4,32 +4,24 @@ takes on the production stack (its own, on loopback) with simulated agents; prin
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from fleet.bench.rollout import RolloutOptions, run_rollout_bench
+from fleet.commands.bench import StackBenchCommand
 
 
-class Command(BaseCommand):
+class Command(StackBenchCommand):
     help = __doc__
 
     def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
         parser.add_argument("--gpus", type=int, default=100)
         parser.add_argument("--gpus-per-host", type=int, default=4)
         parser.add_argument("--replicas", type=int, default=100)
         parser.add_argument("--max-unavailable", type=int, default=10)
-        parser.add_argument("--json", type=Path, default=None, help="also write the JSON here")
-        parser.add_argument(
-            "--database-url",
-            default=os.environ.get("FLEET_DATABASE_URL", ""),
-            help="PostgreSQL server for the scratch database (default: FLEET_DATABASE_URL)",
-        )
         parser.add_argument("--timeout", type=float, default=900.0, help="per rollout (s)")
-        parser.add_argument("--workdir", type=Path, default=None, help="logs and configs")
 
     def handle(self, *args: Any, **options: Any) -> None:
         gpus, per_host = options["gpus"], options["gpus_per_host"]
@@ -39,10 +31,7 @@ class Command(BaseCommand):
             raise CommandError("--replicas must fit in four 1g slices per GPU (0..4 x --gpus)")
         if not 1 <= options["max_unavailable"] <= 64:
             raise CommandError("--max-unavailable must be 1..64")
-        if not str(options["database_url"]).startswith("postgres"):
-            raise CommandError(
-                "bench_rollout needs PostgreSQL: --database-url or FLEET_DATABASE_URL"
-            )
+        self.require_postgres(options)
         result = run_rollout_bench(
             RolloutOptions(
                 gpus=gpus,
@@ -52,10 +41,7 @@ class Command(BaseCommand):
                 database_url=options["database_url"],
                 workdir=options["workdir"],
                 timeout_s=options["timeout"],
-                log=lambda line: self.stderr.write(line),
+                log=self.log,
             )
         )
-        text = json.dumps(result, indent=2)
-        if options["json"]:
-            options["json"].write_text(text + "\n")
-        self.stdout.write(text)
+        self.emit(result, options)
