@@ -8,6 +8,7 @@ from fleet.api import (
     views_agent,
     views_alerts,
     views_capacity,
+    views_deployments,
     views_logs,
     views_mig,
     views_rollouts,
@@ -32,8 +33,8 @@ router = CommandRouter(trailing_slash=True)
 router.register("hosts", views.HostViewSet, basename="host")
 router.register("gpus", views.GpuViewSet, basename="gpu")
 router.register("partitions", views.PartitionViewSet, basename="partition")
-router.register("deployments", views.DeploymentViewSet, basename="deployment")
-router.register("allocations", views.AllocationViewSet, basename="allocation")
+router.register("deployments", views_deployments.DeploymentViewSet, basename="deployment")
+router.register("allocations", views_deployments.AllocationViewSet, basename="allocation")
 router.register("operations", views.OperationViewSet, basename="operation")
 router.register("events", views.HealthEventViewSet, basename="event")
 router.register("tokens", views.ApiTokenViewSet, basename="token")

@@ -12,14 +12,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from fleet.api import serializers_alerts as sa
+from fleet.api.common import ERRORS, ReadViewSet, documented_reads
 from fleet.api.filters import DeliveryFilter
-from fleet.api.views import ERRORS, ReadViewSet, documented_reads
 from fleet.core import webhooks
 from fleet.core.models import AlertDelivery, AlertWebhook
 from fleet.core.permissions import IsAdminRole
 
 
-def _errors(*codes: int) -> dict[int, Any]:
+def error_responses(*codes: int) -> dict[int, Any]:
     return {code: ERRORS[code] for code in codes}
 
 
@@ -35,7 +35,7 @@ class WebhookViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadView
 
     @extend_schema(
         request=sa.WebhookInputSerializer,
-        responses={201: sa.WebhookSerializer, **_errors(400, 401, 403, 409)},
+        responses={201: sa.WebhookSerializer, **error_responses(400, 401, 403, 409)},
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = sa.WebhookInputSerializer(data=request.data)
@@ -45,7 +45,7 @@ class WebhookViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadView
 
     @extend_schema(
         request=sa.WebhookInputSerializer(partial=True),
-        responses={200: sa.WebhookSerializer, **_errors(400, 401, 403, 404)},
+        responses={200: sa.WebhookSerializer, **error_responses(400, 401, 403, 404)},
     )
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = sa.WebhookInputSerializer(data=request.data, partial=True)
@@ -55,7 +55,7 @@ class WebhookViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadView
         )
         return Response(sa.WebhookSerializer(webhook).data)
 
-    @extend_schema(responses={204: None, **_errors(401, 403, 404)})
+    @extend_schema(responses={204: None, **error_responses(401, 403, 404)})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         webhooks.webhook_delete(webhook_id=self.get_object().pk, user=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -18,15 +18,15 @@ from fleet.allocations.repack import (
     repack_payload,
 )
 from fleet.api import serializers_capacity as sc
+from fleet.api.common import error_responses
 from fleet.api.limits import throttle_scope
 from fleet.api.serializers import OperationSerializer
-from fleet.api.views import _errors
 from fleet.core.errors import ServiceError
 
 
 @extend_schema(
     parameters=[sc.CapacityQuerySerializer],
-    responses={200: sc.CapacitySerializer, **_errors(400, 401, 403)},
+    responses={200: sc.CapacitySerializer, **error_responses(400, 401, 403)},
     description=(
         "Per GPU product: schedulable GPUs, each MIG profile's instances that fit now and after "
         "idle instances are reshaped, MPS free and stranded memory and client slots, and free "
@@ -48,7 +48,7 @@ def capacity(request: Request) -> Response:
 @extend_schema(
     methods=["GET"],
     parameters=[sc.RepackQuerySerializer],
-    responses={200: sc.RepackPlanSerializer, **_errors(400, 401, 403)},
+    responses={200: sc.RepackPlanSerializer, **error_responses(400, 401, 403)},
     description=(
         "A proposal, changing nothing: the moves (make before break) that empty `free_gpus` "
         "GPUs of `product` holding replicas, moving the fewest replicas. OR-Tools CP-SAT solves "
@@ -66,7 +66,7 @@ def capacity(request: Request) -> Response:
 @extend_schema(
     methods=["POST"],
     request=sc.RepackApplySerializer,
-    responses={202: OperationSerializer, **_errors(400, 401, 403, 409)},
+    responses={202: OperationSerializer, **error_responses(400, 401, 403, 409)},
     description=(
         "Plan and apply (operator): one `repack` operation empties the GPUs, at most "
         "`max_unavailable` at a time, each replica moved make before break; its `result` lists "
@@ -113,7 +113,7 @@ def _product_key(product: str) -> str:
 
 @extend_schema(
     parameters=[sc.AdviceQuerySerializer],
-    responses={200: sc.AdviceSerializer, **_errors(400, 401, 403)},
+    responses={200: sc.AdviceSerializer, **error_responses(400, 401, 403)},
     description=(
         "The layout advisor: MIG layouts for the product's schedulable GPUs that place the most "
         "waiting replicas (deployments' unplaced MIG replicas, and MPS replicas in new MIG "

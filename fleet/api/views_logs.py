@@ -11,8 +11,8 @@ from rest_framework.response import Response
 from fleet.agents.logs import WAIT_S
 from fleet.agents.logs import allocation_logs as replica_logs
 from fleet.api import serializers as s
+from fleet.api.common import ERRORS
 from fleet.api.serializers_workloads import LogsQuerySerializer, LogsSerializer
-from fleet.api.views import ERRORS
 from hostagent import protocol
 
 

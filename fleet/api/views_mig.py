@@ -15,8 +15,8 @@ from rest_framework.response import Response
 
 from fleet.api import serializers as s
 from fleet.api import serializers_mig as sm
+from fleet.api.common import READ_ERRORS, error_responses, validated
 from fleet.api.limits import throttle_scope
-from fleet.api.views import READ_ERRORS, _errors, _valid
 from fleet.core.errors import NotFound, ServiceError
 from fleet.core.permissions import AnyRole
 from fleet.domain import Violation
@@ -66,7 +66,7 @@ def product_as_dict(product: Product) -> dict[str, Any]:
     }
 
 
-@extend_schema(responses={200: sm.CatalogProductSerializer(many=True), **_errors(401, 403)})
+@extend_schema(responses={200: sm.CatalogProductSerializer(many=True), **error_responses(401, 403)})
 @api_view(["GET"])
 def catalog(request: Request) -> Response:
     """Every GPU product Fleet knows, with its MIG profiles and their allowed placements."""
@@ -96,7 +96,7 @@ def lookup_product(ref: str) -> Product | None:
 @throttle_scope("mig")
 def validate(request: Request) -> Response:
     """Dry run of a MIG layout for a product or for one GPU (whose reported placements count)."""
-    data = _valid(sm.MigValidateSerializer, request)
+    data = validated(sm.MigValidateSerializer, request)
     if "gpu" in data:
         gpu = Gpu.objects.filter(pk=data["gpu"]).first()
         if gpu is None:
@@ -191,7 +191,7 @@ MigPartedOut = inline_serializer(
 @permission_classes([AnyRole])
 @throttle_scope("mig")
 def migparted_import(request: Request) -> Response:
-    data = _valid(MigPartedIn.__class__, request)
+    data = validated(MigPartedIn.__class__, request)
     gpu = Gpu.objects.filter(pk=data["gpu"]).first()
     if gpu is None:
         raise NotFound("gpu.not_found", f"GPU {data['gpu']} does not exist.", {"gpu": data["gpu"]})

@@ -20,8 +20,8 @@ from fleet.allocations.layout_rollouts import (
 )
 from fleet.allocations.migparted_rollouts import migparted_layouts
 from fleet.api import serializers as s
+from fleet.api.common import error_responses, validated
 from fleet.api.serializers_mig import LayoutSerializer
-from fleet.api.views import _errors, _valid
 from fleet.core.errors import NotFound
 from fleet.core.models import Operation, OperationKind
 from fleet.inventory.labels import MAX_LABELS
@@ -116,7 +116,7 @@ class DryRunSerializer(serializers.Serializer[Any]):
 
 @extend_schema(
     methods=["GET"],
-    responses={200: s.OperationSerializer(many=True), **_errors(401, 403)},
+    responses={200: s.OperationSerializer(many=True), **error_responses(401, 403)},
     description="The latest 100 layout rollouts (`layout_rollout` operations), newest first.",
 )
 @extend_schema(
@@ -125,7 +125,7 @@ class DryRunSerializer(serializers.Serializer[Any]):
     responses={
         202: s.OperationSerializer,
         200: DryRunSerializer,
-        **_errors(400, 401, 403, 409),
+        **error_responses(400, 401, 403, 409),
     },
     description=(
         "Reshape every GPU the selector picks (a product, host labels, hosts or GPUs; at least "
@@ -145,7 +145,7 @@ def rollouts(request: Request) -> Response:
     if request.method == "GET":
         rows = Operation.objects.filter(kind=OperationKind.LAYOUT_ROLLOUT).order_by("-id")[:100]
         return Response(s.OperationSerializer(rows, many=True).data)
-    data = _valid(LayoutRolloutSerializer, request)
+    data = validated(LayoutRolloutSerializer, request)
     raw = data["selector"]
     selector = Selector(
         product=raw.get("product", ""),
@@ -176,7 +176,7 @@ def rollouts(request: Request) -> Response:
     return Response(result)
 
 
-@extend_schema(responses={200: s.OperationSerializer, **_errors(401, 403, 404)})
+@extend_schema(responses={200: s.OperationSerializer, **error_responses(401, 403, 404)})
 @api_view(["GET"])
 def rollout(request: Request, pk: int) -> Response:
     found = Operation.objects.filter(pk=pk, kind=OperationKind.LAYOUT_ROLLOUT).first()
@@ -187,7 +187,7 @@ def rollout(request: Request, pk: int) -> Response:
 
 @extend_schema(
     request=None,
-    responses={200: s.OperationSerializer, **_errors(401, 403, 404, 409)},
+    responses={200: s.OperationSerializer, **error_responses(401, 403, 404, 409)},
     description="Resume a paused rollout: the GPU that failed is tried again first.",
 )
 @api_view(["POST"])
@@ -198,7 +198,7 @@ def rollout_resume(request: Request, pk: int) -> Response:
 
 @extend_schema(
     request=None,
-    responses={200: s.OperationSerializer, **_errors(401, 403, 404, 409)},
+    responses={200: s.OperationSerializer, **error_responses(401, 403, 404, 409)},
     description="Abort: drains under way finish (each rolls its GPU back if it fails); no new "
     "one starts.",
 )

@@ -17,8 +17,9 @@ from rest_framework.response import Response
 
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.quotas import team_usage
+from fleet.api.common import parse_id
 from fleet.api.serializers import ErrorSerializer
-from fleet.core.errors import NotFound, ServiceError
+from fleet.core.errors import ServiceError
 from fleet.core.models import Team, TeamRole
 from fleet.core.roles import Role
 from fleet.core.teams import (
@@ -140,13 +141,6 @@ def _body(request: Request) -> Mapping[str, Any]:
     return request.data
 
 
-def _pk(raw: Any) -> int:
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        raise NotFound("not_found", f"No object with id {raw!r}.") from None
-
-
 @extend_schema_view(
     list=extend_schema(responses={200: TeamSerializer(many=True), **ERRORS}),
     retrieve=extend_schema(responses={200: TeamSerializer, **ERRORS}),
@@ -182,7 +176,7 @@ class TeamViewSet(viewsets.GenericViewSet[Team]):
 
     @extend_schema(request=TeamSerializer, responses={200: TeamSerializer, **ERRORS})
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
-        team = team_update(team_id=_pk(pk), changes=_body(request), requested_by=request.user)
+        team = team_update(team_id=parse_id(pk), changes=_body(request), requested_by=request.user)
         return Response(team_body(team))
 
     @extend_schema(
@@ -190,7 +184,7 @@ class TeamViewSet(viewsets.GenericViewSet[Team]):
         description="Delete an empty team (409 `team.not_empty`; `default` stays: 409).",
     )
     def destroy(self, request: Request, pk: str | None = None) -> Response:
-        team_delete(team_id=_pk(pk), requested_by=request.user)
+        team_delete(team_id=parse_id(pk), requested_by=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
@@ -203,7 +197,7 @@ class TeamViewSet(viewsets.GenericViewSet[Team]):
     @action(detail=True, methods=["put"])
     def members(self, request: Request, pk: str | None = None) -> Response:
         team = team_members_set(
-            team_id=_pk(pk), members=_body(request).get("members"), requested_by=request.user
+            team_id=parse_id(pk), members=_body(request).get("members"), requested_by=request.user
         )
         return Response(team_body(team))
 
@@ -220,5 +214,5 @@ class TeamViewSet(viewsets.GenericViewSet[Team]):
     )
     @action(detail=True, methods=["put"])
     def quota(self, request: Request, pk: str | None = None) -> Response:
-        team = team_quota_set(team_id=_pk(pk), quota=_body(request), requested_by=request.user)
+        team = team_quota_set(team_id=parse_id(pk), quota=_body(request), requested_by=request.user)
         return Response(team_body(team))

@@ -16,8 +16,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from fleet.allocations.usage import GROUPS, UNITS, usage_report, usage_window
+from fleet.api.common import error_responses
 from fleet.api.export import CsvRenderer, _cell
-from fleet.api.views import _errors
 
 UNIT_HELP = {
     "mig_slice_hours": "MIG compute-slice-hours (a 3g profile for 2 h: 6).",
@@ -104,7 +104,7 @@ class UsageView(APIView):
             (200, "text/csv"): OpenApiResponse(
                 OpenApiTypes.STR, description="One row per group: key, name, the units, window."
             ),
-            **_errors(400, 401, 403),
+            **error_responses(400, 401, 403),
         },
         description=(
             "What each team, deployment or product (`group_by`) held over `[from, to)`: every "
