@@ -19,7 +19,7 @@ from django.db.models import Count
 
 from fleet.allocations.drain import current_layout
 from fleet.allocations.models import Allocation, Deployment, RequestKind
-from fleet.allocations.selectors import fleet_snapshot
+from fleet.allocations.selectors import fleet_snapshot, placement_demand
 from fleet.core.errors import ServiceError
 from fleet.inventory.models import Gpu
 from fleet.mig import Product, product_by_key
@@ -31,11 +31,13 @@ from fleet.placement.advisor import (
     AdvisorGpu,
     ExistingInstance,
     GpuAdvice,
+    WaitingGroup,
     WaitingMig,
     WaitingMps,
-    advise,
+    advise_groups,
 )
-from fleet.placement.snapshot import GpuState, HostState
+from fleet.placement.rules import demand_problems
+from fleet.placement.snapshot import FleetSnapshot, GpuState, HostState
 
 MAX_TIME_LIMIT_S = 10.0
 
@@ -143,26 +145,53 @@ def _advisor_gpu(gpu: GpuState, product: Product) -> AdvisorGpu:
     return AdvisorGpu(gpu.id, gpu.product or product, tuple(instances))
 
 
-def _waiting(product: Product) -> tuple[list[Deployment], list[WaitingMig], list[WaitingMps]]:
+def _waiting(
+    product: Product,
+) -> tuple[list[Deployment], list[tuple[Deployment, WaitingMig | WaitingMps]]]:
+    """The deployments with replicas to place (MIG ones of a profile the product has, MPS ones
+    with a memory request), each with what waits of it."""
     placed = _placed_counts()
-    deployments, mig, mps = [], [], []
+    deployments, items = [], []
     for deployment in Deployment.objects.filter(deleting=False).order_by("name"):
         missing = deployment.replicas - placed.get(deployment.pk, 0)
         if missing <= 0:
             continue
         key = str(deployment.pk)
+        item: WaitingMig | WaitingMps
         if deployment.kind == RequestKind.MIG:
             profile = product.profile(deployment.profile)
             if profile is None:
                 continue
-            mig.append(WaitingMig(key, profile.id, missing))
+            item = WaitingMig(key, profile.id, missing)
         elif deployment.kind == RequestKind.MPS and deployment.memory_mib:
             compute = deployment.max_compute_percent
-            mps.append(WaitingMps(key, int(deployment.memory_mib), missing, compute))
+            item = WaitingMps(key, int(deployment.memory_mib), missing, compute)
         else:
             continue
         deployments.append(deployment)
-    return deployments, mig, mps
+        items.append((deployment, item))
+    return deployments, items
+
+
+def _groups(
+    snapshot: FleetSnapshot,
+    states: list[GpuState],
+    items: list[tuple[Deployment, WaitingMig | WaitingMps]],
+) -> list[WaitingGroup]:
+    """The waiting replicas by the GPUs they may use: those whose host takes the deployment's
+    demand (its labels, runtime, a port not held there, CPU and memory), as placement checks."""
+    by_gpus: dict[frozenset[int], tuple[list[WaitingMig], list[WaitingMps]]] = {}
+    for deployment, item in items:
+        demand = placement_demand(deployment)
+        allowed = frozenset(
+            g.id for g in states if not demand_problems(snapshot.host(g.host_id), g, demand)
+        )
+        mig, mps = by_gpus.setdefault(allowed, ([], []))
+        if isinstance(item, WaitingMig):
+            mig.append(item)
+        else:
+            mps.append(item)
+    return [WaitingGroup(ids, tuple(mig), tuple(mps)) for ids, (mig, mps) in by_gpus.items()]
 
 
 def waiting_replica_count() -> int:
@@ -194,10 +223,13 @@ def capacity_advice(*, product: str, time_limit_s: float = DEFAULT_TIME_LIMIT_S)
     snapshot = fleet_snapshot()
     ids = {row.pk for row in rows}
     states = [g for g in snapshot.gpus if g.id in ids and _schedulable(g, snapshot.host(g.host_id))]
-    deployments, mig, mps = _waiting(found)
+    deployments, items = _waiting(found)
     gpus = [_advisor_gpu(g, found) for g in states]
-    advice = advise(
-        gpus, mig, mps, time_limit_s=min(time_limit_s, MAX_TIME_LIMIT_S), clock=time.monotonic
+    advice = advise_groups(
+        gpus,
+        _groups(snapshot, states, items) or [WaitingGroup(frozenset(g.id for g in gpus))],
+        time_limit_s=min(time_limit_s, MAX_TIME_LIMIT_S),
+        clock=time.monotonic,
     )
     by_id = {row.pk: row for row in rows}
     names = {str(d.pk): d.name for d in deployments}

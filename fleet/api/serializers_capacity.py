@@ -276,7 +276,12 @@ class AdviceQuerySerializer(serializers.Serializer[Any]):
 
 
 class AdviceSolverSerializer(serializers.Serializer[Any]):
-    status = serializers.ChoiceField(choices=["optimal", "feasible", "heuristic", "trivial"])
+    status = serializers.ChoiceField(
+        choices=["optimal", "feasible", "heuristic", "trivial", "sequential"],
+        help_text="`sequential`: the waiting deployments may use different GPUs (host labels, "
+        "runtimes); each group was solved in turn, the most constrained first, and `bound` is "
+        "the sum of the steps' bounds.",
+    )
     objective = serializers.IntegerField()
     bound = serializers.IntegerField()
     gap_percent = serializers.FloatField()

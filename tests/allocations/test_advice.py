@@ -133,3 +133,40 @@ def test_bad_advice_queries_are_refused_and_change_nothing(world, viewer_client)
 
 def test_anyone_signed_in_may_ask_and_nobody_else(world, client):
     assert_error(client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}), 401)
+
+
+def test_a_deployment_that_requires_host_labels_is_advised_only_onto_those_hosts(
+    viewer_client, django_capture_on_commit_callbacks
+):
+    """Two idle hosts, zone a and zone b: the waiting replicas of a deployment that requires
+    zone b are proposed on zone b's GPU only, and those of one without labels wherever."""
+    gpus = {}
+    for seed, zone in enumerate(("a", "b"), start=1):
+        host, _ = host_create(name=f"node-{zone}")
+        host_issue_token(host)
+        Host.objects.filter(pk=host.pk).update(
+            hostname=f"sim-{seed}", status="ready", labels={"zone": zone}
+        )
+        agent_hello(host=host, hello=SimAgent(["h100-sxm5-80gb"], seed=seed).hello())
+        gpus[zone] = Gpu.objects.get(host=host)
+    deployment_create(
+        name="zonal",
+        request=DeploymentRequest(kind="mig", profile="3g.40gb"),
+        replicas=2,
+        host_labels={"zone": "b"},
+    )
+    answer = viewer_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"})
+    assert answer.status_code == 200, answer.json()
+    advice = answer.json()
+    assert advice["placed_replicas"] == 2 and advice["solver"]["status"] == "optimal"
+    assert [g["gpu"] for g in advice["gpus"]] == [gpus["b"].pk]
+    assert {p["serves"] for p in advice["gpus"][0]["places"]} == {"zonal"}
+
+    deployment_create(
+        name="anywhere", request=DeploymentRequest(kind="mig", profile="7g.80gb"), replicas=1
+    )
+    advice = viewer_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}).json()
+    # Zone b's GPU is the zonal one's; the 7g takes zone a's, where it may go too.
+    assert advice["solver"]["status"] == "sequential" and advice["placed_replicas"] == 3
+    serves = {g["gpu"]: {p["serves"] for p in g["places"]} for g in advice["gpus"]}
+    assert serves == {gpus["a"].pk: {"anywhere"}, gpus["b"].pk: {"zonal"}}

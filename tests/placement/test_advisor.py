@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -9,9 +11,11 @@ from fleet.placement import advisor
 from fleet.placement.advisor import (
     AdvisorGpu,
     ExistingInstance,
+    WaitingGroup,
     WaitingMig,
     WaitingMps,
     advise,
+    advise_groups,
     mps_instance_capacity,
 )
 
@@ -142,3 +146,97 @@ def test_the_solver_is_optimal_on_a_small_cold_fleet(trace_profiles):
     result = advise([AdvisorGpu(k, H100) for k in range(2)], waiting)
     assert result.status == "optimal"
     assert result.placed_total == 4  # 7g; then 4g with both 1g beat 4g + 3g (one replica more)
+
+
+def served(advice):
+    """(GPU id, deployment key) of every instance that takes waiting replicas."""
+    return sorted(
+        (g.gpu_id, i.serves)
+        for g in advice.gpus
+        for i in g.instances
+        if i.serves not in ("", "moved")
+    )
+
+
+def test_one_group_on_every_gpu_is_advise_itself():
+    gpus = [AdvisorGpu(1, H100, (ExistingInstance(P1, 0, replicas=1),)), AdvisorGpu(2, H100)]
+    waiting = [WaitingMig("big", P7, 1), WaitingMig("small", P1, 2)]
+    grouped = advise_groups(gpus, [WaitingGroup(frozenset({1, 2}), tuple(waiting))])
+    alone = advise(gpus, waiting)
+    assert replace(grouped, time_s=0.0) == replace(alone, time_s=0.0)
+
+
+def test_replicas_are_proposed_only_on_the_gpus_their_group_may_use():
+    """Zone a has GPU 1, zone b GPU 2: the 7g of zone a cannot take the empty GPU 2 and waits
+    (GPU 1 runs a replica), while zone b's replicas go to GPU 2."""
+    gpus = [AdvisorGpu(1, H100, (ExistingInstance(P1, 0, replicas=1),)), AdvisorGpu(2, H100)]
+    groups = [
+        WaitingGroup(frozenset({1}), (WaitingMig("zone-a-big", P7, 1),)),
+        WaitingGroup(frozenset({2}), (WaitingMig("zone-b", P3, 2),)),
+    ]
+    advice = advise_groups(gpus, groups)
+    assert advice.status == "sequential"
+    assert served(advice) == [(2, "zone-b"), (2, "zone-b")]
+    assert advice.placed == {"zone-b": 2} and advice.waiting == {"zone-a-big": 1, "zone-b": 2}
+    assert advice.moved_replicas == 0  # draining GPU 1 for zone a would place... on GPU 1 only
+    for g in advice.gpus:
+        assert validate_layout(H100, layout_of(g)) == ()
+
+
+def test_one_restricted_group_keeps_the_solvers_status_and_leaves_the_other_gpus_alone():
+    gpus = [AdvisorGpu(1, H100), AdvisorGpu(2, H100), AdvisorGpu(3, H100)]
+    advice = advise_groups(gpus, [WaitingGroup(frozenset({3}), (WaitingMig("a", P4, 1),))])
+    assert advice.status == "optimal" and advice.gap_percent == 0.0
+    assert served(advice) == [(3, "a")]
+    assert [g.changed for g in advice.gpus] == [False, False, True]
+
+
+def test_a_later_group_neither_drains_nor_takes_what_an_earlier_one_planned():
+    """GPU 1 may serve both groups; the most constrained (only GPU 1) goes first and takes a
+    4g there. The other group may not drain GPU 1 to make room, and its 3g goes where the 4g
+    left room, or to GPU 2."""
+    gpus = [AdvisorGpu(1, H100), AdvisorGpu(2, H100, (ExistingInstance(P1, 0, replicas=1),))]
+    groups = [
+        WaitingGroup(frozenset({1, 2}), (WaitingMig("any", P7, 1), WaitingMig("three", P3, 1))),
+        WaitingGroup(frozenset({1}), (WaitingMig("only-1", P4, 1),)),
+    ]
+    advice = advise_groups(gpus, groups)
+    first = advice.gpus[0]
+    assert ("only-1" in {i.serves for i in first.instances}) and not first.drained
+    assert advice.placed.get("only-1") == 1 and advice.placed.get("three") == 1
+    # The 7g would need GPU 1 whole (taken) or GPU 2 drained: that is allowed, GPU 2 was not
+    # touched by the first step; either way every layout is valid and counts add up.
+    for g in advice.gpus:
+        assert validate_layout(H100, layout_of(g)) == ()
+    assert advice.moved_replicas == sum(g.moved_replicas for g in advice.gpus)
+    assert advice.objective <= advice.bound
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.data())
+def test_grouped_advice_is_valid_and_serves_each_group_on_its_own_gpus(case, data):
+    gpus, mig, mps = case
+    ids = [g.id for g in gpus]
+    groups, allowed = [], {}
+    for item in [*mig, *mps]:
+        subset = frozenset(data.draw(st.sets(st.sampled_from(ids), min_size=1)))
+        allowed[item.key] = subset
+        groups.append(
+            WaitingGroup(
+                subset,
+                (item,) if isinstance(item, WaitingMig) else (),
+                (item,) if isinstance(item, WaitingMps) else (),
+            )
+        )
+    result = advise_groups(gpus, groups, time_limit_s=1.0)
+    assert [g.gpu_id for g in result.gpus] == ids
+    for gpu, proposed in zip(gpus, result.gpus, strict=True):
+        assert validate_layout(H100, layout_of(proposed)) == ()
+        running = {(i.profile_id, i.start) for i in gpu.instances if i.replicas}
+        kept = {(i.profile_id, i.start) for i in proposed.instances}
+        assert proposed.drained or running <= kept
+        for i in proposed.instances:
+            if i.serves not in ("", "moved"):
+                assert gpu.id in allowed[i.serves]
+    for key, count in result.placed.items():
+        assert count <= result.waiting[key]
