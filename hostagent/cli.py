@@ -34,9 +34,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=__version__)
     p.add_argument("--server", help="control plane base URL, e.g. https://fleet.example")
     auth = p.add_mutually_exclusive_group()
-    auth.add_argument("--enroll", metavar="TOKEN", help="one-time enrolment token")
+    auth.add_argument(
+        "--enroll",
+        metavar="TOKEN",
+        help="one-time enrolment token (visible in ps: prefer --enroll-file)",
+    )
+    auth.add_argument(
+        "--enroll-file",
+        type=Path,
+        metavar="PATH",
+        help="read the one-time enrolment token from PATH ('-': standard input)",
+    )
     auth.add_argument("--token", help="host token (prefer --token-file)")
     p.add_argument("--token-file", type=Path, help="state file holding the host token (0600)")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="allow an http:// or ws:// server off loopback (the tokens travel in clear)",
+    )
     p.add_argument("--backend", choices=["nvml", "simulated"])
     p.add_argument("--simulate", type=Path, metavar="SPEC.json", help="simulated GPU specs")
     p.add_argument("--seed", type=int)
@@ -77,7 +93,8 @@ def config_from_args(args: argparse.Namespace, base: AgentConfig) -> AgentConfig
         "server": args.server,
         "token": args.token,
         "token_file": args.token_file,
-        "enrollment_token": args.enroll,
+        "enrollment_token": args.enroll or _read_enrollment(args.enroll_file),
+        "insecure": args.insecure,
         "backend": args.backend or ("simulated" if args.simulate else None),
         "simulate": args.simulate,
         "seed": args.seed,
@@ -94,6 +111,20 @@ def config_from_args(args: argparse.Namespace, base: AgentConfig) -> AgentConfig
     if config.interval_s <= 0:
         raise ConfigError("--interval must be positive")
     return config
+
+
+def _read_enrollment(path: Path | None) -> str | None:
+    """The enrolment token from a file or standard input (``-``): not in ``ps`` or history."""
+    if path is None:
+        return None
+    try:
+        text = sys.stdin.read(4096) if str(path) == "-" else path.read_text()[:4096]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the enrolment token from {path}: {exc}") from exc
+    token = text.strip()
+    if not token or len(token.split()) != 1:
+        raise ConfigError(f"{path} must hold the enrolment token alone")
+    return token
 
 
 def once(config: AgentConfig) -> dict[str, object]:

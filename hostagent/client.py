@@ -33,7 +33,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from hostagent import protocol
@@ -78,6 +79,14 @@ LOGS_AT_ONCE = 4
 # Logs requests read or waiting at once; past it, a request is answered "busy" at once (a
 # server that floods the agent costs it no memory).
 LOGS_QUEUED_MAX = 16
+
+
+class NoRedirectConnect(ws_connect):
+    """``websockets``' connect, which follows redirects, to other hosts too; the agent talks to
+    the server it was given alone (as its HTTP requests do), so a redirect is an error."""
+
+    def process_redirect(self, exc: Exception) -> Exception | str:
+        return exc
 
 
 @dataclass
@@ -241,7 +250,7 @@ class AgentClient:
         attempt = 0
         while not stop.is_set():
             try:
-                async with connect(
+                async with NoRedirectConnect(
                     ws_url(self.server),
                     additional_headers={
                         protocol.AUTH_HEADER: protocol.auth_header_value(self.state.token)

@@ -5,7 +5,8 @@
 | ``FLEET_AGENT_SERVER`` | ``--server`` | required unless ``--once`` |
 | ``FLEET_AGENT_TOKEN`` | ``--token`` | read from the token file |
 | ``FLEET_AGENT_TOKEN_FILE`` | ``--token-file`` | ``/var/lib/fleet-agent/state.json`` |
-| ``FLEET_AGENT_ENROLLMENT_TOKEN`` | ``--enroll`` | none |
+| ``FLEET_AGENT_ENROLLMENT_TOKEN`` | ``--enroll`` / ``--enroll-file`` | none |
+| ``FLEET_AGENT_INSECURE`` | ``--insecure`` | off: no TLS only on loopback |
 | ``FLEET_AGENT_BACKEND`` | ``--backend`` | ``nvml`` |
 | ``FLEET_AGENT_SIMULATE`` | ``--simulate`` | none (implies ``--backend simulated``) |
 | ``FLEET_AGENT_SEED`` | ``--seed`` | ``0`` |
@@ -64,6 +65,8 @@ class AgentConfig:
     runtime: AgentRuntime | None = None
     """``None``: chosen at start (:func:`hostagent.runtime.default_runtime`)."""
     state_dir: Path | None = None
+    # Talk to a server without TLS off loopback (the tokens travel in clear).
+    insecure: bool = False
 
     @property
     def workload_dir(self) -> Path:
@@ -108,6 +111,7 @@ class AgentConfig:
                 fault_dir=Path(fault_dir) if (fault_dir := get("FAULT_DIR")) else None,
                 runtime=next((r for r in RUNTIMES if r == runtime), None),
                 state_dir=Path(state_dir) if (state_dir := get("STATE_DIR")) else None,
+                insecure=(get("INSECURE") or "").lower() in TRUE,
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc

@@ -23,6 +23,7 @@ from hostagent.runtime import (
     build_runtimes,
     default_runtime,
 )
+from hostagent.transport import server_problem
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,9 @@ def resolve_state(config: AgentConfig) -> AgentState:
     the state file."""
     if config.server is None:
         raise ConfigError("--server (FLEET_AGENT_SERVER) is required")
+    problem = server_problem(config.server, insecure=config.insecure)
+    if problem is not None:
+        raise ConfigError(problem)
     stored = read_state(config.token_file)
     if config.enrollment_token and stored is None:
         return enroll(config.server, config.enrollment_token, config.hostname, config.token_file)

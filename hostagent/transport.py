@@ -3,6 +3,7 @@ one JSON request, and the reconnect backoff (used by :mod:`hostagent.client`).""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import random
@@ -29,6 +30,41 @@ HTTP_TIMEOUT_S = 10.0
 
 class EnrollError(RuntimeError):
     """The server refused the enrolment token or could not be reached."""
+
+
+def server_problem(server: str, *, insecure: bool = False) -> str | None:
+    """Why the agent must not talk to ``server``, or ``None``.
+
+    The host token (and the enrolment token) travel in every request: a server URL without TLS
+    is refused unless it is on this machine (loopback) or the operator said ``--insecure``.
+    """
+    parts = urlsplit(server)
+    if parts.scheme not in ("http", "https", "ws", "wss") or not parts.hostname:
+        return f"--server must be an https:// (or wss://) URL, not {server[:200]!r}"
+    if parts.scheme in ("https", "wss") or insecure:
+        return None
+    host = parts.hostname
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return None
+    return (
+        f"--server {server[:200]} has no TLS: the host token would travel in clear. Use "
+        "https://, or --insecure (FLEET_AGENT_INSECURE=1) on a network you trust."
+    )
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects are not followed: urllib would send the host token on to wherever they point
+    (another host, or from https to http). The 3xx is an error naming where it pointed."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 def ws_url(server: str) -> str:
@@ -58,16 +94,26 @@ def backoff_delays(rng: random.Random) -> Callable[[int], float]:
 
 def http(method: str, url: str, token: str | None, body: Any = None) -> tuple[int, Any]:
     """One JSON request with the host token; ``(status, parsed body or None)``. Raises
-    ``urllib.error.URLError`` (``HTTPError`` for a 4xx/5xx) or ``OSError``."""
+    ``urllib.error.URLError`` (``HTTPError`` for a 3xx, which is not followed, or a 4xx/5xx)
+    or ``OSError``."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method)
     request.add_header("Content-Type", "application/json")
     request.add_header("Accept", "application/json")
     if token is not None:
         request.add_header(protocol.AUTH_HEADER, protocol.auth_header_value(token))
-    with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
-        raw = response.read()
-        return response.status, json.loads(raw) if raw else None
+    try:
+        with _OPENER.open(request, timeout=HTTP_TIMEOUT_S) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        if 300 <= exc.code < 400:
+            where = str(exc.headers.get("Location", ""))[:200]
+            raise urllib.error.URLError(
+                f"the server redirected ({exc.code}) to {where!r}: give the final URL as "
+                "--server (redirects are not followed: they would take the token along)"
+            ) from exc
+        raise
 
 
 def enroll(server: str, enrollment_token: str, hostname: str, state_file: Path) -> AgentState:

@@ -26,7 +26,7 @@ def test_once_json_prints_discovery_and_one_sample_from_a_simulation(tmp_path, c
 
 
 def test_missing_token_is_a_clear_error(tmp_path, capsys):
-    code = cli.main(["--server", "http://x", "--token-file", str(tmp_path / "none.json")])
+    code = cli.main(["--server", "http://127.0.0.1:9", "--token-file", str(tmp_path / "none.json")])
     assert code == 2
     assert "no token" in capsys.readouterr().err
 
