@@ -9,6 +9,7 @@ host, so an agent can never read or write another host's state.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -24,6 +25,8 @@ from fleet.inventory.models import (
     AgentRuntime,
     Gpu,
     GpuHealth,
+    HealthEvent,
+    HealthEventKind,
     Host,
     HostStatus,
     SharingMode,
@@ -33,6 +36,9 @@ from fleet.partitioning.models import Partition, PartitionKind
 from hostagent import protocol
 
 logger = logging.getLogger(__name__)
+
+# A host reporting another host's GPU is recorded in the events once per this, per GPU.
+CONFLICT_EVERY = timedelta(minutes=10)
 _warn_once = OncePer(60.0)
 
 
@@ -147,9 +153,7 @@ def _gpu_observed(
         known = _known_gpus([info])
     gpu = known.get(info["uuid"])
     if gpu is not None and gpu.host_id != host.pk:
-        logger.warning(
-            "host %s reported GPU %s of host %s: ignored", host.pk, cut(info["uuid"]), gpu.host_id
-        )
+        _conflict(host, gpu)
         return None
     product = find_product(name=info["name"]) or find_product(
         pci_device_id=info["pci_device_id"] >> 16
@@ -194,6 +198,38 @@ def _gpu_observed(
         getattr(gpu, "_prefetched_objects_cache", {}).pop("partitions", None)
     _record_partition_uuids(gpu, info)
     return gpu
+
+
+def _conflict(host: Host, gpu: Gpu) -> None:
+    """The host reported a GPU whose UUID another host holds: ignored, and said where people
+    look (both hosts' events), at most once per ``CONFLICT_EVERY`` for the pair. UUIDs are
+    unique worldwide, so this is a GPU that moved (an admin forgets it on its old host:
+    ``POST /api/v1/gpus/{id}/forget``) or an agent claiming what is not its own."""
+    logger.warning(
+        "host %s reported GPU %s of host %s: ignored", host.pk, cut(gpu.uuid), gpu.host_id
+    )
+    since = timezone.now() - CONFLICT_EVERY
+    recent = HealthEvent.objects.filter(
+        host=host, kind=HealthEventKind.GPU_CONFLICT, detail__contains=gpu.uuid, ts__gte=since
+    )
+    if recent.exists():
+        return
+    owner = Host.objects.filter(pk=gpu.host_id).values_list("name", flat=True).first() or "?"
+    claimed = (
+        f"Reported GPU {gpu.uuid}, which host {owner} holds: ignored. If the GPU moved here, an "
+        f"admin forgets it on {owner} (POST /api/v1/gpus/{gpu.pk}/forget)."
+    )
+    held = f"Host {host.name} reported this GPU ({gpu.uuid}) as its own: ignored."
+    now = timezone.now()
+    HealthEvent.objects.bulk_create(
+        [
+            HealthEvent(host=host, kind=HealthEventKind.GPU_CONFLICT, detail=claimed[:500], ts=now),
+            # Not tied to the GPU row: the record stays if an admin forgets the GPU.
+            HealthEvent(
+                host_id=gpu.host_id, kind=HealthEventKind.GPU_CONFLICT, detail=held[:500], ts=now
+            ),
+        ]
+    )
 
 
 def _adoptable(info: protocol.GpuInfo, product: Product | None) -> list[protocol.MigInstanceInfo]:

@@ -180,6 +180,7 @@ class GpuViewSet(ReadViewSet[Gpu]):
 
     serializer_class = s.GpuSerializer
     filterset_class = GpuFilter
+    required_roles = {"forget": Role.ADMIN}
 
     def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
         """Read the latest telemetry of every GPU of the page in one round trip."""
@@ -292,6 +293,23 @@ class GpuViewSet(ReadViewSet[Gpu]):
         operation = partitioning_services.gpu_set_cordon(
             gpu_id=parse_id(pk), cordoned=False, requested_by=request.user
         )
+        return Response(s.OperationSerializer(operation).data)
+
+    @extend_schema(
+        request=None,
+        responses={200: s.OperationSerializer, **error_responses(401, 403, 404, 409)},
+        description=(
+            "Admin: forget a GPU the inventory holds for a host, so that the host that has it "
+            "now adopts it with its next hello (a GPU moved between hosts: its new host's "
+            "reports are ignored, with a `gpu_conflict` event on both hosts, while the old one "
+            "holds its UUID). 409 `gpu.in_use` while replicas are placed on it, "
+            "`gpu.still_reported` while its host still reports it (revoke that host's token "
+            "first if it claims a GPU that is not its own)."
+        ),
+    )
+    @action(detail=True, methods=["post"])
+    def forget(self, request: Request, pk: str | None = None) -> Response:
+        operation = inventory_services.gpu_forget(gpu_id=parse_id(pk), requested_by=request.user)
         return Response(s.OperationSerializer(operation).data)
 
 

@@ -157,6 +157,7 @@ class OperationKind(models.TextChoices):
     SET_QUOTA = "set_quota", "Set team quota"
     OVER_QUOTA = "over_quota", "Over quota"
     REPACK = "repack", "Repack GPUs"
+    FORGET_GPU = "forget_gpu", "Forget GPU"
 
 
 class OperationStatus(models.TextChoices):

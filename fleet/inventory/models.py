@@ -209,6 +209,8 @@ class HealthEventKind(models.TextChoices):
     AGENT_REPLACED = "agent_replaced", "Agent connection replaced"
     CRASHLOOP = "crashloop", "Workload crash loop"
     ORPHAN_STOPPED = "orphan_stopped", "Orphan workload stopped"
+    # The agent reported a GPU whose UUID another host holds: ignored (see gpu_forget).
+    GPU_CONFLICT = "gpu_conflict", "GPU claimed by another host"
 
 
 class HealthEvent(models.Model):

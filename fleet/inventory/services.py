@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import ProtectedError
 from django.utils import timezone
 
 from fleet.core.errors import Conflict, NotFound
 from fleet.core.events import agent_group, publish, publish_changed
-from fleet.core.models import OperationKind, OperationStatus
+from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import operation_record
 from fleet.core.tokens import hash_token, new_token
 from fleet.inventory.labels import labels_checked
 from fleet.inventory.models import Gpu, HealthEvent, Host, HostStatus
+from fleet.inventory.selectors import latest_telemetry
 
 HOST_TOKEN_KIND = "flh"
 ENROLLMENT_TOKEN_KIND = "fle"
 ENROLLMENT_TTL = timedelta(days=7)
+# A GPU with a sample this recent is still reported by its host (gpu_forget refuses it).
+STILL_REPORTED_S = 30.0
 
 
 @transaction.atomic
@@ -136,6 +141,55 @@ def host_revoke_token(*, host_id: int, requested_by: Any = None) -> Host:
         host_close_agent_sockets(host_id)
     host.refresh_from_db()
     return host
+
+
+def gpu_forget(*, gpu_id: int, requested_by: Any = None) -> Operation:
+    """Forget a GPU the inventory holds for a host (admin): the next hello of the host that
+    has it adopts it. For a GPU moved to another host, whose reports are ignored while its UUID
+    belongs to the old one (the conflict is in both hosts' events).
+
+    Raises:
+        NotFound: ``gpu.not_found``.
+        Conflict: ``gpu.in_use``: replicas are placed on it (move or delete them first); its
+            host still reports it (``gpu.still_reported``: revoke that host's token first, or
+            it takes the GPU back with its next hello).
+    """
+    with transaction.atomic():
+        gpu = Gpu.objects.select_for_update().select_related("host").filter(pk=gpu_id).first()
+        if gpu is None:
+            raise NotFound("gpu.not_found", f"GPU {gpu_id} does not exist.", {"gpu": gpu_id})
+        subject = {"gpu": gpu.pk, "uuid": gpu.uuid, "host": gpu.host.name}
+        heard = latest_telemetry([gpu.pk]).get(gpu.pk)
+        if (
+            gpu.host.status != HostStatus.OFFLINE
+            and heard is not None
+            and time.time() - heard["received_at"] < STILL_REPORTED_S
+        ):
+            raise Conflict(
+                "gpu.still_reported",
+                f"Host {gpu.host.name} still reports GPU {gpu.uuid}: it would take it back. "
+                "Revoke its agent token (or wait until it stops reporting it) first.",
+                subject,
+            )
+        try:
+            with transaction.atomic():
+                gpu.delete()
+        except ProtectedError:
+            raise Conflict(
+                "gpu.in_use",
+                f"GPU {gpu.uuid} of {gpu.host.name} holds replicas: move or delete them first.",
+                subject,
+            ) from None
+        operation = operation_record(
+            kind=OperationKind.FORGET_GPU,
+            summary=f"Forgot GPU {gpu.uuid} of {gpu.host.name}: the host that has it adopts it",
+            requested_by=requested_by,
+            host=gpu.host,
+            status=OperationStatus.SUCCEEDED,
+            payload=subject,
+        )
+    publish_changed("host", [gpu.host_id])
+    return operation
 
 
 def host_close_agent_sockets(host_id: int) -> None:
