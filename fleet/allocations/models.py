@@ -230,7 +230,8 @@ class UsageInterval(models.Model):
     and the allocation (``allocation_id`` is a plain number, no foreign key).
     """
 
-    allocation_id = models.PositiveBigIntegerField(unique=True)
+    # One open interval per allocation; a team change closes it and opens the next.
+    allocation_id = models.PositiveBigIntegerField(db_index=True)
     deployment_id = models.PositiveBigIntegerField()
     deployment_name = models.CharField(max_length=200)
     team_id = models.PositiveBigIntegerField(null=True)
@@ -260,7 +261,12 @@ class UsageInterval(models.Model):
             models.CheckConstraint(
                 condition=Q(ended_at__isnull=True) | Q(ended_at__gte=models.F("started_at")),
                 name="usage_interval_ends_after_start",
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["allocation_id"],
+                condition=Q(ended_at__isnull=True),
+                name="usage_interval_one_open_per_allocation",
+            ),
         ]
 
     def __str__(self) -> str:

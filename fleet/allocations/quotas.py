@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 
 from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
 from fleet.allocations.selectors import placement_request
@@ -67,11 +67,13 @@ def quota_of(team: Team) -> Quota:
 
 def team_usage(team_id: int) -> Usage:
     """What the team's replicas hold now (one query for the sums, one for the profiles)."""
-    rows = (
-        Allocation.objects.placed()
-        .filter(deployment__team_id=team_id)
-        .exclude(replaces__state__in=_PLACED)
-    )
+    return usage_of(Allocation.objects.placed().filter(deployment__team_id=team_id))
+
+
+def usage_of(placed: QuerySet[Allocation]) -> Usage:
+    """What the replicas of these placed allocation rows hold, each counted once (a move's new
+    copy not while the copy it replaces is in place)."""
+    rows = placed.exclude(replaces__state__in=_PLACED)
     sums = rows.aggregate(
         gpus=Count("pk", filter=Q(kind=RequestKind.GPU)),
         slices=Sum("partition__compute_slices", filter=Q(kind=RequestKind.MIG)),

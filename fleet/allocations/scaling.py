@@ -20,13 +20,14 @@ from django.utils import timezone
 
 from fleet.allocations.autoplace import deployment_autoplace
 from fleet.allocations.models import Deployment
+from fleet.allocations.ownership import deployment_set_team
 from fleet.allocations.rollouts import deployment_roll
 from fleet.allocations.services import allocations_evict, lock_deployment
 from fleet.core.errors import ServiceError
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import operation_record
 
-CHANGEABLE = frozenset({"replicas", "workload", "rollout"})
+CHANGEABLE = frozenset({"replicas", "workload", "rollout", "team"})
 ROLLOUT_FIELDS = frozenset({"max_surge", "max_unavailable", "timeout_s"})
 MIN_REPLICAS = 1
 MAX_REPLICAS = 1000  # the ``deployment_replicas_range`` constraint
@@ -62,7 +63,8 @@ def deployment_update(
     *, deployment_id: int, changes: Mapping[str, Any], requested_by: Any = None
 ) -> Operation | None:
     """Apply a partial update (``PATCH``): ``replicas`` scales; ``workload`` (with optional
-    ``rollout`` settings) starts a rolling update. One of the two at a time.
+    ``rollout`` settings) starts a rolling update; ``team`` (an id, resolved and authorised by
+    the caller) hands the deployment to that team. One of them at a time.
 
     Refuses, changing nothing: ``deployment.one_change`` (both at once),
     ``deployment.field_immutable`` (the request, the name and read-only fields),
@@ -71,6 +73,21 @@ def deployment_update(
     when the count is already the one asked for.
     """
     _check_fields(changes)
+    if "team" in changes:
+        if len(changes) > 1:
+            raise ServiceError(
+                "deployment.one_change",
+                "Change 'team' alone: hand the deployment over, then scale or roll out.",
+                {"fields": sorted(str(name) for name in changes)},
+            )
+        team_id = changes["team"]
+        if not isinstance(team_id, int) or isinstance(team_id, bool):
+            raise ServiceError(
+                "team.not_found", f"Team {team_id!r} does not exist.", {"team": str(team_id)}
+            )
+        return deployment_set_team(
+            deployment_id=deployment_id, team_id=team_id, requested_by=requested_by
+        )
     if "workload" in changes:
         if "replicas" in changes:
             raise ServiceError(
@@ -125,16 +142,16 @@ def _check_fields(changes: Mapping[str, Any]) -> None:
     if fixed:
         raise ServiceError(
             "deployment.field_immutable",
-            f"{', '.join(fixed)} cannot be changed after creation; only 'replicas' and "
-            "'workload' can. Create a new deployment for another request.",
+            f"{', '.join(fixed)} cannot be changed after creation; only 'replicas', "
+            "'workload' and 'team' can. Create a new deployment for another request.",
             {"fields": fixed},
         )
     unknown = sorted(str(name) for name in changes if name not in CHANGEABLE)
     if unknown:
         raise ServiceError(
             "deployment.field_unknown",
-            f"Unknown field(s): {', '.join(unknown)}. Only 'replicas' and 'workload' (with "
-            "'rollout') can be changed.",
+            f"Unknown field(s): {', '.join(unknown)}. Only 'replicas', 'workload' (with "
+            "'rollout') and 'team' can be changed.",
             {"fields": unknown},
         )
 

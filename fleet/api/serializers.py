@@ -410,6 +410,14 @@ class DeploymentUpdateSerializer(serializers.Serializer[Any]):
         "copy running before its old one stops; a failure rolls back.",
     )
     rollout = RolloutSettingsSerializer(required=False)
+    team = serializers.CharField(
+        required=False,
+        max_length=64,
+        help_text="Hand the deployment to this team (id or slug): you must operate both teams, "
+        "and the new team's quota must hold its replicas in place (else 422 "
+        "`quota.exceeded`). Its replicas stay where they are; usage is billed to the new team "
+        "from now on.",
+    )
 
 
 class EvictSerializer(serializers.Serializer[Any]):

@@ -113,7 +113,10 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadV
             "that fails stops the rollout and rolls the updated replicas back. One change at a "
             "time (`deployment.one_change`); a rollout in progress is a 409. Any other field is "
             "a 400 (`deployment.field_immutable`, `deployment.field_unknown`); a deployment "
-            "being deleted is a 409."
+            'being deleted is a 409. `{"team": "search"}` hands the deployment to another team '
+            "(id or slug; you must operate both, and its quota must hold the replicas in place, "
+            "else 422 `quota.exceeded`): its replicas stay put, usage is billed to the new team "
+            "from then on; answered 200 with the deployment."
         ),
     )
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -121,8 +124,14 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadV
             raise ServiceError("malformed_request", "The body must be a JSON object.")
         deployment_id = parse_id(kwargs.get("pk"))
         authorize_deployment(request.user, deployment_id)
+        changes = dict(request.data)
+        if "team" in changes:  # the team it goes to: the user must operate that one too
+            named = changes["team"]
+            if not isinstance(named, str | int) or isinstance(named, bool):
+                raise ServiceError("team.not_found", "'team' is a team's id or slug.")
+            changes["team"] = team_for_create(request.user, str(named)[:64])
         operation = deployment_update(
-            deployment_id=deployment_id, changes=request.data, requested_by=request.user
+            deployment_id=deployment_id, changes=changes, requested_by=request.user
         )
         if operation is not None and operation.kind == OperationKind.ROLLOUT:
             return Response(s.OperationSerializer(operation).data, status=status.HTTP_202_ACCEPTED)

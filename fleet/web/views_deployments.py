@@ -16,7 +16,7 @@ from fleet.allocations.models import Deployment
 from fleet.allocations.scaling import MAX_REPLICAS, MIN_REPLICAS
 from fleet.core.models import Team
 from fleet.core.roles import Role, role_of
-from fleet.core.teams import can_operate_team
+from fleet.core.teams import can_operate_team, operated_teams
 from fleet.web import presenters_deployments as presenters
 from fleet.web import selectors
 from fleet.web.access import role_required
@@ -78,6 +78,7 @@ def deployment_detail(request: HttpRequest, deployment_id: int) -> HttpResponse:
         # deployments' replicas: fleet operators only.
         "can_operate": can_operate_team(request.user, deployment.team_id),
         "can_defrag": role_of(request.user) >= Role.OPERATOR,
+        "handoff_teams": _handoff_teams(request.user, deployment),
         "request_items": presenters.request_items(deployment),
         "workload_json": presenters.workload_json(deployment.workload),
         "min_replicas": MIN_REPLICAS,
@@ -85,6 +86,16 @@ def deployment_detail(request: HttpRequest, deployment_id: int) -> HttpResponse:
         **metrics_context(deployment, request.GET),
     }
     return render(request, "web/deployment_detail.html", context)
+
+
+def _handoff_teams(user: Any, deployment: Deployment) -> list[Team]:
+    """The teams the user may hand the deployment to (operating it and them), by name."""
+    if not can_operate_team(user, deployment.team_id):
+        return []
+    teams = Team.objects.exclude(pk=deployment.team_id).order_by("name")
+    if role_of(user) < Role.OPERATOR:
+        teams = teams.filter(pk__in=operated_teams(user))
+    return list(teams)
 
 
 @never_cache

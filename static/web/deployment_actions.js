@@ -1,6 +1,6 @@
 // @ts-check
 // A deployment's operator actions: a rolling update to a new workload, the defrag proposal and
-// its Apply, and deleting it. Each calls the REST API and follows the operation it starts.
+// its Apply, handing it to another team, and deleting it. Each calls the REST API and follows the operation it starts.
 import { api, el, followOperation, isFinal, toast, toastError } from "./core.js";
 
 const section = document.getElementById("dep-actions");
@@ -84,6 +84,21 @@ function wireDefrag() {
   });
 }
 
+function wireHandoff() {
+  const form = /** @type {HTMLFormElement | null} */ (document.getElementById("handoff-form"));
+  if (!form) return;
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const select = /** @type {HTMLSelectElement} */ (form.elements.namedItem("team"));
+    const team = select.selectedOptions[0]?.textContent || "";
+    if (!confirm(`Hand ${name} to team ${team}? Its usage is billed to ${team} from now on.`)) return;
+    const result = await api("PATCH", `/api/v1/deployments/${deploymentId}/`, { team: Number(select.value) });
+    if (!result.ok) { toastError(result, `Could not hand ${name} to ${team}`); return; }
+    toast(`${name} now belongs to ${team}`, { kind: "ok", timeout: 5000 });
+    window.location.reload();  // the team shows in the heading, the filters and who may act
+  });
+}
+
 function wireDelete() {
   const button = /** @type {HTMLButtonElement | null} */ (document.getElementById("dep-delete"));
   if (!button) return;
@@ -98,4 +113,5 @@ function wireDelete() {
 
 wireRollout();
 wireDefrag();
+wireHandoff();
 wireDelete();

@@ -233,3 +233,32 @@ def test_a_team_member_sees_the_fleet_as_a_viewer(admin_client):
     assert client.get("/api/v1/me").json()["role"] == "viewer"
     assert client.get("/api/v1/gpus/").status_code == 200
     assert_error(client.post(f"/api/v1/gpus/{GpuFactory().pk}/cordon"), 403, "auth.forbidden")
+
+
+def test_a_deployment_is_handed_to_another_team_by_someone_who_operates_both(
+    admin_client, operator_client
+):
+    search, ads = new_team(admin_client, "search"), new_team(admin_client, "ads")
+    deployment = Deployment.objects.create(
+        name="ranker", kind="mps", memory_mib=1024, team_id=search["id"]
+    )
+    url = f"/api/v1/deployments/{deployment.pk}/"
+    only_search = _token_client(member(search["id"], "operator"))
+    before = snapshot_rows()
+    assert_error(only_search.patch(url, {"team": "ads"}, format="json"), 403)
+    assert_error(admin_client.patch(url, {"team": "nope"}, format="json"), 400, "team.not_found")
+    assert_error(admin_client.patch(url, {"team": ["ads"]}, format="json"), 400, "team.not_found")
+    assert_error(
+        admin_client.patch(url, {"team": "ads", "replicas": 2}, format="json"),
+        400,
+        "deployment.one_change",
+    )
+    assert snapshot_rows() == before
+    both = member(ads["id"], "operator")
+    TeamMembership.objects.create(team_id=search["id"], user=both, role="operator")
+    handed = _token_client(both).patch(url, {"team": ads["id"]}, format="json")
+    assert handed.status_code == 200, handed.json()
+    assert handed.json()["team"] == ads["id"] and handed.json()["team_slug"] == "ads"
+    back = operator_client.patch(url, {"team": "search"}, format="json")  # a fleet operator
+    assert back.status_code == 200 and back.json()["team_slug"] == "search"
+    assert Operation.objects.filter(kind="team", deployment=deployment).count() == 2

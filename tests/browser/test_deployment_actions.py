@@ -108,3 +108,30 @@ def test_a_viewer_sees_no_actions(new_session: Any) -> None:
     session.page.goto(f"{session.stack.url}/deployments/{body['results'][0]['id']}/")
     session.wait_live()
     assert session.page.locator("#dep-actions").count() == 0
+
+
+def test_an_operator_hands_a_deployment_to_another_team_from_its_page(new_session: Any) -> None:
+    admin = new_session("admin")
+    status, team = admin.api("POST", "/api/v1/teams/", {"name": "handoff-research"})
+    assert status == 201, team
+    session = new_session("operator")
+    page = session.page
+    deployment_id = _deploy(session, "hand-me", ["/bin/sleep", "3600"])
+    try:
+        page.goto(f"{session.stack.url}/deployments/{deployment_id}/")
+        session.wait_live()
+        page.locator("#handoff-team").select_option(label="handoff-research")
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.locator('#handoff-form button[type="submit"]').click()
+        _wait(
+            lambda: (
+                session.api("GET", f"/api/v1/deployments/{deployment_id}/")[1].get("team_slug")
+                == "handoff-research"
+            ),
+            15,
+            "the deployment in the new team",
+        )
+        page.wait_for_load_state("load")
+        assert session.errors == []
+    finally:
+        session.api("DELETE", f"/api/v1/deployments/{deployment_id}/")
