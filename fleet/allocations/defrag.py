@@ -38,7 +38,7 @@ from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import RUNNING, operation_lock_running, operation_record
+from fleet.core.operations import RUNNING, operation_advance, operation_record
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
 from fleet.placement import Move
@@ -50,19 +50,20 @@ def _timeout_s() -> float:
     return float(getattr(settings, "FLEET_MOVE_TIMEOUT_SECONDS", 300.0))
 
 
+def _placed_in(partition_id: int) -> int | None:
+    """The replica placed in a partition (the planner names MIG and whole-GPU replicas by the
+    partition they hold)."""
+    found = Allocation.objects.placed().filter(partition_id=partition_id)
+    return found.values_list("pk", flat=True).first()
+
+
 def step_of(move: Move) -> dict[str, Any]:
     if not move.occupied:
         return {"kind": "destroy_idle", "partition": move.allocation_id, "gpu": move.from_gpu}
     if move.kind == "gpu":  # a whole-GPU replica: its partition is the whole GPU
-        whole = (
-            Allocation.objects.placed()
-            .filter(partition_id=move.allocation_id)
-            .values_list("pk", flat=True)
-            .first()
-        )
         return {
             "kind": "move",
-            "allocation": whole,
+            "allocation": _placed_in(move.allocation_id),
             "from_partition": move.allocation_id,
             "partition": None,
             "gpu": move.to_gpu,
@@ -70,15 +71,9 @@ def step_of(move: Move) -> dict[str, Any]:
             "destroy_source": False,
         }
     if move.kind == "mig":
-        allocation = (
-            Allocation.objects.placed()
-            .filter(partition_id=move.allocation_id)
-            .values_list("pk", flat=True)
-            .first()
-        )
         return {
             "kind": "move",
-            "allocation": allocation,
+            "allocation": _placed_in(move.allocation_id),
             "from_partition": move.allocation_id,
             "partition": move.to_partition_id,
             "gpu": move.to_gpu if move.to_partition_id is None else None,
@@ -160,21 +155,7 @@ def deployment_defrag_apply(*, deployment_id: int, requested_by: Any = None) -> 
 
 def defrag_advance(*, operation_id: int) -> str:
     """Move the defrag on as far as it can go now; returns its phase."""
-    with transaction.atomic():
-        operation = operation_lock_running(operation_id, OperationKind.DEFRAG)
-        if operation is None:
-            return "done"
-        payload = dict(operation.payload)
-        try:
-            phase = _advance(operation, payload)
-        except ServiceError as error:
-            _finish(operation, payload, OperationStatus.FAILED, error.message)
-            return "failed"
-        if phase not in ("done", "failed"):
-            operation.payload = payload
-            operation.save(update_fields=["payload", "updated_at"])
-            publish_changed("operation", [operation.pk])
-        return phase
+    return operation_advance(operation_id, OperationKind.DEFRAG, _advance, _finish)
 
 
 def _advance(operation: Operation, payload: dict[str, Any]) -> str:

@@ -30,11 +30,11 @@ from django.utils.dateparse import parse_datetime
 from fleet.allocations.defrag import advance_step, step_of
 from fleet.allocations.models import Allocation, RequestKind
 from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_request
-from fleet.core.errors import Conflict, ServiceError
+from fleet.core.errors import Conflict
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import RUNNING, operation_lock_running, operation_record
+from fleet.core.operations import RUNNING, operation_advance, operation_record
 from fleet.inventory.models import Gpu
 from fleet.placement import Demand, PlacementRequest
 from fleet.placement.repack import DEFAULT_TIME_LIMIT_S, RepackPlan, ReplicaKey, plan_repack
@@ -182,21 +182,7 @@ def capacity_repack_apply(
 
 def repack_advance(*, operation_id: int) -> str:
     """Move the repack on as far as it can go now; returns ``wait``, ``done`` or ``failed``."""
-    with transaction.atomic():
-        operation = operation_lock_running(operation_id, OperationKind.REPACK)
-        if operation is None:
-            return "done"
-        payload = dict(operation.payload)
-        try:
-            phase = _advance(operation, payload)
-        except ServiceError as error:
-            _finish(operation, payload, OperationStatus.FAILED, error.message)
-            return "failed"
-        if phase == "wait":
-            operation.payload = payload
-            operation.save(update_fields=["payload", "updated_at"])
-            publish_changed("operation", [operation.pk])
-        return phase
+    return operation_advance(operation_id, OperationKind.REPACK, _advance, _finish)
 
 
 def _advance(operation: Operation, payload: dict[str, Any]) -> str:

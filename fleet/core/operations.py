@@ -7,11 +7,14 @@ ids (``gpu.host_id``): core imports no app above it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
+from django.db import transaction
 from django.utils import timezone
 
 from fleet.core.alerts import alert_operation_ended
+from fleet.core.errors import ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.models import FINAL_STATUSES, Operation, OperationStatus
 
@@ -27,6 +30,33 @@ def operation_lock_running(operation_id: int, kind: str | None = None) -> Operat
     if kind is not None:
         found = found.filter(kind=kind)
     return found.first()
+
+
+def operation_advance(
+    operation_id: int,
+    kind: str,
+    advance: Callable[[Operation, dict[str, Any]], str],
+    finish: Callable[[Operation, dict[str, Any], str, str], None],
+) -> str:
+    """Move a long-running operation kept in its ``payload`` on, under its row lock: ``advance``
+    edits the payload and says where it is (``wait``, ``done`` or ``failed``); a refusal
+    (:class:`ServiceError`) ends it ``failed`` through ``finish``. A waiting one's payload is
+    saved and browsers are told; ``advance`` or ``finish`` save a finished one themselves."""
+    with transaction.atomic():
+        operation = operation_lock_running(operation_id, kind)
+        if operation is None:
+            return "done"
+        payload = dict(operation.payload)
+        try:
+            phase = advance(operation, payload)
+        except ServiceError as error:
+            finish(operation, payload, OperationStatus.FAILED, error.message)
+            return "failed"
+        if phase == "wait":
+            operation.payload = payload
+            operation.save(update_fields=["payload", "updated_at"])
+            publish_changed("operation", [operation.pk])
+        return phase
 
 
 class _Row(Protocol):
