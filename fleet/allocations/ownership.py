@@ -15,13 +15,19 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet.allocations.models import Allocation, Deployment, UsageInterval
-from fleet.allocations.quotas import QuotaExceeded, quota_of, team_usage, usage_of
+from fleet.allocations.quotas import (
+    QuotaExceeded,
+    alert_thresholds,
+    quota_of,
+    team_usage,
+    usage_of,
+)
 from fleet.allocations.services import lock_deployment
 from fleet.core.events import publish_changed
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import operation_record
 from fleet.core.teams import lock_team
-from fleet.placement.quota import quota_violations
+from fleet.placement.quota import plus, quota_violations
 
 
 @transaction.atomic
@@ -41,9 +47,11 @@ def deployment_set_team(
     team = lock_team(team_id)
     held = usage_of(Allocation.objects.placed().filter(deployment=deployment))
     if team.has_quota:
-        violations = quota_violations(quota_of(team), team_usage(team.pk), held)
+        quota, before = quota_of(team), team_usage(team.pk)
+        violations = quota_violations(quota, before, held)
         if violations:
             raise QuotaExceeded(team, f"Handing {deployment.name} to team {team.name}", violations)
+        alert_thresholds(team, quota, before, plus(before, held))  # 90 % / full, as a place
     old = deployment.team
     Deployment.objects.filter(pk=deployment.pk).update(team=team)
     now = timezone.now()

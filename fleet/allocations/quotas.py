@@ -149,7 +149,7 @@ def quota_check(
     demand = replica_demand(placement_request(deployment))
     violations = quota_violations(quota, before, demand)
     if not violations:
-        _alert_thresholds(team, quota, before, plus(before, demand))
+        alert_thresholds(team, quota, before, plus(before, demand))
         return
     if over_quota_reason is None:
         raise QuotaExceeded(team, f"Placing {deployment.name}[{replica}]", violations)
@@ -176,7 +176,7 @@ def quota_check(
     )
 
 
-def _alert_thresholds(team: Team, quota: Quota, before: Usage, after: Usage) -> None:
+def alert_thresholds(team: Team, quota: Quota, before: Usage, after: Usage) -> None:
     """Webhooks hear when a placement takes a limit of the team to 90 % (``quota.warning``) or
     to 100 % (``quota.exceeded``: full, the next replica is refused), once per crossing."""
     was, now = quota_shares(quota, before), quota_shares(quota, after)
