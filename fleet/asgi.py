@@ -1,7 +1,8 @@
 """ASGI entry point: HTTP through Django, WebSockets through Channels.
 
 Agent sockets authenticate with a host token and send no Origin header, so they are routed
-before the browser sockets, which need a session and an allowed Origin.
+before the browser sockets, which need a session and an Origin that is both an allowed host
+and this server's own or a trusted one (:mod:`fleet.live.origin`).
 """
 
 from __future__ import annotations
@@ -13,15 +14,13 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleet.settings.base")
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
 from fleet.api.limits import BodySizeLimit  # noqa: E402
 from fleet.live.agent import AgentConsumer  # noqa: E402
-from fleet.live.routing import websocket_urlpatterns  # noqa: E402
+from fleet.live.routing import browser_sockets  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
@@ -29,12 +28,7 @@ application = ProtocolTypeRouter(
         "websocket": URLRouter(
             [
                 path("ws/agent/", AgentConsumer.as_asgi()),
-                re_path(
-                    r"^",
-                    AllowedHostsOriginValidator(
-                        AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-                    ),
-                ),
+                re_path(r"^", browser_sockets()),
             ]
         ),
     }

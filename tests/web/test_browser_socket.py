@@ -199,7 +199,7 @@ def test_the_asgi_route_authenticates_with_the_session_cookie(viewer, settings):
         communicator = WebsocketCommunicator(
             application,
             "/ws/fleet/",
-            headers=[(b"cookie", cookie), (b"origin", b"http://testserver")],
+            headers=[(b"cookie", cookie), (b"origin", ORIGIN), (b"host", b"testserver")],
         )
         assert (await communicator.connect())[0]
         hello = await communicator.receive_json_from(timeout=1)
@@ -207,7 +207,7 @@ def test_the_asgi_route_authenticates_with_the_session_cookie(viewer, settings):
         await communicator.disconnect()
 
         stranger = WebsocketCommunicator(
-            application, "/ws/fleet/", headers=[(b"origin", b"http://testserver")]
+            application, "/ws/fleet/", headers=[(b"origin", ORIGIN), (b"host", b"testserver")]
         )
         await stranger.connect()
         assert (await stranger.receive_output(timeout=1))["code"] == CLOSE_UNAUTHENTICATED
@@ -357,5 +357,45 @@ def test_removing_a_user_from_the_group_closes_their_sockets(viewer):
         await database_sync_to_async(remove_from_group)()
         closed = await tab.receive_output(timeout=1)
         assert closed == {"type": "websocket.close", "code": CLOSE_FORBIDDEN}
+
+    run(scenario)
+
+
+ORIGIN = b"http://testserver"
+
+
+@pytest.mark.parametrize(
+    ("origin", "host", "trusted", "opens"),
+    [
+        (ORIGIN, b"testserver", [], True),  # the page of this server
+        (b"https://evil.example", b"testserver", [], False),  # another site, with the cookie
+        (b"http://testserver.evil.example", b"testserver", [], False),
+        (b"", b"testserver", [], False),  # no Origin: not a browser page
+        (b"https://fleet.example", b"daphne:8000", ["https://fleet.example"], True),  # a proxy
+        (b"https://a.fleet.example", b"daphne:8000", ["https://*.fleet.example"], True),
+        (b"http://fleet.example", b"daphne:8000", ["https://fleet.example"], False),  # scheme
+    ],
+)
+def test_a_browser_socket_opens_only_from_this_servers_own_or_a_trusted_origin(
+    viewer, settings, origin, host, trusted, opens
+):
+    """Even with ``ALLOWED_HOSTS = ["*"]``, which lets Channels' own check pass any Origin."""
+    from django.test import Client
+
+    from fleet.live.routing import browser_sockets
+
+    settings.ALLOWED_HOSTS = ["*"]
+    application = browser_sockets()
+    settings.CSRF_TRUSTED_ORIGINS = trusted
+    client = Client()
+    client.force_login(viewer)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    headers = [(b"cookie", cookie), (b"host", host)] + ([(b"origin", origin)] if origin else [])
+
+    async def scenario():
+        communicator = WebsocketCommunicator(application, "/ws/fleet/", headers=headers)
+        connected, _ = await communicator.connect()
+        assert connected is opens
+        await communicator.disconnect()
 
     run(scenario)
