@@ -39,7 +39,7 @@ class PartitionFilter(django_filters.FilterSet):
 def filter_team(queryset: Any, name: str, value: str) -> Any:
     """``?team=`` takes a team's id or its slug."""
     value = value.strip()
-    if value.isdigit() and len(value) <= 18:
+    if value.isdecimal() and len(value) <= 18:
         return queryset.filter(team_id=int(value))
     return queryset.filter(team__slug=value)
 

@@ -98,7 +98,8 @@ class BodySizeLimit:
 def _declared_length(scope: Scope) -> int:
     for name, value in scope.get("headers", ()):
         if name.lower() == b"content-length":
-            return int(value) if value.isdigit() else 0  # a bad value is the server's to refuse
+            # bytes.isdigit() is ASCII digits only; a bad value is the server's to refuse.
+            return int(value) if value.isdigit() else 0
     return 0
 
 

@@ -70,7 +70,7 @@ class JsonParser(BaseParser):
         max_bytes: int = getattr(settings, self.limit_setting)
         request = context.get("request")
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None
-        if declared and declared.isdigit() and int(declared) > max_bytes:
+        if declared and declared.isdecimal() and int(declared) > max_bytes:
             raise too_large(max_bytes)  # refused without reading a byte
         raw = stream.read(max_bytes + 1)
         if len(raw) > max_bytes:

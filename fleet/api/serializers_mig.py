@@ -45,7 +45,7 @@ class ProfileRefField(serializers.Field[int | str, int | str, int | str, Any]):
     def to_internal_value(self, data: Any) -> int | str:
         if isinstance(data, bool):
             self.fail("invalid")
-        if isinstance(data, str) and data.strip().isdigit():
+        if isinstance(data, str) and data.strip().isdecimal():
             data = int(data.strip())
         if isinstance(data, int):
             if not 0 <= data <= 255:

@@ -68,7 +68,7 @@ def team_for_create(user: Any, named: str | None) -> int:
     else the user's only team (``default`` for a fleet operator)."""
     if named is None:
         return default_team_for(user)
-    by_id = named.isdigit() and len(named) <= 18  # past that, no id: a slug
+    by_id = named.isdecimal() and len(named) <= 18  # past that, no id: a slug
     found = Team.objects.filter(pk=int(named)) if by_id else Team.objects.filter(slug=named)
     team_id = found.values_list("pk", flat=True).first()
     if team_id is None:  # a field of the body, not the resource asked for: 400, not 404

@@ -76,7 +76,7 @@ def totals() -> dict[tuple[int, str], int]:
         if not key.startswith(_KEY_PREFIX):
             continue
         host, _, reason = key.removeprefix(_KEY_PREFIX).partition(":")
-        if host.isdigit():
+        if host.isdecimal():
             out[(int(host), reason)] = n
     return out
 

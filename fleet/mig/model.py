@@ -134,7 +134,7 @@ class Product:
         Returns:
             The profile, or ``None`` when this product has no such profile.
         """
-        if isinstance(ref, str) and ref.strip().isdigit():
+        if isinstance(ref, str) and ref.strip().isdecimal():
             ref = int(ref)
         if isinstance(ref, int):
             return next((p for p in self.profiles if p.id == ref), None)

@@ -33,7 +33,7 @@ def parse_instances(product: Product, text: str) -> tuple[Instance, ...]:
     instances = []
     for item in (part.strip() for part in text.split(",")):
         ref, at, start = item.rpartition("@")
-        if not item or not at or not ref.strip() or not start.strip().isdigit():
+        if not item or not at or not ref.strip() or not start.strip().isdecimal():
             raise NotationError(
                 f"{item!r} is not <profile>@<start>, e.g. '3g.20gb@4' (in {text!r})."
             )

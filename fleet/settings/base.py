@@ -196,7 +196,7 @@ def _throttle_rate(name: str, default: str) -> str:
     """A DRF rate such as ``120/min`` from ``name``; a malformed one stops the start."""
     rate = env(name, default)
     count, _, period = rate.partition("/")
-    if not (count.isdigit() and period[:1] in {"s", "m", "h", "d"}):
+    if not (count.isdecimal() and period[:1] in {"s", "m", "h", "d"}):
         raise ImproperlyConfigured(f"{name} must look like 120/min (per s, min, hour or day)")
     return rate
 

@@ -26,7 +26,7 @@ MAX_IDS = 2000
 
 def _ids(request: HttpRequest, name: str) -> list[int]:
     raw = request.GET.get(name, "")
-    return [int(part) for part in raw.split(",") if part.strip().isdigit()][:MAX_IDS]
+    return [int(part) for part in raw.split(",") if part.strip().isdecimal()][:MAX_IDS]
 
 
 @never_cache

@@ -281,7 +281,7 @@ def operations_page(params: Mapping[str, Any], *, size: int) -> OperationsPage:
         return OperationsPage(rows=[], older=None, errors=dict(filterset.errors))
     queryset = filterset.qs.order_by("-created_at", "-id")
     before = str(params.get("before") or "")
-    if before.isdigit() and len(before) < 19:
+    if before.isdecimal() and len(before) < 19:
         pivot = Operation.objects.filter(pk=int(before)).values_list("created_at", flat=True)
         at = pivot.first()
         if at is not None:

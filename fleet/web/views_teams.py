@@ -108,13 +108,13 @@ def _quota_input(post: Any) -> dict[str, Any]:
     quota: dict[str, Any] = {}
     for key in LIMIT_LABELS:
         raw = post.get(key, "").strip()
-        quota[key] = int(raw) if raw.isdigit() else (raw or None)
+        quota[key] = int(raw) if raw.isdecimal() else (raw or None)
     profiles: dict[str, Any] = {}
     for line in post.get("mig_profiles", "").replace(",", "\n").splitlines():
         name, _, count = line.partition("=")
         if name.strip():
             value = count.strip()
-            profiles[name.strip()] = int(value) if value.isdigit() else value
+            profiles[name.strip()] = int(value) if value.isdecimal() else value
     quota["mig_profiles"] = profiles
     return quota
 

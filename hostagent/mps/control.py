@@ -156,7 +156,7 @@ def parse_pids(answer: str) -> tuple[int, ...]:
     """``get_server_list`` / ``get_client_list <PID>`` print one PID per line."""
     pids = []
     for word in answer.split():
-        if not word.isdigit():
+        if not word.isdecimal():
             raise MpsError(f"unexpected PID list {answer[:200]!r}")
         pids.append(int(word))
     return tuple(sorted(set(pids)))

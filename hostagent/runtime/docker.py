@@ -272,7 +272,7 @@ class DockerRuntime:
             except docker.errors.NotFound:
                 continue
             state, labels = inspected["State"], inspected["Config"].get("Labels") or {}
-            if not str(labels.get(LABEL_ALLOCATION, "")).isdigit():
+            if not str(labels.get(LABEL_ALLOCATION, "")).isdecimal():
                 continue
             if state.get("Status") == "created":
                 with contextlib.suppress(docker.errors.DockerException):
@@ -293,7 +293,7 @@ class DockerRuntime:
             pid=int(state.get("Pid") or 0) or None,
             gpu_uuid=labels.get(LABEL_GPU),
             deployment=labels.get(LABEL_DEPLOYMENT, ""),
-            stop_grace_s=int(grace) if grace.isdigit() else 30,
+            stop_grace_s=int(grace) if grace.isdecimal() else 30,
         )
 
     def discard(self, running: Running) -> None:
@@ -355,5 +355,5 @@ def _timestamp(value: object) -> float | None:
         whole = datetime.fromisoformat(head + "+00:00").timestamp()
     except ValueError:
         return None
-    digits = "".join(c for c in fraction if c.isdigit())[:6]
+    digits = "".join(c for c in fraction if c.isdecimal())[:6]
     return whole + (int(digits) / 10 ** len(digits) if digits else 0.0)

@@ -79,15 +79,15 @@ def resolve_user(user: str | None) -> Identity:
         return Identity(None, None, None, os.environ.get("HOME") or _home_of(os.geteuid()))
     name, _, group = user.partition(":")
     try:
-        entry = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+        entry = pwd.getpwuid(int(name)) if name.isdecimal() else pwd.getpwnam(name)
         uid, gid, home = entry.pw_uid, entry.pw_gid, entry.pw_dir
     except KeyError:
-        if not name.isdigit():
+        if not name.isdecimal():
             raise StartError(f"no such user on this host: {name!r}") from None
         uid, gid, home = int(name), int(name), "/"
     if group:
         try:
-            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+            gid = int(group) if group.isdecimal() else grp.getgrnam(group).gr_gid
         except KeyError:
             raise StartError(f"no such group on this host: {group!r}") from None
     if os.geteuid() != 0 and uid != os.geteuid():
@@ -95,7 +95,7 @@ def resolve_user(user: str | None) -> Identity:
             f"the agent runs as uid {os.geteuid()} and cannot start a workload as {user!r} "
             "(run the agent as root)"
         )
-    groups = os.getgrouplist(name, gid) if not name.isdigit() else [gid]
+    groups = os.getgrouplist(name, gid) if not name.isdecimal() else [gid]
     return Identity(uid, gid, groups if os.geteuid() == 0 else None, home)
 
 
@@ -400,7 +400,7 @@ def _running(entry: dict[str, Any]) -> Running | None:
 
 def _ticks(running: Running) -> int:
     _, _, ticks = running.ident.partition(":")
-    return int(ticks) if ticks.isdigit() else -1
+    return int(ticks) if ticks.isdecimal() else -1
 
 
 def _start_failure(exc: OSError, program: str, cwd: str) -> str:

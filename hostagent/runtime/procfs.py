@@ -72,7 +72,7 @@ def pid_namespace(pid: int, proc: Path = PROC) -> str | None:
 def all_pids(proc: Path = PROC) -> list[int]:
     """Every PID in ``/proc``."""
     try:
-        return [int(name) for name in os.listdir(proc) if name.isdigit()]
+        return [int(name) for name in os.listdir(proc) if name.isdecimal()]
     except OSError:
         return []
 

@@ -331,3 +331,16 @@ def test_agent_reported_placements_override_the_catalog(operator_client, h100):
         422,
         "mig.placement_not_allowed",
     )
+
+
+@pytest.mark.parametrize("profile", ["\u00b3", "1\u00b2", "\u00b3g.40gb"])
+def test_a_profile_written_with_superscript_digits_is_refused_not_a_crash(
+    operator_client, h100, profile
+):
+    """'³'.isdigit() is true but int('³') raises: found by schemathesis as a 500."""
+    before = snapshot_rows()
+    response = put_layout(
+        operator_client, h100, {"mode": "mig", "instances": [{"profile": profile, "start": 0}]}
+    )
+    assert 400 <= response.status_code < 500, response.content
+    assert snapshot_rows() == before
