@@ -12,6 +12,7 @@ from rest_framework.request import Request
 
 from fleet.api import serializers as s
 from fleet.core.errors import NotFound
+from fleet.core.filters import ID_MAX
 
 _M = TypeVar("_M", bound=Model)
 
@@ -54,5 +55,7 @@ def parse_id(raw: Any) -> int:
     try:
         value = int(raw)
     except (TypeError, ValueError):
-        raise NotFound("not_found", f"No object with id {raw!r}.") from None
+        raise NotFound("not_found", f"No object with id {str(raw)[:40]!r}.") from None
+    if not 1 <= value <= ID_MAX:
+        raise NotFound("not_found", f"No object with id {str(raw)[:40]!r}.")
     return value

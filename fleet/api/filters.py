@@ -8,7 +8,7 @@ from typing import Any
 import django_filters
 
 from fleet.allocations.models import Allocation, Deployment, RequestKind, WorkloadState
-from fleet.core.filters import UtcIsoDateTimeFilter
+from fleet.core.filters import IdFilter, UtcIsoDateTimeFilter
 from fleet.core.models import AlertDelivery, DeliveryStatus
 from fleet.inventory.models import HealthEvent, HealthEventKind, Host, HostStatus
 from fleet.partitioning.models import Partition, PartitionKind
@@ -25,8 +25,8 @@ class HostFilter(django_filters.FilterSet):
 
 class PartitionFilter(django_filters.FilterSet):
     kind = django_filters.ChoiceFilter(choices=PartitionKind.choices)
-    gpu = django_filters.NumberFilter(field_name="gpu_id")
-    host = django_filters.NumberFilter(field_name="gpu__host_id")
+    gpu = IdFilter(field_name="gpu_id")
+    host = IdFilter(field_name="gpu__host_id")
     free = django_filters.BooleanFilter(
         field_name="allocations", lookup_expr="isnull", distinct=True
     )
@@ -57,10 +57,10 @@ class DeploymentFilter(django_filters.FilterSet):
 
 
 class AllocationFilter(django_filters.FilterSet):
-    deployment = django_filters.NumberFilter(field_name="deployment_id")
-    gpu = django_filters.NumberFilter(field_name="gpu_id")
-    host = django_filters.NumberFilter(field_name="gpu__host_id")
-    partition = django_filters.NumberFilter(field_name="partition_id")
+    deployment = IdFilter(field_name="deployment_id")
+    gpu = IdFilter(field_name="gpu_id")
+    host = IdFilter(field_name="gpu__host_id")
+    partition = IdFilter(field_name="partition_id")
     workload_state = django_filters.ChoiceFilter(choices=WorkloadState.choices)
 
     class Meta:
@@ -70,8 +70,8 @@ class AllocationFilter(django_filters.FilterSet):
 
 class HealthEventFilter(django_filters.FilterSet):
     kind = django_filters.ChoiceFilter(choices=HealthEventKind.choices)
-    host = django_filters.NumberFilter(field_name="host_id")
-    gpu = django_filters.NumberFilter(field_name="gpu_id")
+    host = IdFilter(field_name="host_id")
+    gpu = IdFilter(field_name="gpu_id")
     since = UtcIsoDateTimeFilter(field_name="ts", lookup_expr="gte")
 
     class Meta:
@@ -80,7 +80,7 @@ class HealthEventFilter(django_filters.FilterSet):
 
 
 class DeliveryFilter(django_filters.FilterSet):
-    webhook = django_filters.NumberFilter(field_name="webhook_id")
+    webhook = IdFilter(field_name="webhook_id")
     status = django_filters.ChoiceFilter(choices=DeliveryStatus.choices)
     event = django_filters.CharFilter(max_length=64)
 

@@ -17,6 +17,7 @@ from fleet.allocations.models import (
 )
 from fleet.allocations.selectors import allocation_environment
 from fleet.allocations.workloads import workload_of
+from fleet.api.fields import IdField
 from fleet.api.serializers_mig import LayoutSerializer, ViolationSerializer
 from fleet.api.serializers_workloads import WorkloadSerializer
 from fleet.core.models import ApiToken, Operation
@@ -364,8 +365,8 @@ class DeploymentCreateSerializer(serializers.Serializer[Any]):
 
 
 class PlaceSerializer(serializers.Serializer[Any]):
-    partition = serializers.IntegerField(required=False, min_value=1)
-    gpu = serializers.IntegerField(required=False, min_value=1)
+    partition = IdField(required=False)
+    gpu = IdField(required=False)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("partition" in attrs) == ("gpu" in attrs):
@@ -484,8 +485,8 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
 
 
 class MoveRequestSerializer(serializers.Serializer[Any]):
-    partition = serializers.IntegerField(required=False, min_value=1)
-    gpu = serializers.IntegerField(required=False, min_value=1)
+    partition = IdField(required=False)
+    gpu = IdField(required=False)
     start = serializers.IntegerField(
         required=False,
         min_value=0,

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from fleet.api import serializers as s
 from fleet.api import serializers_mig as sm
 from fleet.api.common import READ_ERRORS, error_responses, validated
+from fleet.api.fields import IdField
 from fleet.api.limits import throttle_scope
 from fleet.core.errors import NotFound, ServiceError
 from fleet.core.permissions import AnyRole
@@ -163,7 +164,7 @@ MigPartedIn = inline_serializer(
         "config": serializers.CharField(
             max_length=200, help_text="The config name (`apply -c NAME`)."
         ),
-        "gpu": serializers.IntegerField(min_value=1, help_text="The GPU the layout is for."),
+        "gpu": IdField(help_text="The GPU the layout is for."),
     },
 )
 MigPartedOut = inline_serializer(

@@ -21,6 +21,7 @@ from fleet.allocations.layout_rollouts import (
 from fleet.allocations.migparted_rollouts import migparted_layouts
 from fleet.api import serializers as s
 from fleet.api.common import error_responses, validated
+from fleet.api.fields import IdField
 from fleet.api.serializers_mig import LayoutSerializer
 from fleet.core.errors import NotFound
 from fleet.core.models import Operation, OperationKind
@@ -37,12 +38,8 @@ class SelectorSerializer(serializers.Serializer[Any]):
         required=False,
         help_text="Host labels every selected GPU's host carries.",
     )
-    hosts = serializers.ListField(
-        child=serializers.IntegerField(min_value=1), required=False, max_length=1000
-    )
-    gpus = serializers.ListField(
-        child=serializers.IntegerField(min_value=1), required=False, max_length=1000
-    )
+    hosts = serializers.ListField(child=IdField(), required=False, max_length=1000)
+    gpus = serializers.ListField(child=IdField(), required=False, max_length=1000)
 
     def validate_labels(self, value: dict[str, str]) -> dict[str, str]:
         if len(value) > MAX_LABELS:
@@ -51,7 +48,7 @@ class SelectorSerializer(serializers.Serializer[Any]):
 
 
 class GpuLayoutSerializer(serializers.Serializer[Any]):
-    gpu = serializers.IntegerField(min_value=1)
+    gpu = IdField()
     layout = LayoutSerializer()
 
 
@@ -88,7 +85,7 @@ class LayoutRolloutSerializer(serializers.Serializer[Any]):
     )
     dry_run = serializers.BooleanField(default=False)
     place_waiting = serializers.ListField(
-        child=serializers.IntegerField(min_value=1),
+        child=IdField(),
         required=False,
         max_length=1000,
         help_text="Deployments whose unplaced replicas the engine places once every GPU is "

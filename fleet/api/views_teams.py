@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.quotas import team_usage
 from fleet.api.common import parse_id
+from fleet.api.fields import IdField
 from fleet.api.serializers import ErrorSerializer
 from fleet.core.errors import ServiceError
 from fleet.core.models import Team, TeamRole
@@ -79,7 +80,7 @@ def team_for_create(user: Any, named: str | None) -> int:
 
 
 class MemberSerializer(serializers.Serializer[Any]):
-    user = serializers.IntegerField()
+    user = IdField()
     username = serializers.CharField(read_only=True)
     role = serializers.ChoiceField(choices=TeamRole.choices)
 

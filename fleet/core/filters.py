@@ -33,12 +33,29 @@ class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
     field_class = UtcIsoDateTimeField
 
 
+# The largest row id: ids are 64-bit (BigAutoField). A larger number is no id of ours, and
+# SQLite cannot even bind it (a 500 where a 400 is due).
+ID_MAX = 2**63 - 1
+
+
+class IdFilter(django_filters.Filter):
+    """``?gpu=7``: a row id, a whole number from 1 to :data:`ID_MAX`; anything else is a 400
+    (a ``NumberFilter`` takes ``7.5`` and numbers no database column holds)."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("max_value", ID_MAX)
+        super().__init__(*args, **kwargs)
+
+
 class OperationFilter(django_filters.FilterSet):
     kind = django_filters.ChoiceFilter(choices=OperationKind.choices)
     status = django_filters.ChoiceFilter(choices=OperationStatus.choices)
-    host = django_filters.NumberFilter(field_name="host_id")
-    gpu = django_filters.NumberFilter(field_name="gpu_id")
-    deployment = django_filters.NumberFilter(field_name="deployment_id")
+    host = IdFilter(field_name="host_id")
+    gpu = IdFilter(field_name="gpu_id")
+    deployment = IdFilter(field_name="deployment_id")
     requested_by = django_filters.CharFilter(field_name="requested_by__username", max_length=150)
     user = django_filters.CharFilter(
         field_name="requested_by__username", max_length=150, label="Requested by (username)"

@@ -18,6 +18,7 @@ from django.db.models import ProtectedError
 from django.utils.text import slugify
 
 from fleet.core.errors import Conflict, NotFound, ServiceError
+from fleet.core.filters import ID_MAX
 from fleet.core.models import (
     DEFAULT_TEAM_SLUG,
     OperationKind,
@@ -176,7 +177,12 @@ def _checked_members(members: Any) -> dict[int, str]:
     for entry in members:
         user = entry.get("user") if isinstance(entry, Mapping) else None
         role = entry.get("role", TeamRole.VIEWER) if isinstance(entry, Mapping) else None
-        if not isinstance(user, int) or isinstance(user, bool) or role not in TeamRole.values:
+        if (
+            not isinstance(user, int)
+            or isinstance(user, bool)
+            or not 1 <= user <= ID_MAX
+            or role not in TeamRole.values
+        ):
             raise ServiceError(
                 "team.members_invalid",
                 "Each member is {'user': <id>, 'role': 'viewer' | 'operator'}.",

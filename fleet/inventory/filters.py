@@ -19,6 +19,7 @@ from django.db.models import CharField, Q, QuerySet, Value
 from django.db.models.functions import Cast, Concat
 from django_filters.widgets import BooleanWidget
 
+from fleet.core.filters import IdFilter
 from fleet.inventory.models import Gpu, GpuHealth, SharingMode
 
 MatchKind = Literal["terms", "exact", "contains", "flag"]
@@ -162,7 +163,7 @@ def _gpu_filterset() -> type[Any]:
     """The FilterSet of ``GPU_FILTERS``, plus the API's lookups by key (host, UUID, MIG support)."""
     attrs: dict[str, Any] = {spec.name: spec.as_filter() for spec in GPU_FILTERS}
     attrs |= {
-        "host": django_filters.NumberFilter(field_name="host_id"),
+        "host": IdFilter(field_name="host_id"),
         "host_name": django_filters.CharFilter(field_name="host__name"),
         "mig_capable": django_filters.BooleanFilter(widget=BooleanWidget),
         "Meta": type("Meta", (), {"model": Gpu, "fields": ["uuid"]}),

@@ -331,3 +331,34 @@ def test_the_served_application_refuses_a_chunked_body_over_the_global_cap(setti
     chunks = [b"x" * MIB] * 9  # 9 MiB in 1 MiB chunks, no Content-Length
     sent = _run(application, chunks, [(b"host", b"testserver")])
     assert _refusal(sent)["details"] == {"max_bytes": settings.FLEET_MAX_REQUEST_BYTES}
+
+
+# -- ids no database column holds --------------------------------------------------------------
+
+BIG = 2**70  # past a 64-bit id: PostgreSQL finds nothing, SQLite could not even bind it
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("method", "url", "body"),
+    [
+        ("get", f"/api/v1/gpus/{BIG}/", None),
+        ("get", f"/api/v1/deployments/{BIG}/", None),
+        ("get", f"/api/v1/allocations/?deployment={BIG}", None),
+        ("get", "/api/v1/allocations/?gpu=7.5", None),
+        ("get", f"/api/v1/gpus/?host={BIG}", None),
+        ("get", f"/api/v1/operations/?deployment={BIG}", None),
+        ("get", f"/api/v1/events/?gpu={BIG}", None),
+        ("get", f"/api/v1/partitions/?gpu={BIG}", None),
+        ("post", f"/api/v1/deployments/{BIG}/place", {"gpu": BIG}),
+        ("post", f"/api/v1/allocations/{BIG}/move", {"gpu": BIG}),
+        ("put", f"/api/v1/gpus/{BIG}/layout", {"mode": "mps"}),
+        ("post", "/api/v1/rollouts/", {"selector": {"gpus": [BIG]}, "layout": {"mode": "mps"}}),
+        ("post", "/api/v1/rollouts/", {"selector": {"hosts": [BIG]}, "layout": {"mode": "mps"}}),
+        ("put", "/api/v1/teams/1/members", {"members": [{"user": BIG, "role": "viewer"}]}),
+    ],
+)
+def test_an_id_past_64_bits_is_a_4xx_on_every_database(admin_client, method, url, body):
+    call = getattr(admin_client, method)
+    response = call(url, body, format="json") if body is not None else call(url)
+    assert 400 <= response.status_code < 500, response.content[:300]
