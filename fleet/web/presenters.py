@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
 from fleet.core.ratelimit import OncePer, cut
@@ -18,9 +18,6 @@ from fleet.inventory.models import Gpu, GpuHealth, Host, HostStatus, SharingMode
 from fleet.mig import Product
 from fleet.partitioning import converters
 from fleet.partitioning.models import Partition, PartitionKind
-
-if TYPE_CHECKING:
-    from fleet.web.tray import TrayFit
 
 logger = logging.getLogger(__name__)
 
@@ -464,6 +461,36 @@ def fleet_summary(gpus: list[Gpu], utilization: dict[int, Any]) -> FleetSummary:
         cordoned=sum(1 for g in gpus if g.cordoned),
         mean_utilization=round(sum(known) / len(known), 1) if known else None,
     )
+
+
+@dataclass(frozen=True)
+class TrayFit:
+    """What fits now of a deployment's unplaced replicas.
+
+    ``fits`` replicas fit now, placed one after another (``capped``: at least that many; the
+    engine stopped counting); ``best`` says where the next one goes; ``reason`` is the main
+    refusal when none fits (``reason_code``, and ``refusals``: how many GPUs gave it).
+    """
+
+    unplaced: int
+    fits: int
+    capped: bool = False
+    best: str = ""
+    reason_code: str = ""
+    reason: str = ""
+    refusals: int = 0
+
+    @property
+    def label(self) -> str:
+        if self.capped:
+            return f"{self.fits}+ of {self.unplaced} fit now"
+        if self.fits == self.unplaced:
+            return f"all {self.fits} fit now" if self.fits > 1 else "fits now"
+        return f"{self.fits} of {self.unplaced} fit now"
+
+    @property
+    def signature(self) -> tuple[object, ...]:
+        return (self.fits, self.capped, self.best, self.reason_code, self.reason)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ words (host / GPU / slice) and its main refusal, for the first render and every 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from django.http import HttpRequest
@@ -24,37 +24,7 @@ from fleet.partitioning import converters
 from fleet.partitioning.models import Partition, PartitionKind
 from fleet.placement import Target
 from fleet.web import selectors
-from fleet.web.presenters import DeploymentCard, deployment_card
-
-
-@dataclass(frozen=True)
-class TrayFit:
-    """What fits now of a deployment's unplaced replicas.
-
-    ``fits`` replicas fit now, placed one after another (``capped``: at least that many; the
-    engine stopped counting); ``best`` says where the next one goes; ``reason`` is the main
-    refusal when none fits (``reason_code``, and ``refusals``: how many GPUs gave it).
-    """
-
-    unplaced: int
-    fits: int
-    capped: bool = False
-    best: str = ""
-    reason_code: str = ""
-    reason: str = ""
-    refusals: int = 0
-
-    @property
-    def label(self) -> str:
-        if self.capped:
-            return f"{self.fits}+ of {self.unplaced} fit now"
-        if self.fits == self.unplaced:
-            return f"all {self.fits} fit now" if self.fits > 1 else "fits now"
-        return f"{self.fits} of {self.unplaced} fit now"
-
-    @property
-    def signature(self) -> tuple[object, ...]:
-        return (self.fits, self.capped, self.best, self.reason_code, self.reason)
+from fleet.web.presenters import DeploymentCard, TrayFit, deployment_card
 
 
 def tray_context(request: HttpRequest) -> dict[str, Any]:
