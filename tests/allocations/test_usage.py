@@ -1,6 +1,6 @@
 """Usage history: every allocation row opens an interval and its deletion, however it is
-deleted, closes it; the sums per group add up to their intervals (a property test over random
-place, move and evict sequences at controlled times)."""
+deleted, closes it; a team handoff splits it; the sums per group add up to their intervals (a
+property test over random place, move, evict and handoff sequences at controlled times)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from fleet.allocations.models import Allocation, AllocationState, Deployment, UsageInterval
+from fleet.allocations.ownership import deployment_set_team
 from fleet.allocations.services import (
     DeploymentRequest,
     deployment_create,
@@ -193,7 +194,7 @@ MIX = [
 ]
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["place", "move", "evict"]),
+        st.sampled_from(["place", "move", "evict", "handoff"]),
         st.integers(0, 3),
         st.integers(1, 180),  # minutes after the previous operation
     ),
@@ -305,6 +306,10 @@ def test_numbers_add_up(ops, window):
                 deployment_evict(deployment_id=deployment.pk, replica=live[0].replica)
             elif op == "move" and live:
                 move(live[0], now - timedelta(minutes=gap / 2), now)
+            elif op == "handoff":  # to the other team: usage splits here
+                other = teams[1] if deployment.team_id == teams[0].pk else teams[0]
+                deployment_set_team(deployment_id=deployment.pk, team_id=other.pk)
+                deployment.refresh_from_db()
     now = T0 + timedelta(minutes=minutes + 30)
     start = T0 + timedelta(minutes=window[0])
     end = start + timedelta(minutes=window[1])
@@ -334,6 +339,15 @@ def test_numbers_add_up(ops, window):
         UsageInterval.objects.filter(ended_at=None).values_list("allocation_id", flat=True)
     )
     assert open_ids == set(Allocation.objects.values_list("pk", flat=True))
+    assert UsageInterval.objects.filter(ended_at=None).count() == len(open_ids)
+    # A handoff splits an interval without a gap or an overlap: each next one starts as the
+    # one before it ends.
+    by_allocation: dict[int, list[UsageInterval]] = {}
+    for interval in UsageInterval.objects.order_by("started_at", "id"):
+        by_allocation.setdefault(interval.allocation_id, []).append(interval)
+    for chain in by_allocation.values():
+        for before, after in itertools.pairwise(chain):
+            assert before.ended_at == after.started_at and before.team_id != after.team_id
     assert summarize([], Window(start, end)) == []
 
 
