@@ -152,7 +152,25 @@ def placement_request(deployment: Deployment) -> PlacementRequest:
     return WholeGpuRequest(int(deployment.gpu_count or 1))
 
 
-def placement_demand(deployment: Deployment) -> Demand | None:
+def placement_demands(deployments: Iterable[Deployment]) -> dict[int, Demand | None]:
+    """:func:`placement_demand` of many deployments: one query for the hosts that the copies of
+    all those with a port hold (the tray asks for every deployment at once)."""
+    rows = list(deployments)
+    ported = [d.pk for d in rows if workload_port(d.workload)]
+    held: dict[int, set[int]] = {pk: set() for pk in ported}
+    if ported:
+        copies = (
+            Allocation.objects.filter(deployment_id__in=ported)
+            .exclude(state=AllocationState.RELEASING)
+            .values_list("deployment_id", "gpu__host_id")
+            .distinct()
+        )
+        for deployment_id, host_id in copies:
+            held[deployment_id].add(host_id)
+    return {d.pk: placement_demand(d, held=held.get(d.pk)) for d in rows}
+
+
+def placement_demand(deployment: Deployment, *, held: set[int] | None = None) -> Demand | None:
     """What the deployment's replicas need beside their GPU share: a host whose agent runs
     their workload (``RUNS_ON``) and that carries the labels it requires (``host_labels``).
     ``None`` for runtime ``none`` without labels, which any host takes (no constraint, so the
@@ -167,9 +185,11 @@ def placement_demand(deployment: Deployment) -> Demand | None:
     if port:
         # Copies share the host's network: one per host, a move's new copy included (the old
         # one runs until the new one does). A copy that is stopping frees the port in seconds:
-        # the agent retries the new one's start meanwhile.
+        # the agent retries the new one's start meanwhile. ``held``: read already.
         avoid = frozenset(
-            Allocation.objects.filter(deployment=deployment)
+            held
+            if held is not None
+            else Allocation.objects.filter(deployment=deployment)
             .exclude(state=AllocationState.RELEASING)
             .values_list("gpu__host_id", flat=True)
             .distinct()
@@ -262,6 +282,7 @@ def deployments_fit_now(
     if not wanted:
         return {}
     snapshot, mix = fleet_snapshot(), request_mix()
+    demands = placement_demands(d for d, _ in wanted)
     found: dict[int, FitNow] = {}
     for deployment, unplaced in wanted:
         count = min(unplaced, limit)
@@ -270,7 +291,7 @@ def deployments_fit_now(
             placement_request(deployment),
             count,
             mix=mix,
-            demand=placement_demand(deployment),
+            demand=demands[deployment.pk],
         )
         fits = len(turns.targets)
         reasons = (

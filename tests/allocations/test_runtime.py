@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from fleet.allocations.health import replace_allocations
-from fleet.allocations.models import Allocation
-from fleet.allocations.selectors import placement_demand
+from fleet.allocations.models import Allocation, Deployment
+from fleet.allocations.selectors import placement_demand, placement_demands
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.inventory.models import Gpu
 from fleet.mps import MpsPolicy
@@ -184,3 +184,21 @@ def test_a_workload_without_a_port_may_run_twice_on_one_host(operator_client):
     created = create(operator_client, "batch", CONTAINER, replicas=2, auto=True)
     assert created.status_code == 201, created.json()
     assert set(Allocation.objects.values_list("gpu_id", flat=True)) == {near.pk}
+
+
+def test_the_demands_of_many_deployments_are_read_at_once_and_the_same_as_one_by_one(
+    operator_client, django_assert_max_num_queries
+):
+    """The tray asks for every deployment's demand: the hosts their copies hold are one query,
+    however many deployments listen on a port."""
+    mps_gpu("near", "docker")
+    mps_gpu("far", "docker")
+    for n in range(4):
+        workload = SERVER if n % 2 else CONTAINER
+        created = create(operator_client, f"server-{n}", workload, replicas=2, auto=True)
+        assert created.status_code == 201, created.json()
+    deployments = list(Deployment.objects.order_by("pk"))
+    with django_assert_max_num_queries(1):
+        together = placement_demands(deployments)
+    assert together == {d.pk: placement_demand(d) for d in deployments}
+    assert sum(1 for demand in together.values() if demand and demand.avoid_hosts) == 2
