@@ -122,16 +122,12 @@ def test_an_operator_hands_a_deployment_to_another_team_from_its_page(new_sessio
         session.wait_live()
         page.locator("#handoff-team").select_option(label="handoff-research")
         page.on("dialog", lambda dialog: dialog.accept())
-        page.locator('#handoff-form button[type="submit"]').click()
-        _wait(
-            lambda: (
-                session.api("GET", f"/api/v1/deployments/{deployment_id}/")[1].get("team_slug")
-                == "handoff-research"
-            ),
-            15,
-            "the deployment in the new team",
-        )
-        page.wait_for_load_state("load")
+        # Handed over, the page reloads: its heading, filters and actions follow the team.
+        with page.expect_navigation(timeout=15_000):
+            page.locator('#handoff-form button[type="submit"]').click()
+        session.wait_live()
+        status, body = session.api("GET", f"/api/v1/deployments/{deployment_id}/")
+        assert status == 200 and body["team_slug"] == "handoff-research", body
         assert session.errors == []
     finally:
         session.api("DELETE", f"/api/v1/deployments/{deployment_id}/")
