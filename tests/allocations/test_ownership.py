@@ -3,9 +3,6 @@ them (422 otherwise, changing nothing), and chargeback splits at the change."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from unittest import mock
-
 import pytest
 
 from fleet.allocations.models import Allocation, Deployment, UsageInterval
@@ -16,20 +13,11 @@ from fleet.allocations.usage import Window, usage_report
 from fleet.core.models import Operation
 from fleet.core.teams import team_create, team_quota_set
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
+from tests.allocations.test_usage import at, clock
 from tests.factories import GpuFactory
 from tests.helpers import snapshot_rows
 
 pytestmark = pytest.mark.django_db
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def at(hours: float) -> datetime:
-    return T0 + timedelta(hours=hours)
-
-
-def clock(when: datetime):  # type: ignore[no-untyped-def]
-    return mock.patch("django.utils.timezone.now", return_value=when)
 
 
 @pytest.fixture
