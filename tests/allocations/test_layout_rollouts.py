@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.agents.delivery import agent_ack
-from fleet.agents.discovery import agent_hello
-from fleet.agents.documents import host_desired_state
-from fleet.agents.enrollment import host_issue_token
 from fleet.allocations.layout_rollouts import (
     Selector,
     layout_rollout_abort,
@@ -19,52 +15,18 @@ from fleet.allocations.layout_rollouts import (
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.errors import Conflict, ServiceError
 from fleet.core.models import Operation
-from fleet.inventory.models import Gpu, Host
-from fleet.inventory.services import host_create
+from fleet.inventory.models import Gpu
 from fleet.partitioning.models import Partition
-from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
-from tests.agent_sim import SimAgent
+from tests.allocations.rollout_world import (
+    H100,
+    SEVEN,
+    held,
+    run_rollout,
+    world_fixture,  # noqa: F401 (the world fixture)
+)
 from tests.helpers import assert_error, snapshot_rows
 
 pytestmark = pytest.mark.django_db
-
-TWO_3G = LayoutSpec(
-    mode="mig", instances=(MigInstanceSpec("3g.40gb", 0), MigInstanceSpec("3g.40gb", 4))
-)
-SEVEN = LayoutSpec(mode="mig", instances=(MigInstanceSpec("7g.80gb", 0),))
-H100 = "NVIDIA H100 80GB HBM3"
-
-
-@pytest.fixture
-def world(django_capture_on_commit_callbacks):
-    host, _ = host_create(name="node")
-    host_issue_token(host)
-    agent = SimAgent(["h100-sxm5-80gb"] * 3)
-    Host.objects.filter(pk=host.pk).update(hostname="sim-0", status="ready", labels={"pool": "a"})
-    agent_hello(host=host, hello=agent.hello())
-    gpus = list(Gpu.objects.filter(host=host).order_by("index"))
-    for gpu in gpus:
-        gpu_set_layout(gpu_id=gpu.pk, spec=TWO_3G)
-
-    def sync():
-        with django_capture_on_commit_callbacks(execute=True):
-            agent_ack(host=host, ack=agent.apply(host_desired_state(Host.objects.get(pk=host.pk))))
-
-    sync()
-    return host, agent, gpus, sync
-
-
-def _run(sync, operation, rounds=12):
-    for _ in range(rounds):
-        sync()
-        operation.refresh_from_db()
-        if operation.status != "dispatched" or operation.payload.get("paused"):
-            return operation
-    return operation
-
-
-def _held(agent, gpu):
-    return sorted((i.profile_id, i.start) for i in agent.backend.mig_instances(gpu.uuid))
 
 
 def test_every_selected_gpu_is_reshaped_in_waves(world, django_capture_on_commit_callbacks):
@@ -75,10 +37,10 @@ def test_every_selected_gpu_is_reshaped_in_waves(world, django_capture_on_commit
         )
     operation.refresh_from_db()
     assert len(operation.payload["draining"]) == 2 and len(operation.payload["pending"]) == 1
-    operation = _run(sync, operation)
+    operation = run_rollout(sync, operation)
     assert operation.status == "succeeded", operation.payload
     assert sorted(operation.payload["done"]) == sorted(g.pk for g in gpus)
-    assert all(_held(agent, gpu) == [(0, 0)] for gpu in gpus)
+    assert all(held(agent, gpu) == [(0, 0)] for gpu in gpus)
     assert not any(Gpu.objects.get(pk=g.pk).cordoned for g in gpus)
     # Run again: every GPU already has the layout.
     with pytest.raises(Conflict) as again:
@@ -95,18 +57,18 @@ def test_a_busy_gpu_pauses_the_rollout_and_resume_finishes_it(
     pid = agent.backend.run_process(gpus[1].uuid, 512, gpu_instance_id=instance.gpu_instance_id)
     with django_capture_on_commit_callbacks(execute=True):
         operation = layout_rollout_start(selector=Selector(product=H100), layout=SEVEN)
-    operation = _run(sync, operation)
+    operation = run_rollout(sync, operation)
     assert operation.payload["paused"] and f"GPU {gpus[1].pk}" in operation.payload["paused"]
-    assert _held(agent, gpus[0]) == [(0, 0)]  # the first wave went through
-    assert _held(agent, gpus[2]) == [(9, 0), (9, 4)]  # nothing started after the failure
-    assert _held(agent, gpus[1]) == [(9, 0), (9, 4)]  # the failed GPU was rolled back
+    assert held(agent, gpus[0]) == [(0, 0)]  # the first wave went through
+    assert held(agent, gpus[2]) == [(9, 0), (9, 4)]  # nothing started after the failure
+    assert held(agent, gpus[1]) == [(9, 0), (9, 4)]  # the failed GPU was rolled back
     assert layout_rollout_advance(operation_id=operation.pk) == "paused"  # stays paused
     agent.backend.kill_process(pid if isinstance(pid, int) else pid.pid)
     with django_capture_on_commit_callbacks(execute=True):
         layout_rollout_resume(operation_id=operation.pk)
-    operation = _run(sync, operation)
+    operation = run_rollout(sync, operation)
     assert operation.status == "succeeded", operation.payload
-    assert all(_held(agent, gpu) == [(0, 0)] for gpu in gpus)
+    assert all(held(agent, gpu) == [(0, 0)] for gpu in gpus)
 
 
 def test_abort_starts_no_new_drain(world, django_capture_on_commit_callbacks):
@@ -117,10 +79,10 @@ def test_abort_starts_no_new_drain(world, django_capture_on_commit_callbacks):
     assert list(operation.payload["draining"]) == [str(gpus[0].pk)]  # the first wave started
     with django_capture_on_commit_callbacks(execute=True):
         layout_rollout_abort(operation_id=operation.pk)
-    operation = _run(sync, operation)
+    operation = run_rollout(sync, operation)
     assert operation.status == "failed" and "aborted" in operation.reason
-    assert _held(agent, gpus[0]) == [(0, 0)]  # the drain under way finished
-    assert _held(agent, gpus[2]) == [(9, 0), (9, 4)]
+    assert held(agent, gpus[0]) == [(0, 0)]  # the drain under way finished
+    assert held(agent, gpus[2]) == [(9, 0), (9, 4)]
     with pytest.raises(Conflict):
         layout_rollout_resume(operation_id=operation.pk)
 
@@ -229,6 +191,6 @@ def test_replicas_leaving_a_gpu_avoid_the_gpus_the_rollout_drains_later(
     assert drain.payload["avoid_gpus"] == [gpus[1].pk]
     moved = Operation.objects.get(kind="move", deployment__name="leaving")
     assert moved.payload["to_gpu"] == gpus[2].pk, moved.payload
-    operation = _run(sync, operation)
+    operation = run_rollout(sync, operation)
     assert operation.status == "succeeded", operation.payload
     assert Operation.objects.filter(kind="move", deployment__name="leaving").count() == 1

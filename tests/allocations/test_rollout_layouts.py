@@ -6,61 +6,23 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from fleet.agents.delivery import agent_ack
-from fleet.agents.discovery import agent_hello
-from fleet.agents.documents import host_desired_state
-from fleet.agents.enrollment import host_issue_token
 from fleet.allocations.layout_rollouts import Selector, layout_rollout_start
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.errors import ServiceError
 from fleet.core.models import Operation
-from fleet.inventory.models import Gpu, Host
-from fleet.inventory.services import host_create
 from fleet.partitioning.models import Partition
-from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
-from tests.agent_sim import SimAgent
+from fleet.partitioning.services import LayoutSpec, MigInstanceSpec
+from tests.allocations.rollout_world import (
+    H100,
+    SEVEN,
+    TWO_3G,
+    held,
+    run_rollout,
+    world_fixture,  # noqa: F401 (the world fixture)
+)
 from tests.helpers import assert_error, snapshot_rows
 
 pytestmark = pytest.mark.django_db
-
-TWO_3G = LayoutSpec(
-    mode="mig", instances=(MigInstanceSpec("3g.40gb", 0), MigInstanceSpec("3g.40gb", 4))
-)
-SEVEN = LayoutSpec(mode="mig", instances=(MigInstanceSpec("7g.80gb", 0),))
-H100 = "NVIDIA H100 80GB HBM3"
-
-
-@pytest.fixture
-def world(django_capture_on_commit_callbacks):
-    host, _ = host_create(name="node")
-    host_issue_token(host)
-    agent = SimAgent(["h100-sxm5-80gb"] * 3)
-    Host.objects.filter(pk=host.pk).update(hostname="sim-0", status="ready", labels={"pool": "a"})
-    agent_hello(host=host, hello=agent.hello())
-    gpus = list(Gpu.objects.filter(host=host).order_by("index"))
-    for gpu in gpus:
-        gpu_set_layout(gpu_id=gpu.pk, spec=TWO_3G)
-
-    def sync():
-        with django_capture_on_commit_callbacks(execute=True):
-            agent_ack(host=host, ack=agent.apply(host_desired_state(Host.objects.get(pk=host.pk))))
-
-    sync()
-    return host, agent, gpus, sync
-
-
-def _run(sync, operation, rounds=12):
-    for _ in range(rounds):
-        sync()
-        operation.refresh_from_db()
-        if operation.status != "dispatched" or operation.payload.get("paused"):
-            return operation
-    return operation
-
-
-def _held(agent, gpu):
-    return sorted((i.profile_id, i.start) for i in agent.backend.mig_instances(gpu.uuid))
-
 
 ADDED = LayoutSpec(
     mode="mig",
@@ -78,11 +40,11 @@ def test_each_gpu_takes_its_own_layout_and_unlisted_gpus_are_left_alone(
             layout={gpus[0].pk: SEVEN, gpus[1].pk: ADDED},
             max_unavailable=2,
         )
-    operation = _run(sync, operation)
+    operation = run_rollout(sync, operation)
     assert operation.status == "succeeded", operation.payload
-    assert _held(agent, gpus[0]) == [(0, 0)]
-    assert _held(agent, gpus[1]) == [(5, 0), (9, 4)]
-    assert _held(agent, gpus[2]) == [(9, 0), (9, 4)]
+    assert held(agent, gpus[0]) == [(0, 0)]
+    assert held(agent, gpus[1]) == [(5, 0), (9, 4)]
+    assert held(agent, gpus[2]) == [(9, 0), (9, 4)]
 
 
 def test_a_layout_for_a_gpu_outside_the_selector_is_refused(world):
@@ -114,9 +76,9 @@ def test_a_busy_gpu_whose_replica_keeps_its_partition_is_reshaped_in_place(
         )
     operation.refresh_from_db()
     assert "in place" in operation.payload["log"][-1]["note"]
-    operation = _run(sync, operation)
+    operation = run_rollout(sync, operation)
     assert operation.status == "succeeded", operation.payload
-    assert _held(agent, gpus[0]) == [(5, 0), (9, 4)]
+    assert held(agent, gpus[0]) == [(5, 0), (9, 4)]
     allocation = deployment.allocations.get()
     assert allocation.partition_id == kept.pk  # never moved, never stopped
     assert not Operation.objects.filter(kind="drain").exists()
@@ -164,11 +126,11 @@ def test_a_migparted_config_is_the_layout_of_each_gpu(
             "/api/v1/rollouts/", _migparted("split", max_unavailable=3), format="json"
         )
     assert started.status_code == 202, started.json()
-    operation = _run(sync, Operation.objects.get(pk=started.json()["id"]))
+    operation = run_rollout(sync, Operation.objects.get(pk=started.json()["id"]))
     assert operation.status == "succeeded", operation.payload
-    assert _held(agent, gpus[0]) == [(0, 0)]
+    assert held(agent, gpus[0]) == [(0, 0)]
     # GPUs 1 and 2 already hold 2 x 3g; the entry asks 4g + 3g: 4g at 0, 3g at 4.
-    assert _held(agent, gpus[1]) == [(5, 0), (9, 4)] == _held(agent, gpus[2])
+    assert held(agent, gpus[1]) == [(5, 0), (9, 4)] == held(agent, gpus[2])
 
 
 def test_a_migparted_dry_run_answers_like_a_layout_dry_run_and_changes_nothing(
