@@ -17,3 +17,41 @@ class IdField(serializers.IntegerField):
         kwargs.setdefault("min_value", 1)
         kwargs.setdefault("max_value", ID_MAX)
         super().__init__(**kwargs)
+
+
+class BoundedListField(serializers.ListField):
+    """A list with a required ``max_length``, refused before any item is validated.
+
+    DRF's ``ListField`` validates every item first and counts them afterwards: a 20,000-item list
+    cost 300 ms of a server process before its refusal (``bench_refusals``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        if kwargs.get("max_length") is None:
+            raise TypeError("BoundedListField needs a max_length")
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, list) and self.max_length is not None and len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
+        return super().to_internal_value(data)
+
+
+class BoundedDictField(serializers.DictField):
+    """A map of at most ``max_entries`` keys, refused before any value is validated; the schema
+    says so (``maxProperties``, :class:`fleet.api.schema.BoundedDictFieldExtension`)."""
+
+    default_error_messages = {
+        "max_entries": "Ensure this field has no more than {max_entries} keys."
+    }
+
+    def __init__(self, *, max_entries: int, **kwargs: Any) -> None:
+        self.max_entries = max_entries
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        self.check_size(data)
+        return super().to_internal_value(data)
+
+    def check_size(self, data: Any) -> None:
+        if isinstance(data, dict) and len(data) > self.max_entries:
+            self.fail("max_entries", max_entries=self.max_entries)

@@ -1,11 +1,15 @@
-"""OpenAPI: our authentication schemes (drf-spectacular extensions), and the 413/429 refusals of
-:mod:`fleet.api.parsers` and :mod:`fleet.api.limits` on every operation that can give them."""
+"""OpenAPI: our authentication schemes and bounded maps (drf-spectacular extensions), and the
+413/429 refusals of :mod:`fleet.api.parsers` and :mod:`fleet.api.limits` on every operation that
+can give them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.extensions import (
+    OpenApiAuthenticationExtension,
+    OpenApiSerializerFieldExtension,
+)
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
 
@@ -23,6 +27,17 @@ class HostTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untype
             "name": "Authorization",
             "description": "A host agent's token: `Token flh_…` (agents only).",
         }
+
+
+class BoundedDictFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
+    """A :class:`fleet.api.fields.BoundedDictField` is an object with ``maxProperties``."""
+
+    target_class = "fleet.api.fields.BoundedDictField"
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema: Any, direction: str) -> Any:
+        schema = auto_schema._map_serializer_field(self.target, direction, bypass_extensions=True)
+        return {**schema, "maxProperties": self.target.max_entries}
 
 
 class LimitedAutoSchema(AutoSchema):

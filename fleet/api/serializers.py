@@ -17,12 +17,12 @@ from fleet.allocations.models import (
 )
 from fleet.allocations.selectors import allocation_environment
 from fleet.allocations.workloads import workload_of
-from fleet.api.fields import IdField
+from fleet.api.fields import BoundedDictField, IdField
 from fleet.api.serializers_mig import LayoutSerializer, ViolationSerializer
 from fleet.api.serializers_workloads import WorkloadSerializer
 from fleet.core.models import ApiToken, Operation
 from fleet.core.services import MAX_TOKEN_DAYS
-from fleet.inventory.labels import MAX_VALUE_CHARS, labels_problems
+from fleet.inventory.labels import MAX_LABELS, MAX_VALUE_CHARS, labels_problems
 from fleet.inventory.models import Gpu, HealthEvent, Host
 from fleet.inventory.selectors import latest_telemetry_of
 from fleet.partitioning.models import Partition
@@ -89,13 +89,17 @@ class HostSerializer(serializers.ModelSerializer[Host]):
         }
 
 
-class LabelsField(serializers.DictField):
+class LabelsField(BoundedDictField):
     """A label map: at most 32 labels, Kubernetes-like keys of at most 63 characters, values
     of at most 63 printable characters (:mod:`fleet.inventory.labels`)."""
 
     child = serializers.CharField(max_length=MAX_VALUE_CHARS, allow_blank=True)
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_entries=MAX_LABELS, **kwargs)
+
     def to_internal_value(self, data: Any) -> dict[str, str]:
+        self.check_size(data)
         problems = labels_problems(data)
         if problems:
             raise serializers.ValidationError(problems[:20])

@@ -6,6 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from fleet.api.fields import BoundedListField
 from fleet.core.alerts import EVENTS
 from fleet.core.models import AlertDelivery, AlertFormat, AlertWebhook
 from fleet.core.webhooks import MAX_SECRET_CHARS, MAX_URL_CHARS, MIN_SECRET_CHARS
@@ -23,7 +24,7 @@ class WebhookSerializer(serializers.ModelSerializer[AlertWebhook]):
 
 class WebhookInputSerializer(serializers.Serializer[Any]):
     url = serializers.CharField(max_length=MAX_URL_CHARS, help_text="http:// or https://")
-    events = serializers.ListField(
+    events = BoundedListField(
         child=serializers.ChoiceField(choices=EVENTS), min_length=1, max_length=len(EVENTS)
     )
     secret = serializers.CharField(

@@ -8,6 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from fleet.api.fields import BoundedListField
 from fleet.inventory.models import SharingMode
 from fleet.mps import MAX_CLIENTS_PER_GPU, MAX_COMPUTE_PERCENT
 
@@ -72,9 +73,7 @@ class MigInstanceInputSerializer(serializers.Serializer[Any]):
 
 class LayoutSerializer(serializers.Serializer[Any]):
     mode = serializers.ChoiceField(choices=SharingMode.choices)
-    instances = serializers.ListField(
-        child=MigInstanceInputSerializer(), required=False, max_length=16
-    )
+    instances = BoundedListField(child=MigInstanceInputSerializer(), required=False, max_length=16)
     mps = MpsPolicySerializer(required=False, allow_null=True)
 
 
@@ -87,7 +86,7 @@ class MigValidateSerializer(serializers.Serializer[Any]):
         min_value=1,
         help_text="Validate for this GPU (uses its reported placements).",
     )
-    instances = serializers.ListField(child=MigInstanceInputSerializer(), max_length=16)
+    instances = BoundedListField(child=MigInstanceInputSerializer(), max_length=16)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("product" in attrs) == ("gpu" in attrs):

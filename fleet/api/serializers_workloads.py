@@ -11,6 +11,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from fleet.api.fields import BoundedDictField, BoundedListField
 from hostagent import protocol
 
 
@@ -35,7 +36,7 @@ class TcpCheckSerializer(_Strict):
 
 
 class ExecCheckSerializer(_Strict):
-    command = serializers.ListField(
+    command = BoundedListField(
         child=serializers.CharField(max_length=protocol.MAX_ARG_CHARS, trim_whitespace=False),
         min_length=1,
         max_length=protocol.MAX_ARGS,
@@ -75,13 +76,14 @@ class WorkloadSerializer(_Strict):
         default=None,
         help_text="Container image reference, `[registry/]name[:tag][@digest]`.",
     )
-    command = serializers.ListField(
+    command = BoundedListField(
         child=serializers.CharField(max_length=protocol.MAX_ARG_CHARS, trim_whitespace=False),
         max_length=protocol.MAX_ARGS,
         default=list,
         help_text="Arguments (a container's image command when empty).",
     )
-    env = serializers.DictField(
+    env = BoundedDictField(
+        max_entries=protocol.MAX_ENV,
         child=serializers.CharField(
             max_length=protocol.MAX_ARG_CHARS, allow_blank=True, trim_whitespace=False
         ),

@@ -21,6 +21,7 @@ from fleet.agents.enrollment import host_authenticate, host_enroll
 from fleet.agents.guard import Refused, admit_parsed, rest_guard
 from fleet.agents.messages import handle_message
 from fleet.api import schema as _schema  # noqa: F401 - registers the OpenAPI auth scheme
+from fleet.api.fields import BoundedDictField, BoundedListField
 from fleet.api.limits import throttle_scope
 from fleet.api.parsers import EnrollJsonParser, ReportJsonParser
 from fleet.api.serializers import ErrorSerializer
@@ -110,7 +111,7 @@ def desired_state(request: Request) -> Response:
 
 ReportIn = inline_serializer(
     "AgentReport",
-    {"messages": serializers.ListField(child=serializers.DictField(), max_length=1000)},
+    {"messages": BoundedListField(child=BoundedDictField(max_entries=64), max_length=1000)},
 )
 
 

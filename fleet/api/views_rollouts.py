@@ -21,7 +21,7 @@ from fleet.allocations.layout_rollouts import (
 from fleet.allocations.migparted_rollouts import migparted_layouts
 from fleet.api import serializers as s
 from fleet.api.common import error_responses, validated
-from fleet.api.fields import IdField
+from fleet.api.fields import BoundedDictField, BoundedListField, IdField
 from fleet.api.serializers_mig import LayoutSerializer
 from fleet.core.errors import NotFound
 from fleet.core.models import Operation, OperationKind
@@ -33,18 +33,14 @@ class SelectorSerializer(serializers.Serializer[Any]):
     product = serializers.CharField(
         required=False, allow_blank=True, max_length=128, help_text="NVML name or catalog key."
     )
-    labels = serializers.DictField(
+    labels = BoundedDictField(
+        max_entries=MAX_LABELS,
         child=serializers.CharField(max_length=63),
         required=False,
         help_text="Host labels every selected GPU's host carries.",
     )
-    hosts = serializers.ListField(child=IdField(), required=False, max_length=1000)
-    gpus = serializers.ListField(child=IdField(), required=False, max_length=1000)
-
-    def validate_labels(self, value: dict[str, str]) -> dict[str, str]:
-        if len(value) > MAX_LABELS:
-            raise serializers.ValidationError(f"At most {MAX_LABELS} labels.")
-        return value
+    hosts = BoundedListField(child=IdField(), required=False, max_length=1000)
+    gpus = BoundedListField(child=IdField(), required=False, max_length=1000)
 
 
 class GpuLayoutSerializer(serializers.Serializer[Any]):
@@ -69,7 +65,7 @@ class MigPartedSourceSerializer(serializers.Serializer[Any]):
 class LayoutRolloutSerializer(serializers.Serializer[Any]):
     selector = SelectorSerializer()
     layout = LayoutSerializer(required=False, help_text="One layout for every selected GPU.")
-    layouts = serializers.ListField(
+    layouts = BoundedListField(
         child=GpuLayoutSerializer(),
         required=False,
         max_length=1000,
@@ -84,7 +80,7 @@ class LayoutRolloutSerializer(serializers.Serializer[Any]):
         default=600, min_value=30, max_value=86_400, help_text="Each GPU's drain deadline."
     )
     dry_run = serializers.BooleanField(default=False)
-    place_waiting = serializers.ListField(
+    place_waiting = BoundedListField(
         child=IdField(),
         required=False,
         max_length=1000,

@@ -18,12 +18,14 @@ from rest_framework.response import Response
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.quotas import team_usage
 from fleet.api.common import parse_id
-from fleet.api.fields import IdField
+from fleet.api.fields import BoundedDictField, BoundedListField, IdField
 from fleet.api.serializers import ErrorSerializer
 from fleet.core.errors import ServiceError
 from fleet.core.models import Team, TeamRole
 from fleet.core.roles import Role
 from fleet.core.teams import (
+    MAX_MEMBERS,
+    MAX_PROFILES,
     can_operate_team,
     default_team_for,
     members_of,
@@ -93,7 +95,8 @@ class QuotaSerializer(serializers.Serializer[Any]):
     mps_memory_mib = serializers.IntegerField(
         allow_null=True, required=False, help_text="GPU memory of the team's MPS replicas."
     )
-    mig_profiles = serializers.DictField(
+    mig_profiles = BoundedDictField(
+        max_entries=MAX_PROFILES,
         child=serializers.IntegerField(),
         required=False,
         help_text='Replicas per MIG profile, e.g. `{"1g.10gb": 8}`; profiles not listed: free.',
@@ -118,7 +121,7 @@ class TeamSerializer(serializers.Serializer[Any]):
 
 
 class MembersSerializer(serializers.Serializer[Any]):
-    members = MemberSerializer(many=True)
+    members = BoundedListField(child=MemberSerializer(), max_length=MAX_MEMBERS)
 
 
 def team_body(team: Team) -> dict[str, Any]:

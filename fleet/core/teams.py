@@ -33,6 +33,7 @@ from fleet.core.roles import Role, role_of
 QUOTA_KEYS = ("gpus", "mig_compute_slices", "mps_memory_mib", "mig_profiles")
 MAX_QUOTA = 10**9
 MAX_PROFILES = 64
+MAX_MEMBERS = 1000
 
 
 def team_roles_of(user: Any) -> dict[int, str]:
@@ -169,9 +170,10 @@ def team_delete(*, team_id: int, requested_by: Any = None) -> None:
 
 
 def _checked_members(members: Any) -> dict[int, str]:
-    if not isinstance(members, list) or len(members) > 1000:
+    if not isinstance(members, list) or len(members) > MAX_MEMBERS:
         raise ServiceError(
-            "team.members_invalid", "'members' is a list of {user, role} (1000 at most)."
+            "team.members_invalid",
+            f"'members' is a list of {{user, role}} ({MAX_MEMBERS} at most).",
         )
     wanted: dict[int, str] = {}
     for entry in members:
