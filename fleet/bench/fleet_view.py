@@ -183,9 +183,25 @@ def _seed(env: dict[str, str], workdir: Path, gpus: int, product: str) -> str:
     hosts, per_host = _hosts_for(gpus), min(gpus, GPUS_PER_HOST)
     run = uuid.uuid4().hex[:6]
     _python(
-        env, "-m", "fleet.bench.seed", "setup", str(hosts), str(per_host), product, run, str(out)
+        env,
+        "-m",
+        "fleet.bench.seed",
+        "setup",
+        str(hosts),
+        str(per_host),
+        product,
+        run,
+        str(out),
+        "--api-token",
     )
-    return str(json.loads(out.read_text(encoding="utf-8"))["session_key"])
+    return str(seeded(workdir)["session_key"])
+
+
+def seeded(workdir: Path) -> dict[str, Any]:
+    """What :func:`scratch_server` seeded in ``workdir``: the hosts, the viewer's session key and
+    their API token (``api_token``)."""
+    result: dict[str, Any] = json.loads((workdir / "seed.json").read_text(encoding="utf-8"))
+    return result
 
 
 def _measure(url: str, session_key: str, repeat: int) -> dict[str, Any]:

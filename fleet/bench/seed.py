@@ -1,4 +1,5 @@
-"""Fleet state for a live load test: hosts with per-host tokens, a viewer with a session.
+"""Fleet state for a live load test: hosts with per-host tokens, a viewer with a session and an
+API token.
 
 Runs inside the stack's database: ``python -m fleet.bench.seed setup N GPUS PRODUCT OUT.json``
 (a fresh process with the stack's environment) or in-process with ``--url``. Its functions
@@ -22,10 +23,17 @@ def gpu_uuid(run: str, host: int, index: int) -> str:
 
 
 def setup(
-    *, hosts: int, gpus_per_host: int, product_key: str, run: str, enrolled: bool = True
+    *,
+    hosts: int,
+    gpus_per_host: int,
+    product_key: str,
+    run: str,
+    enrolled: bool = True,
+    api_token: bool = False,
 ) -> dict[str, Any]:
     """``hosts`` new hosts named ``bench-<run>-<i>`` with host tokens and GPU specs; a viewer
-    user and a session key for the browser clients. ``enrolled``: the hosts' GPUs are already
+    user, a session key for the browser clients and (``api_token``) an API token for scripted
+    ones. ``enrolled``: the hosts' GPUs are already
     known (adopted as the agents' first hello would), so the agents' hellos are reconnects."""
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.sessions.backends.db import SessionStore
@@ -33,7 +41,7 @@ def setup(
     from fleet.agents.discovery import gpus_adopt
     from fleet.agents.enrollment import host_issue_token
     from fleet.core.roles import Role
-    from fleet.core.services import user_create
+    from fleet.core.services import api_token_create, user_create
     from fleet.inventory.services import host_create
     from fleet.inventory.simulation import simulated_spec
     from fleet.mig import product_by_key
@@ -55,7 +63,10 @@ def setup(
     session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.create()
-    return {"hosts": out, "session_key": session.session_key}
+    result = {"hosts": out, "session_key": session.session_key}
+    if api_token:
+        result["api_token"] = api_token_create(user=user, name="bench")[1]
+    return result
 
 
 def _discovered(specs: list[Any]) -> list[Any]:
@@ -93,13 +104,13 @@ def main(argv: list[str]) -> int:
     command = argv[0]
     if command == "setup":
         hosts, gpus, product, run, out = argv[1:6]
-        enrolled = "--new" not in argv[6:]
         result = setup(
             hosts=int(hosts),
             gpus_per_host=int(gpus),
             product_key=product,
             run=run,
-            enrolled=enrolled,
+            enrolled="--new" not in argv[6:],
+            api_token="--api-token" in argv[6:],
         )
         Path(out).write_text(json.dumps(result), encoding="utf-8")
     elif command == "gpus":

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import Callable
 from io import BytesIO
@@ -63,18 +62,24 @@ def rates(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
 
 
 @pytest.mark.django_db
-def test_a_viewers_migparted_bomb_is_refused_within_100_ms_and_changes_nothing(viewer_client):
+def test_a_viewers_migparted_bomb_is_refused_before_any_planning_and_changes_nothing(
+    viewer_client, monkeypatch
+):
+    """Refused while parsing, from the count alone: the planner (which compares every pair of
+    instances) is never reached. How fast that is, is measured by ``bench_refusals``, not
+    timed here."""
     gpu = GpuFactory(product_key="h100-sxm5-80gb")
-    viewer_client.get("/api/v1/me")  # first request of the process: URLconf and imports
+
+    def planner_reached(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the planner ran for a count no GPU can hold")
+
+    monkeypatch.setattr("fleet.api.views_mig.migparted_to_layout", planner_reached)
     before = snapshot_rows()
-    started = time.perf_counter()
     response = viewer_client.post(
         "/api/v1/mig/migparted", {"gpu": gpu.pk, "config": "x", "yaml": BOMB}, format="json"
     )
-    elapsed = time.perf_counter() - started
     body = assert_error(response, 400, "migparted.invalid")
     assert body["details"]["count"] == 20000 and body["details"]["max_count"] == 7
-    assert elapsed < 0.1, elapsed
     assert snapshot_rows() == before
 
 
