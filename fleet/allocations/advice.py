@@ -19,7 +19,7 @@ from django.db.models import Count
 
 from fleet.allocations.drain import current_layout
 from fleet.allocations.models import Allocation, Deployment, RequestKind
-from fleet.allocations.selectors import fleet_snapshot, placement_demand
+from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_demands
 from fleet.core.errors import ServiceError
 from fleet.inventory.models import Gpu
 from fleet.mig import Product, product_by_key
@@ -127,7 +127,9 @@ def _schedulable(gpu: GpuState, host: HostState | None) -> bool:
     return not gpu.taken and not gpu.mps_reservations  # idle: the operator's to reshape
 
 
-def _advisor_gpu(gpu: GpuState, product: Product) -> AdvisorGpu:
+def _advisor_gpu(
+    gpu: GpuState, product: Product, movable_to: frozenset[int] | None = None
+) -> AdvisorGpu:
     if gpu.mode != "mig":
         return AdvisorGpu(gpu.id, gpu.product or product)
     instances = []
@@ -142,7 +144,7 @@ def _advisor_gpu(gpu: GpuState, product: Product) -> AdvisorGpu:
                 partition.profile_id, partition.start, replicas, partition.mps is not None
             )
         )
-    return AdvisorGpu(gpu.id, gpu.product or product, tuple(instances))
+    return AdvisorGpu(gpu.id, gpu.product or product, tuple(instances), movable_to=movable_to)
 
 
 def _waiting(
@@ -194,6 +196,36 @@ def _groups(
     return [WaitingGroup(ids, tuple(mig), tuple(mps)) for ids, (mig, mps) in by_gpus.items()]
 
 
+def _movable_to(snapshot: FleetSnapshot, states: list[GpuState]) -> dict[int, frozenset[int]]:
+    """Per GPU whose running replicas belong to deployments that constrain their host (labels,
+    runtime, a port, CPU and memory): the other GPUs every one of them may move to, as a move's
+    new copy is checked. A GPU missing here: its replicas may go anywhere."""
+    running = (
+        Allocation.objects.placed()
+        .filter(gpu_id__in=[g.id for g in states])
+        .values_list("gpu_id", "deployment_id")
+        .distinct()
+    )
+    on_gpu: dict[int, set[int]] = {}
+    for gpu_id, deployment_id in running:
+        on_gpu.setdefault(gpu_id, set()).add(deployment_id)
+    wanted = {pk for pks in on_gpu.values() for pk in pks}
+    demands = placement_demands(Deployment.objects.filter(pk__in=wanted))
+    allowed = {
+        pk: frozenset(
+            g.id for g in states if not demand_problems(snapshot.host(g.host_id), g, demand)
+        )
+        for pk, demand in demands.items()
+        if demand is not None
+    }
+    out: dict[int, frozenset[int]] = {}
+    for gpu_id, deployments in on_gpu.items():
+        limits = [allowed[pk] for pk in deployments if pk in allowed]
+        if limits:
+            out[gpu_id] = frozenset.intersection(*limits) - {gpu_id}
+    return out
+
+
 def waiting_replica_count() -> int:
     """Replicas of live deployments that have no place yet (what the advisor may help)."""
     placed = _placed_counts()
@@ -224,7 +256,8 @@ def capacity_advice(*, product: str, time_limit_s: float = DEFAULT_TIME_LIMIT_S)
     ids = {row.pk for row in rows}
     states = [g for g in snapshot.gpus if g.id in ids and _schedulable(g, snapshot.host(g.host_id))]
     deployments, items = _waiting(found)
-    gpus = [_advisor_gpu(g, found) for g in states]
+    movable = _movable_to(snapshot, states)
+    gpus = [_advisor_gpu(g, found, movable.get(g.id)) for g in states]
     advice = advise_groups(
         gpus,
         _groups(snapshot, states, items) or [WaitingGroup(frozenset(g.id for g in gpus))],

@@ -24,7 +24,7 @@ import importlib
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from types import ModuleType
 from typing import Any
@@ -56,6 +56,10 @@ class AdvisorGpu:
     instances: tuple[ExistingInstance, ...] = ()
     # False: its running replicas stay where they are (no drained layout is offered for it).
     drainable: bool = True
+    # The other GPUs that every running replica of it may move to (the hosts their deployments
+    # may use); ``None``: any. A GPU is drained only where its replicas may go to each GPU of
+    # the waiting group being solved: the model places a moved replica on any of them.
+    movable_to: frozenset[int] | None = None
 
     @property
     def busy_replicas(self) -> int:
@@ -216,7 +220,9 @@ def advise_groups(
     """
     if len(groups) == 1 and groups[0].gpu_ids >= {g.id for g in gpus}:
         only = groups[0]
-        return advise(gpus, only.mig, only.mps, time_limit_s=time_limit_s, clock=clock)
+        return advise(
+            _pinned(gpus, only.gpu_ids), only.mig, only.mps, time_limit_s=time_limit_s, clock=clock
+        )
     state = {g.id: g for g in gpus}
     # Per GPU, its instances now: as the answer's NewInstance (``existing``: the index among
     # the GPU's instances in ``gpus``) and how many replicas each holds.
@@ -236,7 +242,7 @@ def advise_groups(
     weights: dict[str, int] = {}
     steps = sorted(groups, key=lambda group: (len(group.gpu_ids), sorted(group.gpu_ids)))
     for group in steps:
-        members = [state[g.id] for g in gpus if g.id in group.gpu_ids]
+        members = _pinned([state[g.id] for g in gpus if g.id in group.gpu_ids], group.gpu_ids)
         step = advise(
             members, group.mig, group.mps, time_limit_s=time_limit_s / len(steps), clock=clock
         )
@@ -304,6 +310,17 @@ def advise_groups(
         round(elapsed, 3),
         weights,
     )
+
+
+def _pinned(gpus: Sequence[AdvisorGpu], ids: frozenset[int]) -> list[AdvisorGpu]:
+    """``gpus``, those whose running replicas may not move to every other GPU of ``ids`` made
+    not drainable (a drain's replicas may land on any of them)."""
+    return [
+        replace(g, drainable=False)
+        if g.drainable and g.movable_to is not None and not (ids - {g.id}) <= g.movable_to
+        else g
+        for g in gpus
+    ]
 
 
 Position = tuple[int, int, int]

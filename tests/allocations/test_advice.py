@@ -10,6 +10,7 @@ from fleet.agents.delivery import agent_ack
 from fleet.agents.discovery import agent_hello
 from fleet.agents.documents import host_desired_state
 from fleet.agents.enrollment import host_issue_token
+from fleet.allocations.models import Deployment
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.models import Operation
 from fleet.inventory.models import Gpu, Host
@@ -170,3 +171,48 @@ def test_a_deployment_that_requires_host_labels_is_advised_only_onto_those_hosts
     assert advice["solver"]["status"] == "sequential" and advice["placed_replicas"] == 3
     serves = {g["gpu"]: {p["serves"] for p in g["places"]} for g in advice["gpus"]}
     assert serves == {gpus["a"].pk: {"anywhere"}, gpus["b"].pk: {"zonal"}}
+
+
+def test_a_gpu_is_not_drained_for_a_proposal_when_its_replicas_may_not_go_elsewhere(
+    viewer_client, django_capture_on_commit_callbacks
+):
+    """Zone a's GPU runs a replica that requires zone a, zone b's one that requires zone b; each
+    GPU has a free 3g beside it. A waiting 7g fits only by draining one GPU and moving its
+    replica into the other's free 3g, on a host its deployment may not use: nothing is
+    proposed, rather than a drain the engine would refuse to carry out."""
+    for seed, zone in enumerate(("a", "b"), start=1):
+        host, _ = host_create(name=f"node-{zone}")
+        host_issue_token(host)
+        Host.objects.filter(pk=host.pk).update(
+            hostname=f"sim-{seed}", status="ready", labels={"zone": zone}
+        )
+        agent = SimAgent(["h100-sxm5-80gb"], seed=seed)
+        agent_hello(host=host, hello=agent.hello())
+        gpu = Gpu.objects.get(host=host)
+        gpu_set_layout(gpu_id=gpu.pk, spec=TWO_3G)
+        with django_capture_on_commit_callbacks(execute=True):
+            agent_ack(host=host, ack=agent.apply(host_desired_state(Host.objects.get(pk=host.pk))))
+        pinned = deployment_create(
+            name=f"zone-{zone}",
+            request=DeploymentRequest(kind="mig", profile="3g.40gb"),
+            replicas=1,
+            host_labels={"zone": zone},
+        )
+        with django_capture_on_commit_callbacks(execute=True):
+            deployment_place(
+                deployment_id=pinned.pk, partition_id=Partition.objects.get(gpu=gpu, start=4).pk
+            )
+    deployment_create(
+        name="big", request=DeploymentRequest(kind="mig", profile="7g.80gb"), replicas=1
+    )
+    advice = viewer_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}).json()
+    assert advice["moved_replicas"] == 0 and advice["placed_replicas"] == 0
+    assert advice["gpus"] == [] and advice["rollout"] is None
+
+    # Zone b's replica may go anywhere once its deployment stops requiring zone b: zone b's GPU
+    # is drained into zone a's free 3g, and the 7g takes it.
+    Deployment.objects.filter(name="zone-b").update(host_labels={})
+    advice = viewer_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}).json()
+    assert advice["moved_replicas"] == 1 and advice["placed_replicas"] == 1
+    drained = {g["gpu"] for g in advice["gpus"] if g["drained"]}
+    assert drained == {Gpu.objects.get(host__name="node-b").pk}

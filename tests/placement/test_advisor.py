@@ -65,6 +65,24 @@ def test_a_replica_moves_only_when_that_places_more():
     assert [(i.profile_id, i.replicas) for i in receivers] == [(P1, 1)]
 
 
+def test_a_gpu_whose_replicas_may_not_go_to_every_other_gpu_is_not_drained():
+    """As above, but GPU 1's replica may go nowhere else and GPU 2's only to GPU 3 (not in the
+    group): neither is drained and the 7g waits. Once GPU 2's may go to GPU 1, GPU 2 is."""
+    gpus = [
+        AdvisorGpu(1, H100, (ExistingInstance(P1, 6, replicas=1),), movable_to=frozenset()),
+        AdvisorGpu(2, H100, (ExistingInstance(P1, 0, replicas=1),), movable_to=frozenset({3})),
+    ]
+    group = [WaitingGroup(frozenset({1, 2}), (WaitingMig("big", P7, 1),))]
+    advice = advise_groups(gpus, group)
+    assert advice.placed == {} and advice.moved_replicas == 0
+    assert not any(g.drained for g in advice.gpus)
+
+    gpus[1] = replace(gpus[1], movable_to=frozenset({1, 3}))
+    advice = advise_groups(gpus, group)
+    assert advice.placed == {"big": 1} and advice.moved_replicas == 1
+    assert [g.gpu_id for g in advice.gpus if g.drained] == [2]
+
+
 def test_idle_instances_are_reused_before_new_ones_are_made():
     gpus = [AdvisorGpu(1, H100, (ExistingInstance(P3, 0), ExistingInstance(P3, 4)))]
     advice = advise(gpus, [WaitingMig("three", P3, 1)])
