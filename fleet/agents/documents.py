@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fleet.allocations.models import Allocation, RequestKind
-from fleet.allocations.workloads import workload_of
+from fleet.allocations.workloads import host_replica_spans, workload_of
 from fleet.inventory.models import Host, SharingMode
 from fleet.partitioning import converters
 from fleet.partitioning.models import Partition, PartitionKind
@@ -65,23 +65,32 @@ def host_desired_state(host: Host) -> protocol.DesiredState:
             "mps": _mps(whole, per_instance=False),
             "allocations": [],
         }
+    # A replica of several whole GPUs: one workload, from its first GPU, that sees them all.
+    spans = host_replica_spans(host.pk)
+    followers = {pk for pks in spans.values() for pk in pks[1:]}
+    uuids = {a.pk: a.gpu.uuid for a in allocations}
     for allocation in allocations:
         entry = gpus.get(allocation.gpu.uuid)
         if entry is None:
             continue
-        entry["allocations"].append(
-            {
-                "key": f"a{allocation.pk}:{allocation.deployment.name}[{allocation.replica}]",
-                "gpu_uuid": allocation.gpu.uuid,
-                "partition_key": partition_key(allocation.partition)
-                if allocation.partition.kind == PartitionKind.MIG
-                else None,
-                "memory_mib": allocation.memory_mib if allocation.kind == RequestKind.MPS else None,
-                "max_compute_percent": allocation.compute_percent,
-                "allocation_id": allocation.pk,
-                "deployment": allocation.deployment.name,
-                "replica": allocation.replica,
-                "workload": workload_of(allocation.deployment, allocation),
-            }
-        )
+        desired: protocol.DesiredAllocation = {
+            "key": f"a{allocation.pk}:{allocation.deployment.name}[{allocation.replica}]",
+            "gpu_uuid": allocation.gpu.uuid,
+            "partition_key": partition_key(allocation.partition)
+            if allocation.partition.kind == PartitionKind.MIG
+            else None,
+            "memory_mib": allocation.memory_mib if allocation.kind == RequestKind.MPS else None,
+            "max_compute_percent": allocation.compute_percent,
+            "allocation_id": allocation.pk,
+            "deployment": allocation.deployment.name,
+            "replica": allocation.replica,
+            "workload": workload_of(allocation.deployment, allocation),
+        }
+        if allocation.pk in followers:
+            desired["workload"] = protocol.default_workload()
+        elif allocation.pk in spans:
+            devices = [uuids[pk] for pk in spans[allocation.pk] if pk in uuids]
+            if len(devices) > 1:
+                desired["devices"] = devices
+        entry["allocations"].append(desired)
     return {"type": "desired_state", "generation": int(host.desired_generation), "gpus": gpus}

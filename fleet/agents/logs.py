@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from django.core.cache import cache
 
 from fleet.allocations.models import Allocation
+from fleet.allocations.workloads import host_replica_spans
 from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.events import agent_group, publish
 from fleet.inventory.models import HostStatus
@@ -111,6 +112,11 @@ def allocation_logs(
     timeout_s = WAIT_S if timeout_s is None else timeout_s
     if not agent_socket_connected(host.pk):
         raise _unreachable(host.name, host.status)
+    # A replica of several whole GPUs runs from its first GPU's allocation: its output is there.
+    allocation_id = next(
+        (lead for lead, pks in host_replica_spans(host.pk).items() if allocation_id in pks),
+        allocation_id,
+    )
     request_id = secrets.token_urlsafe(24)
     cache.set(_request_key(request_id), [host.pk, allocation_id], REQUEST_TTL_S)
     request: protocol.LogsRequest = {

@@ -19,7 +19,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.allocations.models import Allocation, AllocationState, Deployment, WorkloadState
+from fleet.allocations.models import (
+    Allocation,
+    AllocationState,
+    Deployment,
+    RequestKind,
+    WorkloadState,
+)
 from fleet.core import alerts
 from fleet.core.errors import ServiceError
 from fleet.core.events import publish_changed
@@ -120,6 +126,26 @@ def allocations_release(allocations: Iterable[Allocation]) -> list[Allocation]:
     return held
 
 
+def host_replica_spans(host_id: int) -> dict[int, list[int]]:
+    """The replicas of several whole GPUs on the host: their first GPU's allocation (the one
+    that runs the workload) → every allocation of the replica, in slot order. One query.
+
+    A copy being released and a copy placed of the same replica are told apart (by state), as
+    are a move's two copies (by ``replaces``)."""
+    rows = (
+        Allocation.objects.filter(
+            gpu__host_id=host_id, kind=RequestKind.GPU, deployment__gpu_count__gt=1
+        )
+        .order_by("deployment_id", "replica", "gpu_slot", "pk")
+        .values_list("pk", "deployment_id", "replica", "replaces_id", "state")
+    )
+    groups: dict[tuple[int, int, int | None, bool], list[int]] = {}
+    for pk, deployment_id, replica, replaces_id, state in rows:
+        key = (deployment_id, replica, replaces_id, state == AllocationState.RELEASING)
+        groups.setdefault(key, []).append(pk)
+    return {pks[0]: pks for pks in groups.values() if len(pks) > 1}
+
+
 @dataclass(frozen=True)
 class Recorded:
     changed: list[int]
@@ -137,11 +163,20 @@ def workloads_record(
 
     Only the host's own allocations are touched (an id of another host's is ignored). A
     releasing replica reported ``none`` (or missing from a ``full`` report) is deleted: its
-    slice is free. Locks the host row first, as placements and evictions do (after the
+    slice is free. A replica of several whole GPUs runs from its first GPU's allocation: the
+    others take that one's state and are freed with it, never before (its workload uses their
+    GPUs until it stops). Locks the host row first, as placements and evictions do (after the
     deployment, which this never locks), so the two cannot deadlock.
     """
     Host.objects.select_for_update().filter(pk=host_id).first()
     by_id = {s["allocation_id"]: s for s in statuses}
+    spans = host_replica_spans(host_id)
+    lead_of = {pk: lead for lead, pks in spans.items() for pk in pks[1:]}
+    for pk, lead in lead_of.items():
+        if lead in by_id:
+            by_id[pk] = {**by_id[lead], "allocation_id": pk}
+        else:
+            by_id.pop(pk, None)  # not the one that runs: what the agent says of it is moot
     query = Allocation.objects.select_for_update().filter(gpu__host_id=host_id)
     if not full:
         query = query.filter(pk__in=list(by_id))

@@ -323,6 +323,10 @@ class _DesiredAllocationOptional(TypedDict, total=False):
     deployment: Text
     replica: Annotated[int, Meta(ge=0, le=65535)]
     workload: Workload
+    # A replica of several whole GPUs runs one workload that sees them all: its first GPU's
+    # allocation carries the workload and ``devices``, every GPU of the replica in slot order
+    # (on this host); the other GPUs' allocations run nothing (runtime ``none``).
+    devices: Annotated[list[Uuid], Meta(min_length=2, max_length=MAX_GPUS_HARD)]
 
 
 class DesiredAllocation(_DesiredAllocationOptional):

@@ -276,7 +276,8 @@ def workload_environment(
 ) -> dict[str, str]:
     """The variables Fleet sets in a replica's environment, whatever the runtime.
 
-    ``device_uuid`` is the replica's MIG instance (``MIG-...``) or GPU (``GPU-...``). An MPS
+    ``device_uuid`` is the replica's MIG instance (``MIG-...``) or GPU (``GPU-...``), or its
+    GPUs joined by commas (a replica of several whole GPUs: ``GPU-a,GPU-b``). An MPS
     share (``mps_pipe_directory`` given) adds the daemon's pipe directory and the share's limits:
     this launch is what enforces them, as ECS does.
     """

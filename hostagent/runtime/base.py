@@ -38,8 +38,9 @@ class ReplicaSpec:
     device it landed on.
 
     Attributes:
-        device_uuid: the MIG instance (``MIG-…``) or GPU (``GPU-…``) the replica runs on;
-            ``None`` while its partition does not exist (the replica stays ``pending``).
+        device_uuid: the MIG instance (``MIG-…``) or GPU (``GPU-…``) the replica runs on, or
+            its GPUs joined by commas (a replica of several whole GPUs); ``None`` while its
+            partition does not exist (the replica stays ``pending``).
         environment: what Fleet sets (:func:`hostagent.protocol.workload_environment`),
             added over the workload's own ``env``.
         mps_pipe_directory: the MPS daemon's pipe directory when the replica is an MPS share

@@ -84,11 +84,12 @@ def container_name(hostname: str, allocation_id: int) -> str:
 
 
 def gpu_request(device_uuid: str) -> dict[str, Any]:
-    """The device request of ``docker run --gpus device=<uuid>``."""
+    """The device request of ``docker run --gpus device=<uuid>[,<uuid>...]`` (a replica of
+    several whole GPUs names them all, joined by commas)."""
     return {
         "Driver": "nvidia",
         "Count": 0,
-        "DeviceIDs": [device_uuid],
+        "DeviceIDs": device_uuid.split(","),
         "Capabilities": [["gpu"]],
         "Options": {},
     }

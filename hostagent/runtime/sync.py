@@ -77,7 +77,8 @@ def replica_specs(
     backend: GpuBackend, mps: MpsManager | None, gpu: str, want: DesiredGpu, *, gpu_request: bool
 ) -> list[ReplicaSpec]:
     """The replicas of ``want`` that run something, resolved on this host (call after the
-    GPU's partitions and MPS daemons were made)."""
+    GPU's partitions and MPS daemons were made). A replica of several whole GPUs runs once, from
+    its first GPU's allocation, seeing every GPU in ``devices``."""
     slots = {i["key"]: i for i in want["instances"]}
     instances = _mig_instances(backend, gpu, want)
     specs = []
@@ -87,6 +88,9 @@ def replica_specs(
             continue
         instance = None if alloc["partition_key"] is None else slots.get(alloc["partition_key"])
         device: str | None = gpu
+        devices = alloc.get("devices")
+        if devices and alloc["partition_key"] is None:  # one workload on all its GPUs
+            device = ",".join(devices)
         if alloc["partition_key"] is not None:
             mig = instances.get((instance["profile_id"], instance["start"])) if instance else None
             device = mig.uuid if mig is not None else None

@@ -270,6 +270,62 @@ def test_a_replica_can_be_placed_again_while_its_old_workload_stops(mig_gpu):
     ]
 
 
+# -- a replica of several whole GPUs runs one workload that sees them all ------------------------
+
+
+@pytest.fixture
+def pair():
+    """A replica of 2 whole GPUs running a container, on a host of 2 dedicated H100s."""
+    host = HostFactory(runtime="docker")
+    gpus = [GpuFactory(host=host) for _ in range(2)]
+    for gpu in gpus:
+        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
+    deployment = deployment_create(
+        name="train",
+        request=DeploymentRequest(kind="gpu", gpu_count=2),
+        replicas=1,
+        workload=CONTAINER,
+    )
+    deployment_place(deployment_id=deployment.pk, gpu_id=gpus[0].pk)
+    first, second = Allocation.objects.filter(deployment=deployment).order_by("gpu_slot")
+    return host, first, second
+
+
+def test_a_replica_of_two_gpus_is_one_workload_that_sees_both(pair):
+    host, first, second = pair
+    desired = [
+        a
+        for gpu in host_desired_state(Host.objects.get(pk=host.pk))["gpus"].values()
+        for a in gpu["allocations"]
+    ]
+    runs = [a for a in desired if a["workload"]["runtime"] != "none"]
+    assert [a["allocation_id"] for a in runs] == [first.pk]
+    assert runs[0]["devices"] == [first.gpu.uuid, second.gpu.uuid]
+    assert runs[0]["workload"]["image"] == CONTAINER["image"]
+    (follower,) = (a for a in desired if a["allocation_id"] == second.pk)
+    assert "devices" not in follower
+
+
+def test_the_other_gpus_of_a_replica_take_its_state_and_are_freed_with_it(pair):
+    host, first, second = pair
+    workloads_record(host_id=host.pk, statuses=[_status(first.pk, "running")], full=False)
+    assert set(
+        Allocation.objects.filter(pk__in=[first.pk, second.pk]).values_list(
+            "workload_state", flat=True
+        )
+    ) == {"running"}
+    # What the agent says of the follower (it runs nothing there) does not count.
+    workloads_record(host_id=host.pk, statuses=[_status(second.pk, "none")], full=False)
+    assert Allocation.objects.get(pk=second.pk).workload_state == "running"
+
+    deployment_evict(deployment_id=first.deployment_id)
+    stopping = _status(first.pk, "stopping")
+    workloads_record(host_id=host.pk, statuses=[stopping], full=True)
+    assert Allocation.objects.filter(pk__in=[first.pk, second.pk], state="releasing").count() == 2
+    workloads_record(host_id=host.pk, statuses=[], full=True)  # its workload has stopped
+    assert not Allocation.objects.filter(pk__in=[first.pk, second.pk]).exists()
+
+
 def test_a_deleted_deployment_waits_for_its_workloads_and_keeps_its_name(
     mig_gpu, django_capture_on_commit_callbacks
 ):

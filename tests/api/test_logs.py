@@ -151,3 +151,46 @@ def test_a_closed_socket_leaves_a_newer_sockets_marker_alone(replica):
     assert agent_logs.agent_socket_connected(host_id)
     agent_logs.agent_socket_closed(host_id, "new")
     assert not agent_logs.agent_socket_connected(host_id)
+
+
+def test_the_logs_of_any_gpu_of_a_replica_of_several_are_its_workloads(viewer_client, monkeypatch):
+    """A replica of 2 whole GPUs runs from its first GPU's allocation: asking for the second's
+    logs asks the agent for the first's."""
+    host = HostFactory(runtime="process")
+    gpus = [GpuFactory(host=host) for _ in range(2)]
+    for gpu in gpus:
+        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
+    deployment = deployment_create(
+        name="train",
+        request=DeploymentRequest(kind="gpu", gpu_count=2),
+        replicas=1,
+        workload=PROCESS,
+    )
+    deployment_place(deployment_id=deployment.pk, gpu_id=gpus[0].pk)
+    first, second = Allocation.objects.filter(deployment=deployment).order_by("gpu_slot")
+    asked: list[int] = []
+
+    def publish(group: str, event_type: str, payload: dict[str, Any]) -> bool:
+        request = payload["message"]
+        asked.append(request["allocation_id"])
+        agent_logs.logs_answer_store(
+            host.pk,
+            {
+                "type": "logs",
+                "request_id": request["request_id"],
+                "allocation_id": request["allocation_id"],
+                "lines": ["epoch 1"],
+                "truncated": False,
+                "error": None,
+            },
+        )
+        return True
+
+    monkeypatch.setattr(agent_logs, "publish", publish)
+    agent_logs.agent_socket_open(host.pk, "channel-2")
+    try:
+        assert logs(viewer_client, second.pk).json()["lines"] == ["epoch 1"]
+        assert logs(viewer_client, first.pk).json()["lines"] == ["epoch 1"]
+    finally:
+        agent_logs.agent_socket_closed(host.pk, "channel-2")
+    assert asked == [first.pk, first.pk]

@@ -331,3 +331,53 @@ def test_an_mps_share_runs_with_its_memory_and_compute_limits(fleet):
     evict(stack, deployment_id)
     wait_until(lambda: allocation(stack, placed["id"]) is None, 10, what="share released")
     assert os.path.isabs(pipe)
+
+
+def test_a_replica_of_two_gpus_runs_one_process_that_sees_both(stack: Stack, tmp_path: Path):
+    """A replica of 2 whole GPUs is one workload with both GPUs in ``CUDA_VISIBLE_DEVICES``
+    (not one per GPU); both GPUs are held while it runs and freed once it has stopped."""
+    agent = stack.add_agent("wl-pair", ["h100-sxm5-80gb", "h100-sxm5-80gb"], runtime="process")
+    gpus = stack.gpus(agent)
+    for gpu in gpus:
+        status, op = stack.request("PUT", f"/api/v1/gpus/{gpu['id']}/layout", {"mode": "dedicated"})
+        assert status in (200, 202), op  # 200: it was dedicated already
+        assert stack.wait_operation(op["id"])["status"] == "succeeded"
+    out = tmp_path / "pair"
+    out.mkdir()
+    deployment_id = deploy(
+        stack,
+        "pair",
+        {"kind": "gpu", "gpu_count": 2},
+        {
+            "runtime": "process",
+            "command": [
+                "/bin/sh",
+                "-c",
+                'env > "$OUT/env.$$"; echo $$ >> "$OUT/starts"; exec sleep 3600',
+            ],
+            "env": {"OUT": str(out)},
+            "stop_grace_s": GRACE_S,
+        },
+    )
+    status, op = stack.request(
+        "POST", f"/api/v1/deployments/{deployment_id}/place", {"gpu": gpus[0]["id"]}
+    )
+    assert status in (200, 201, 202), op
+    rows = stack.get(f"/api/v1/allocations/?deployment={deployment_id}")["results"]
+    assert sorted(r["gpu"] for r in rows) == sorted(g["id"] for g in gpus)
+    first, second = sorted(rows, key=lambda r: r["gpu_slot"])
+    wait_state(stack, first["id"], "running")
+    wait_state(stack, second["id"], "running")  # it follows the replica's workload
+    wait_until(lambda: (out / "starts").exists(), 10, what="the process started")
+    time.sleep(1)  # a second copy would have started by now, in the same apply
+    (pid,) = [int(line) for line in (out / "starts").read_text().split()]
+    env = dict(
+        line.split("=", 1) for line in (out / f"env.{pid}").read_text().splitlines() if "=" in line
+    )
+    uuids = {g["id"]: g["uuid"] for g in gpus}
+    assert env["CUDA_VISIBLE_DEVICES"] == f"{uuids[first['gpu']]},{uuids[second['gpu']]}"
+
+    evict(stack, deployment_id)
+    for row in (first, second):
+        wait_until(lambda r=row: allocation(stack, r["id"]) is None, GRACE_S + 10, what="freed")
+    wait_until(lambda: not _alive(pid), 5, what="the process gone")

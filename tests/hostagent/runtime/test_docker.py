@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -78,6 +79,13 @@ def test_a_replicas_container_carries_its_labels_environment_and_host_network(
         "2",
     )
     assert env["MODEL"] == "qwen-7b"
+
+
+def test_a_replica_of_several_gpus_asks_docker_for_all_of_them(docker_host):
+    both = "GPU-00000000-0000-0000-0000-000000000001,GPU-00000000-0000-0000-0000-000000000002"
+    spec = replace(container_spec(gpu_request=True), device_uuid=both)
+    [request] = container_config(spec, docker_host)["host"]["device_requests"]
+    assert dict(request)["DeviceIDs"] == both.split(",")  # docker run --gpus '"device=a,b"'
 
 
 def test_on_nvml_the_container_asks_for_its_device_as_docker_run_gpus_does(docker_host):

@@ -137,6 +137,26 @@ def test_specs_name_the_mig_instance_and_its_own_mps_daemon(tmp_path):
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in spec.environment  # none asked for
 
 
+def test_a_replica_of_several_gpus_runs_once_with_every_gpu_visible(tmp_path):
+    """The allocation that carries ``devices`` runs, seeing them all; the replica's other
+    GPUs' allocations run nothing."""
+    host = make_host(tmp_path, {}, "none")
+    devices = [host.gpu, "GPU-00000000-0000-0000-0000-00000000beef"]
+    state = desired(
+        host.gpu,
+        1,
+        [
+            allocation(4, workload(), partition_key=None, devices=devices),
+            allocation(5, default_workload(), partition_key=None),
+        ],
+    )
+    [spec] = replica_specs(host.sim, host.mps, host.gpu, state["gpus"][host.gpu], gpu_request=True)
+    assert spec.allocation_id == 4
+    assert spec.device_uuid == ",".join(devices)
+    assert spec.environment["CUDA_VISIBLE_DEVICES"] == ",".join(devices)
+    assert spec.environment["NVIDIA_VISIBLE_DEVICES"] == ",".join(devices)
+
+
 def test_a_replica_whose_partition_is_missing_waits_for_it(tmp_path):
     host = make_host(tmp_path, {}, "none")
     state = desired(host.gpu, 1, [allocation(4, workload(), partition_key="nowhere")])
