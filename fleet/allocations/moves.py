@@ -105,8 +105,17 @@ def allocation_move(
             {"allocation": allocation_id},
         )
     deployment = lock_deployment(deployment_id)
-    old = Allocation.objects.select_related("partition", "gpu__host").get(pk=allocation_id)
-    _check_movable(old, deployment.gpu_count or 1)
+    olds = _copy_of(
+        Allocation.objects.select_related("partition", "gpu__host").get(pk=allocation_id)
+    )
+    old = olds[0]
+    _check_movable(olds)
+    if len(olds) > 1 and partition_id is not None:
+        raise ServiceError(
+            "move.target_required",
+            f"{deployment.name}[{old.replica}] spans {len(olds)} GPUs: give a 'gpu', and the "
+            "engine takes the others beside it.",
+        )
     if partition_id is not None:
         target_gpu = Partition.objects.filter(pk=partition_id).values_list("gpu_id", flat=True)
         found = target_gpu.first()
@@ -124,22 +133,23 @@ def allocation_move(
                 {"partition": partition_id},
             )
     assert gpu_id is not None
-    if deployment.kind != "mps" and partition_id is None and gpu_id == old.gpu_id:
+    if deployment.kind != "mps" and partition_id is None and gpu_id in {a.gpu_id for a in olds}:
         raise Conflict(
             "move.same_target",
             f"{deployment.name}[{old.replica}] already runs on that GPU.",
             {"gpu": gpu_id},
         )
-    gpu, [new], created, generation = reserve_target(
+    gpu, news, created, generation = reserve_target(
         deployment,
         old.replica,
         gpu_id=gpu_id,
         partition_id=partition_id,
         start=start,
         conflict="move.conflict",
-        replaces=old,
+        replaces=olds,
         workload=workload if workload is not None else old.workload,
     )
+    new = news[0]
     timeout = float(timeout_s if timeout_s is not None else _timeout_s())
     now = timezone.now()
     waits = runtime_of(deployment, new) != "none" and gpu.host.runtime != AgentRuntime.NONE
@@ -160,6 +170,10 @@ def allocation_move(
                 }
             ],
             "replica": old.replica,
+            # A replica of several GPUs: every allocation of each copy, in slot order (the
+            # first of each is the one that runs the workload, and ``*_allocation`` names it).
+            "from_allocations": [a.pk for a in olds],
+            "to_allocations": [a.pk for a in news],
             "from_allocation": old.pk,
             "from_partition": old.partition_id,
             "from_gpu": old.gpu_id,
@@ -173,9 +187,9 @@ def allocation_move(
         },
     )
     schedule_push(gpu.host_id)
-    publish_changed("allocation", [old.pk, new.pk])
+    publish_changed("allocation", [a.pk for a in (*olds, *news)])
     if not waits:  # nothing to wait for: the slice moves now
-        _switch(old, new)
+        _switch(olds, news)
         _finish(operation, OperationStatus.SUCCEEDED, _UNRUN)
         operation.refresh_from_db()
         return operation
@@ -200,10 +214,11 @@ def allocation_move_anywhere(
     it."""
     allocation = Allocation.objects.select_related("deployment").get(pk=allocation_id)
     ranking = deployment_ranking(allocation.deployment)
+    mine = {a.gpu_id for a in _copy_of(allocation)}
     targets = [
         t
         for t in ranking.feasible
-        if not off_its_gpu or allocation.gpu_id not in (t.gpu_ids or (t.gpu_id,))
+        if not off_its_gpu or not mine.intersection(t.gpu_ids or (t.gpu_id,))
     ]
     if avoid_gpus:
         avoid = set(avoid_gpus)
@@ -274,27 +289,75 @@ def moves_cancel_onto(
     arriving = Allocation.objects.filter(gpu_id=gpu_id, replaces__isnull=False)
     if partitions is not None:
         arriving = arriving.filter(partition_id__in=list(partitions))
+    gone: set[int] = set()
     for new in arriving:
-        operation = (
-            Operation.objects.select_for_update()
-            .filter(kind=OperationKind.MOVE, status__in=RUNNING, payload__to_allocation=new.pk)
-            .first()
+        if new.pk in gone:
+            continue
+        operation = next(
+            (
+                op
+                for op in Operation.objects.select_for_update().filter(
+                    kind=OperationKind.MOVE, status__in=RUNNING, deployment_id=new.deployment_id
+                )
+                if new.pk in _ids(op.payload, "to")
+            ),
+            None,
         )
-        full = Allocation.objects.select_related("gpu__host", "deployment").get(pk=new.pk)
-        _rollback(full)
+        ids = _ids(operation.payload, "to") if operation is not None else [new.pk]
+        copy = _rows(ids)  # a replica of several GPUs: the whole new copy goes
+        _rollback(copy)
+        gone.update(a.pk for a in copy)
         if operation is not None:
             _finish(operation, OperationStatus.FAILED, f"{reason}; the old copy keeps running")
             cancelled.append(operation.pk)
     return cancelled
 
 
-def _check_movable(old: Allocation, gpu_count: int) -> None:
+def _copy_of(allocation: Allocation) -> list[Allocation]:
+    """Every allocation of the replica copy ``allocation`` belongs to, in slot order (one but
+    for a replica of several GPUs); just itself when it is not a placed, settled copy (being
+    released, or a move's new copy), which :func:`_check_movable` refuses."""
+    if allocation.state == AllocationState.RELEASING or allocation.replaces_id is not None:
+        return [allocation]
+    return list(
+        Allocation.objects.placed()
+        .filter(
+            deployment_id=allocation.deployment_id,
+            replica=allocation.replica,
+            replaces__isnull=True,
+        )
+        .select_related("partition", "gpu__host", "deployment")
+        .order_by("gpu_slot", "pk")
+    ) or [allocation]
+
+
+def _ids(payload: dict[str, Any], side: str) -> list[int]:
+    """The allocations of a move's old (``from``) or new (``to``) copy, in slot order."""
+    many = payload.get(f"{side}_allocations")
+    if isinstance(many, list) and many:
+        return [int(pk) for pk in many]
+    return [int(payload[f"{side}_allocation"])]
+
+
+def _rows(ids: list[int]) -> list[Allocation]:
+    return list(
+        Allocation.objects.select_related("gpu__host", "deployment")
+        .filter(pk__in=ids)
+        .order_by("gpu_slot", "pk")
+    )
+
+
+def _check_movable(olds: list[Allocation]) -> None:
+    old = olds[0]
     name = f"{old.deployment.name}[{old.replica}]"
-    if old.state == AllocationState.RELEASING:
+    if any(a.state == AllocationState.RELEASING for a in olds):
         raise Conflict(
             "move.not_placed", f"{name} is being released: there is nothing to move.", {}
         )
-    if old.replaces_id is not None or Allocation.objects.filter(replaces=old).exists():
+    moving = any(a.replaces_id is not None for a in olds) or (
+        Allocation.objects.filter(replaces__in=[a.pk for a in olds]).exists()
+    )
+    if moving:
         running = (
             Operation.objects.filter(kind=OperationKind.MOVE, status__in=RUNNING)
             .filter(deployment_id=old.deployment_id)
@@ -305,13 +368,6 @@ def _check_movable(old: Allocation, gpu_count: int) -> None:
             "move.in_progress",
             f"{name} is already moving (operation {running}).",
             {"operation": running},
-        )
-    if gpu_count > 1:
-        raise Conflict(
-            "move.multi_gpu",
-            f"{name} spans {gpu_count} GPUs; moving it is not supported yet: evict it and place "
-            "it again.",
-            {"gpu_count": gpu_count},
         )
 
 
@@ -332,33 +388,33 @@ def _advance(operation: Operation) -> str:
     payload = operation.payload
     assert operation.deployment_id is not None
     lock_deployment(operation.deployment_id, allow_deleting=True)  # as place and evict do
-    new = Allocation.objects.select_related("gpu__host").filter(pk=payload["to_allocation"]).first()
-    old = (
-        Allocation.objects.select_related("gpu__host", "deployment")
-        .filter(pk=payload["from_allocation"])
-        .first()
-    )
-    if new is None or new.state == AllocationState.RELEASING:
+    new_ids, old_ids = _ids(payload, "to"), _ids(payload, "from")
+    news, olds = _rows(new_ids), _rows(old_ids)
+    live = [a for a in news if a.state != AllocationState.RELEASING]
+    if len(live) < len(new_ids):
+        _rollback(live)  # what is left of a new copy of several GPUs
         _finish(
             operation,
             OperationStatus.FAILED,
             "the new copy was evicted during the move; the old copy stays",
         )
         return MoveStep.FAILED
-    if old is None or old.state == AllocationState.RELEASING:
-        _promote(new)
+    new = news[0]
+    if len(olds) < len(old_ids) or any(a.state == AllocationState.RELEASING for a in olds):
+        _promote(news)
         _finish(
             operation,
             OperationStatus.SUCCEEDED,
             "the old copy was evicted during the move; the new copy stays",
         )
         return MoveStep.DONE
+    old = olds[0]
     if not payload["make_before_break"]:
-        _switch(old, new)
+        _switch(olds, news)
         _finish(operation, OperationStatus.SUCCEEDED, _UNRUN)
         return MoveStep.DONE
     if new.workload_state == WorkloadState.RUNNING:
-        _switch(old, new)
+        _switch(olds, news)
         payload = {**operation.payload, "running_at": timezone.now().isoformat()}
         operation.payload = payload
         _finish(
@@ -369,7 +425,7 @@ def _advance(operation: Operation) -> str:
         return MoveStep.DONE
     if new.workload_state in FAILED_STATES:
         detail = f": {new.workload_message}" if new.workload_message else ""
-        _rollback(new)
+        _rollback(news)
         _finish(
             operation,
             OperationStatus.FAILED,
@@ -378,7 +434,7 @@ def _advance(operation: Operation) -> str:
         return MoveStep.FAILED
     deadline = parse_datetime(payload["deadline"])
     if deadline is not None and timezone.now() > deadline:
-        _rollback(new)
+        _rollback(news)
         _finish(
             operation,
             OperationStatus.FAILED,
@@ -392,33 +448,39 @@ def _advance(operation: Operation) -> str:
     return MoveStep.WAIT_RUNNING
 
 
-def _switch(old: Allocation, new: Allocation) -> None:
+def _switch(olds: list[Allocation], news: list[Allocation]) -> None:
     """Release the old copy (its workload stops first) and make the new one the replica."""
-    Host.objects.select_for_update().get(pk=old.gpu.host_id)
+    host_id = olds[0].gpu.host_id  # a replica's GPUs are on one host
+    Host.objects.select_for_update().get(pk=host_id)
     # Out of the replica's place first: deleting it would point the new copy at nothing while
     # the old row still stands, two copies of one replica.
-    Allocation.objects.filter(pk=old.pk).update(state=AllocationState.RELEASING)
-    allocations_release([old])
-    host_bump_generation(old.gpu.host_id)
-    schedule_push(old.gpu.host_id)
-    _promote(new)
-    publish_changed("gpu", [old.gpu_id, new.gpu_id])
+    Allocation.objects.filter(pk__in=[a.pk for a in olds]).update(state=AllocationState.RELEASING)
+    allocations_release(olds)
+    host_bump_generation(host_id)
+    schedule_push(host_id)
+    _promote(news)
+    publish_changed("gpu", [a.gpu_id for a in (*olds, *news)])
 
 
-def _promote(new: Allocation) -> None:
-    Allocation.objects.filter(pk=new.pk).update(replaces=None, updated_at=timezone.now())
-    publish_changed("allocation", [new.pk])
-    publish_changed("deployment", [new.deployment_id])
+def _promote(news: list[Allocation]) -> None:
+    Allocation.objects.filter(pk__in=[a.pk for a in news]).update(
+        replaces=None, updated_at=timezone.now()
+    )
+    publish_changed("allocation", [a.pk for a in news])
+    publish_changed("deployment", sorted({a.deployment_id for a in news}))
 
 
-def _rollback(new: Allocation) -> None:
+def _rollback(news: list[Allocation]) -> None:
     """Release the target: the new copy stops, the old copy was never touched."""
-    Host.objects.select_for_update().get(pk=new.gpu.host_id)
-    allocations_release([new])
-    host_bump_generation(new.gpu.host_id)
-    schedule_push(new.gpu.host_id)
-    publish_changed("gpu", [new.gpu_id])
-    publish_changed("deployment", [new.deployment_id])
+    if not news:
+        return
+    host_id = news[0].gpu.host_id
+    Host.objects.select_for_update().get(pk=host_id)
+    allocations_release(news)
+    host_bump_generation(host_id)
+    schedule_push(host_id)
+    publish_changed("gpu", [a.gpu_id for a in news])
+    publish_changed("deployment", sorted({a.deployment_id for a in news}))
 
 
 def _note(operation: Operation, note: str, **extra: Any) -> None:

@@ -10,7 +10,7 @@ constraints catch what a lock could miss.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,7 +255,7 @@ def reserve_target(
     partition_id: int | None,
     start: int | None,
     conflict: str = "place.conflict",
-    replaces: Allocation | None = None,
+    replaces: Allocation | Sequence[Allocation] | None = None,
     workload: Any = None,
 ) -> tuple[Gpu, list[Allocation], int | None, int]:
     """The step every placement shares (a place, a move's new copy): under the target host's
@@ -314,13 +314,15 @@ def write_target(
     replica: int,
     gpu: Gpu,
     target: Target,
-    replaces: Allocation | None = None,
+    replaces: Allocation | Sequence[Allocation] | None = None,
     workload: Any = None,
 ) -> tuple[list[Allocation], int | None]:
     """The allocations (and the MIG instance) the engine's target names; ``replaces``: the copy
-    a move's new one runs beside; ``workload``: what the copy runs (default: the deployment's
-    workload now)."""
+    a move's new one runs beside (a replica of several GPUs: its allocations, in slot order,
+    each replaced by the new allocation of its slot); ``workload``: what the copy runs
+    (default: the deployment's workload now)."""
     runs = workload if workload is not None else deployment.workload
+    olds = [replaces] if isinstance(replaces, Allocation) else list(replaces or ())
     if deployment.kind == RequestKind.GPU:
         wholes = {
             p.gpu_id: p
@@ -328,10 +330,16 @@ def write_target(
         }
         return [
             _allocation(
-                deployment, replica, wholes[gpu_id], slot=slot, replaces=replaces, workload=runs
+                deployment,
+                replica,
+                wholes[gpu_id],
+                slot=slot,
+                replaces=olds[slot] if slot < len(olds) else None,
+                workload=runs,
             )
             for slot, gpu_id in enumerate(target.gpu_ids)
         ], None
+    replaces = olds[0] if olds else None
     created: int | None = None
     if target.new_instance is not None:
         partition = _new_mig_partition(gpu, target.new_instance)

@@ -131,7 +131,7 @@ def host_replica_spans(host_id: int) -> dict[int, list[int]]:
     that runs the workload) → every allocation of the replica, in slot order. One query.
 
     A copy being released and a copy placed of the same replica are told apart (by state), as
-    are a move's two copies (by ``replaces``)."""
+    are a move's two copies (the new one's allocations each name the one they replace)."""
     rows = (
         Allocation.objects.filter(
             gpu__host_id=host_id, kind=RequestKind.GPU, deployment__gpu_count__gt=1
@@ -139,9 +139,10 @@ def host_replica_spans(host_id: int) -> dict[int, list[int]]:
         .order_by("deployment_id", "replica", "gpu_slot", "pk")
         .values_list("pk", "deployment_id", "replica", "replaces_id", "state")
     )
-    groups: dict[tuple[int, int, int | None, bool], list[int]] = {}
+    groups: dict[tuple[int, int, bool, bool], list[int]] = {}
     for pk, deployment_id, replica, replaces_id, state in rows:
-        key = (deployment_id, replica, replaces_id, state == AllocationState.RELEASING)
+        new_copy = replaces_id is not None
+        key = (deployment_id, replica, new_copy, state == AllocationState.RELEASING)
         groups.setdefault(key, []).append(pk)
     return {pks[0]: pks for pks in groups.values() if len(pks) > 1}
 

@@ -227,7 +227,8 @@ class FleetCollector(Collector):
                 filter=Q(allocations__workload_state=WorkloadState.RUNNING),
                 distinct=True,
             ),
-            restarts=Sum("allocations__restarts", default=0),
+            # A replica of several GPUs counts once: its other GPUs' allocations mirror the first.
+            restarts=Sum("allocations__restarts", filter=Q(allocations__gpu_slot=0), default=0),
         ).values_list("name", "running", "restarts")
         for name, n_running, n_restarts in rows:
             running.add_metric([name], n_running)

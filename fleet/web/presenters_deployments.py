@@ -147,7 +147,7 @@ def deployment_row(deployment: Deployment) -> DeploymentRow:
         placed=len(replicas),
         running=len(running),
         stopping=len({a.replica for a in held if a.state == AllocationState.RELEASING}),
-        restarts=sum(a.restarts for a in placed),
+        restarts=sum(a.restarts for a in placed if a.gpu_slot == 0),  # a replica counts once
         state=state,
         auto_place=deployment.auto_place,
         deleting=deployment.deleting,

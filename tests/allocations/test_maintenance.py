@@ -298,3 +298,32 @@ def test_a_stuck_replica_is_tried_again_once_room_appears():
     host_drain_advance(operation_id=operation.pk)
 
     assert Allocation.objects.get(replaces=old[0]).gpu_id == target.pk
+
+
+def test_a_drain_moves_a_replica_of_two_gpus_before_break_as_one_copy():
+    hosts = [HostFactory(name=f"pair-{n}", runtime="process") for n in "ab"]
+    gpus = {h.pk: [GpuFactory(host=h) for _ in range(2)] for h in hosts}
+    for gpu in (g for pair in gpus.values() for g in pair):
+        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
+    deployment = deployment_create(
+        name="train",
+        request=DeploymentRequest(kind="gpu", gpu_count=2),
+        replicas=1,
+        workload=PROCESS,
+    )
+    deployment_place(deployment_id=deployment.pk, gpu_id=gpus[hosts[0].pk][0].pk)
+    olds = list(Allocation.objects.filter(deployment=deployment).order_by("gpu_slot"))
+    _report(hosts[0].pk, [(olds[0].pk, "running")])
+
+    operation = host_drain(host_id=hosts[0].pk)
+    assert host_drain_advance(operation_id=operation.pk) == "move"
+    news = list(Allocation.objects.filter(replaces__in=olds).order_by("gpu_slot"))
+    assert {n.gpu.host_id for n in news} == {hosts[1].pk} and len(news) == 2
+    assert _running(deployment.pk) == 2  # the old copy, on both its GPUs
+    _report(hosts[1].pk, [(news[0].pk, "running")])
+    _report(hosts[0].pk, [(olds[0].pk, "none")])  # the old copy has stopped
+
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.SUCCEEDED, operation.reason
+    assert not Allocation.objects.filter(gpu__host_id=hosts[0].pk).exists()
+    assert _running(deployment.pk) == 2  # the new copy, on both its GPUs

@@ -292,3 +292,76 @@ def test_a_bad_move_request_is_refused_and_changes_nothing(two_gpus, operator_cl
 def test_moving_an_unknown_allocation_is_a_404(operator_client):
     response = operator_client.post("/api/v1/allocations/424242/move", {"gpu": 1}, format="json")
     assert_error(response, 404, "allocation.not_found")
+
+
+# -- a replica of several whole GPUs moves as one copy ---------------------------------------
+
+
+@pytest.fixture
+def two_hosts_of_two():
+    """A replica of 2 whole GPUs running on host a; host b has 2 free dedicated GPUs."""
+    hosts = [HostFactory(runtime="process") for _ in range(2)]
+    gpus = [[GpuFactory(host=host) for _ in range(2)] for host in hosts]
+    for gpu in (*gpus[0], *gpus[1]):
+        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
+    deployment = deployment_create(
+        name="train",
+        request=DeploymentRequest(kind="gpu", gpu_count=2),
+        replicas=1,
+        workload=PROCESS,
+    )
+    deployment_place(deployment_id=deployment.pk, gpu_id=gpus[0][0].pk)
+    olds = list(Allocation.objects.filter(deployment=deployment).order_by("gpu_slot"))
+    _report(gpus[0][0], olds[0].pk, "running")
+    return gpus, olds
+
+
+def test_a_replica_of_two_gpus_moves_make_before_break_as_one_copy(two_hosts_of_two):
+    gpus, olds = two_hosts_of_two
+    # Asked through its second GPU's allocation: the whole replica moves.
+    operation = allocation_move(allocation_id=olds[1].pk, gpu_id=gpus[1][0].pk)
+    news = list(Allocation.objects.filter(replaces__in=olds).order_by("gpu_slot"))
+    assert [n.replaces_id for n in news] == [o.pk for o in olds]
+    assert sorted(n.gpu_id for n in news) == sorted(g.pk for g in gpus[1])
+    assert operation.payload["to_allocations"] == [n.pk for n in news]
+    desired = _desired(gpus[1][0]) + _desired(gpus[1][1])
+    (runs,) = [a for a in desired if a["workload"]["runtime"] != "none"]
+    assert runs["allocation_id"] == news[0].pk and len(runs["devices"]) == 2
+    assert move_advance(operation_id=operation.pk) == "wait_running"
+    _report(gpus[1][0], news[0].pk, "running")
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.SUCCEEDED, operation.reason
+    for old in olds:
+        old.refresh_from_db()
+        assert old.state == AllocationState.RELEASING
+    assert not Allocation.objects.filter(pk__in=[n.pk for n in news], replaces__isnull=False)
+    # The old copy's workload stopped: both its GPUs are free, together.
+    handle_message(
+        gpus[0][0].host_id, {"type": "workloads", "ts": time.time(), "full": True, "workloads": []}
+    )
+    assert not Allocation.objects.filter(pk__in=[o.pk for o in olds]).exists()
+
+
+def test_a_failed_new_copy_of_two_gpus_frees_both_targets_and_keeps_the_old(two_hosts_of_two):
+    gpus, olds = two_hosts_of_two
+    operation = allocation_move(allocation_id=olds[0].pk, gpu_id=gpus[1][0].pk)
+    news = list(Allocation.objects.filter(replaces__in=olds).order_by("gpu_slot"))
+    _report(gpus[1][0], news[0].pk, "failed", message="no such file")
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.FAILED and "no such file" in operation.reason
+    assert set(
+        Allocation.objects.filter(pk__in=[n.pk for n in news]).values_list("state", flat=True)
+    ) <= {AllocationState.RELEASING}
+    assert list(Allocation.objects.placed().filter(deployment=olds[0].deployment)) == olds
+
+
+def test_a_replica_of_two_gpus_moves_to_a_gpu_not_a_partition(two_hosts_of_two):
+    gpus, olds = two_hosts_of_two
+    whole = Partition.objects.get(gpu=gpus[1][0])
+    with pytest.raises(ServiceError) as refused:
+        allocation_move(allocation_id=olds[0].pk, partition_id=whole.pk)
+    assert refused.value.code == "move.target_required"
+    with pytest.raises(Conflict) as same:
+        allocation_move(allocation_id=olds[0].pk, gpu_id=gpus[0][1].pk)
+    assert same.value.code == "move.same_target"
+    assert not Allocation.objects.filter(replaces__isnull=False).exists()

@@ -154,3 +154,41 @@ def test_a_drain_never_drops_the_running_count(fleet, tmp_path):
     assert len(placed) == 2 and all(a["gpu"] != gpus[0]["id"] for a in placed)
     assert "wait_moves" in [s["step"] for s in drained["payload"]["steps"]]
     evict(stack, deployment_id)
+
+
+def test_a_replica_of_two_gpus_moves_as_one_copy_without_a_gap(stack: Stack, tmp_path):
+    """One workload on GPUs 0 and 1 moves to GPUs 2 and 3: the new copy (one process seeing
+    both new GPUs) runs before the old one stops, and both old GPUs are freed together."""
+    agent = stack.add_agent("mv-pair", ["h100-sxm5-80gb"] * 4, runtime="process")
+    gpus = stack.gpus(agent)
+    body = {"name": "pair", "replicas": 1, "kind": "gpu", "gpu_count": 2}
+    status, created = stack.request(
+        "POST", "/api/v1/deployments/", {**body, "workload": sleeper(tmp_path)}
+    )
+    assert status == 201, created
+    deployment_id = int(created["id"])
+    status, op = stack.request(
+        "POST", f"/api/v1/deployments/{deployment_id}/place", {"gpu": gpus[0]["id"]}
+    )
+    assert status in (200, 202), op
+    wait_running(stack, deployment_id, 1)
+    olds = sorted(allocations(stack, deployment_id), key=lambda a: a["gpu_slot"])
+    assert [a["gpu"] for a in olds] == [gpus[0]["id"], gpus[1]["id"]]
+    with Watch(stack, deployment_id) as watch:
+        status, op = stack.request(
+            "POST", f"/api/v1/allocations/{olds[0]['id']}/move", {"gpu": gpus[2]["id"]}
+        )
+        assert status == 202, op
+        done = stack.wait_operation(op["id"], timeout=60)
+        wait_until(lambda: len(allocations(stack, deployment_id)) == 2, 15, what="old released")
+    assert done["status"] == "succeeded", done
+    news = sorted(allocations(stack, deployment_id), key=lambda a: a["gpu_slot"])
+    assert {a["gpu"] for a in news} == {gpus[2]["id"], gpus[3]["id"]}
+    assert all(a["workload_state"] == "running" for a in news)
+    assert min(watch.samples) == 1, watch.samples  # never a moment without a running copy
+    uuids = {g["id"]: g["uuid"] for g in gpus}
+    assert (tmp_path / "starts").read_text().split() == [
+        f"{uuids[olds[0]['gpu']]},{uuids[olds[1]['gpu']]}",
+        f"{uuids[news[0]['gpu']]},{uuids[news[1]['gpu']]}",
+    ]
+    evict(stack, deployment_id)
