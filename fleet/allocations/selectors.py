@@ -311,7 +311,7 @@ def allocation_environment(allocation: Allocation) -> dict[str, str]:
     """What a replica's process needs to run where it was placed.
 
     ``CUDA_VISIBLE_DEVICES`` names the MIG instance (its ``MIG-`` UUID once the agent created
-    it) or the GPU; an MPS share adds ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``,
+    it) or the GPU (every GPU of a replica of several, joined by commas); an MPS share adds ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``,
     ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (when capped) and the daemon's
     ``CUDA_MPS_PIPE_DIRECTORY`` as the agent reported it. Empty until the device exists.
     """
@@ -319,6 +319,8 @@ def allocation_environment(allocation: Allocation) -> dict[str, str]:
     device = partition.uuid if partition.kind == PartitionKind.MIG else gpu.uuid
     if not device:
         return {}
+    if allocation.kind == RequestKind.GPU and (allocation.deployment.gpu_count or 1) > 1:
+        device = ",".join(_replica_gpus(allocation)) or device
     env = {"CUDA_VISIBLE_DEVICES": device}
     if allocation.kind == RequestKind.MPS:
         env.update(
@@ -329,6 +331,18 @@ def allocation_environment(allocation: Allocation) -> dict[str, str]:
             )
         )
     return env
+
+
+def _replica_gpus(allocation: Allocation) -> list[str]:
+    """The GPUs of the replica copy ``allocation`` belongs to, in slot order: a replica of
+    several whole GPUs is one workload that sees them all."""
+    copy = Allocation.objects.filter(
+        deployment_id=allocation.deployment_id,
+        replica=allocation.replica,
+        replaces__isnull=allocation.replaces_id is None,
+        state=allocation.state,
+    )
+    return list(copy.order_by("gpu_slot", "pk").values_list("gpu__uuid", flat=True))
 
 
 def _pipe_directory(gpu: Gpu, target_uuid: str) -> str | None:

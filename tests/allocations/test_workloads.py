@@ -306,6 +306,14 @@ def test_a_replica_of_two_gpus_is_one_workload_that_sees_both(pair):
     assert "devices" not in follower
 
 
+def test_each_allocation_of_a_replica_of_two_gpus_names_both_for_a_launcher(pair, viewer_client):
+    _, first, second = pair
+    both = f"{first.gpu.uuid},{second.gpu.uuid}"
+    for allocation in (first, second):
+        body = viewer_client.get(f"/api/v1/allocations/{allocation.pk}/").json()
+        assert body["environment"]["CUDA_VISIBLE_DEVICES"] == both
+
+
 def test_the_other_gpus_of_a_replica_take_its_state_and_are_freed_with_it(pair):
     host, first, second = pair
     workloads_record(host_id=host.pk, statuses=[_status(first.pk, "running")], full=False)
