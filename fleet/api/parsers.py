@@ -3,9 +3,9 @@
 DRF hands a ``JSONParser`` the whole of ``request.body`` (``DATA_UPLOAD_MAX_MEMORY_SIZE``, one
 limit for every endpoint, refused with Django's plain 400). These parsers are not ``JSONParser``
 subclasses, so DRF hands them the request stream instead: each reads at most its own cap plus
-one byte, and a body over the cap is a 413 envelope. Deep nesting makes ``json.loads`` (and any
-code that later walks the value) raise ``RecursionError``, which DRF turns into a 500; it is
-refused here as a 400 before parsing.
+one byte, and a body over the cap is a 413 envelope. Deep nesting would make any code that walks
+the value raise ``RecursionError``, which DRF turns into a 500; it is refused here as a 400
+before parsing.
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ from collections.abc import Mapping
 from itertools import accumulate
 from typing import IO, Any
 
+import orjson
 from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import JSONRenderer
-from rest_framework.settings import api_settings
-from rest_framework.utils import json
 
 from fleet.core.errors import ServiceError
 
@@ -29,6 +28,7 @@ from fleet.core.errors import ServiceError
 MAX_JSON_DEPTH = 64
 
 TOO_LARGE = "request.too_large"
+UTF8 = frozenset({"utf-8", "utf8"})
 
 # A JSON string with its escapes; brackets inside strings do not nest anything.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
@@ -57,7 +57,6 @@ class JsonParser(BaseParser):
 
     media_type = "application/json"
     renderer_class = JSONRenderer  # what the browsable API's raw-data form sends
-    strict = api_settings.STRICT_JSON  # True by default: NaN and Infinity are not JSON
     limit_setting = "FLEET_MAX_JSON_BYTES"
 
     def parse(
@@ -80,13 +79,14 @@ class JsonParser(BaseParser):
         return self._loads(raw, context.get("encoding") or settings.DEFAULT_CHARSET)
 
     def _loads(self, raw: bytes, encoding: str) -> dict[str, Any]:
-        strict = json.strict_constant if self.strict else None
+        """orjson: strict JSON (no NaN or Infinity, no number that overflows a double) and
+        valid Unicode only. The standard library accepts a lone surrogate (``"\\udb3f"``),
+        which no response can then encode: an error message quoting it was a 500."""
         try:
-            value: dict[str, Any] = json.loads(raw.decode(encoding), parse_constant=strict)
-        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
+            text: bytes | str = raw if encoding.lower() in UTF8 else raw.decode(encoding)
+            value: dict[str, Any] = orjson.loads(text)
+        except (ValueError, UnicodeError) as exc:  # orjson.JSONDecodeError is a ValueError
             raise ParseError(f"JSON parse error - {exc}") from None
-        except RecursionError:  # belt and braces: the depth scan should have refused it
-            raise ParseError("JSON parse error - nested too deeply.") from None
         return value
 
 

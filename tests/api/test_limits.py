@@ -367,3 +367,27 @@ def test_an_id_past_64_bits_is_a_4xx_on_every_database(admin_client, method, url
     call = getattr(admin_client, method)
     response = call(url, body, format="json") if body is not None else call(url)
     assert 400 <= response.status_code < 500, response.content[:300]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"selector": {"\\udb3f": {}}, "layout": {}}',  # a lone surrogate: no response can quote it
+        '{"selector": {}, "max_unavailable": 1e400}',  # overflows a double
+        '{"selector": {}, "max_unavailable": NaN}',
+    ],
+)
+def test_json_that_is_not_valid_unicode_or_strict_json_is_a_400_envelope(operator_client, raw):
+    before = snapshot_rows()
+    response = post_json(operator_client, "/api/v1/rollouts/", raw)
+    assert_error(response, 400, "malformed_request")
+    assert snapshot_rows() == before
+
+
+@pytest.mark.django_db
+def test_a_surrogate_pair_is_one_character_and_is_quoted_back(operator_client):
+    raw = '{"product": "\\ud83d\\ude00", "instances": []}'
+    response = post_json(operator_client, "/api/v1/mig/validate", raw)
+    assert response.status_code in (400, 404)
+    assert "\U0001f600" in response.content.decode()
