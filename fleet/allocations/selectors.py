@@ -311,8 +311,9 @@ def allocation_environment(allocation: Allocation) -> dict[str, str]:
     """What a replica's process needs to run where it was placed.
 
     ``CUDA_VISIBLE_DEVICES`` names the MIG instance (its ``MIG-`` UUID once the agent created
-    it) or the GPU (every GPU of a replica of several, joined by commas); an MPS share adds ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``,
-    ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (when capped) and the daemon's
+    it) or the GPU (every GPU of a replica of several, joined by commas); an MPS share adds
+    ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (when capped)
+    and the daemon's
     ``CUDA_MPS_PIPE_DIRECTORY`` as the agent reported it. Empty until the device exists.
     """
     partition, gpu = allocation.partition, allocation.gpu
