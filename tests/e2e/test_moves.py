@@ -161,7 +161,7 @@ def test_a_replica_of_two_gpus_moves_as_one_copy_without_a_gap(stack: Stack, tmp
     both new GPUs) runs before the old one stops, and both old GPUs are freed together."""
     agent = stack.add_agent("mv-pair", ["h100-sxm5-80gb"] * 4, runtime="process")
     gpus = stack.gpus(agent)
-    body = {"name": "pair", "replicas": 1, "kind": "gpu", "gpu_count": 2}
+    body = {"name": "pair-mover", "replicas": 1, "kind": "gpu", "gpu_count": 2}
     status, created = stack.request(
         "POST", "/api/v1/deployments/", {**body, "workload": sleeper(tmp_path)}
     )

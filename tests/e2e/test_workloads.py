@@ -346,7 +346,7 @@ def test_a_replica_of_two_gpus_runs_one_process_that_sees_both(stack: Stack, tmp
     out.mkdir()
     deployment_id = deploy(
         stack,
-        "pair",
+        "pair-runner",
         {"kind": "gpu", "gpu_count": 2},
         {
             "runtime": "process",
