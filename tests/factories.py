@@ -44,3 +44,13 @@ class GpuFactory(factory.django.DjangoModelFactory):
         while kwargs["index"] in taken:
             kwargs["index"] += 1
         return super()._create(model_class, *args, **kwargs)
+
+
+def dedicated_gpus(host: Host, count: int, product_key: str = "h100-sxm5-80gb") -> list[Gpu]:
+    """``count`` GPUs of the host, each laid out whole (dedicated), in index order."""
+    from fleet.partitioning.services import LayoutSpec, gpu_set_layout
+
+    gpus = [GpuFactory(host=host, product_key=product_key) for _ in range(count)]
+    for gpu in gpus:
+        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
+    return gpus

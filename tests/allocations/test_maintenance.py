@@ -25,7 +25,7 @@ from fleet.core.models import Operation, OperationStatus
 from fleet.inventory.models import Host, HostStatus
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
-from tests.factories import GpuFactory, HostFactory
+from tests.factories import GpuFactory, HostFactory, dedicated_gpus
 
 pytestmark = pytest.mark.django_db
 
@@ -302,9 +302,7 @@ def test_a_stuck_replica_is_tried_again_once_room_appears():
 
 def test_a_drain_moves_a_replica_of_two_gpus_before_break_as_one_copy():
     hosts = [HostFactory(name=f"pair-{n}", runtime="process") for n in "ab"]
-    gpus = {h.pk: [GpuFactory(host=h) for _ in range(2)] for h in hosts}
-    for gpu in (g for pair in gpus.values() for g in pair):
-        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
+    gpus = {h.pk: dedicated_gpus(h, 2) for h in hosts}
     deployment = deployment_create(
         name="train",
         request=DeploymentRequest(kind="gpu", gpu_count=2),

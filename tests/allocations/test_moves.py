@@ -25,7 +25,7 @@ from fleet.core.models import Operation, OperationStatus
 from fleet.inventory.models import Host
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
-from tests.factories import GpuFactory, HostFactory
+from tests.factories import GpuFactory, HostFactory, dedicated_gpus
 from tests.helpers import assert_error
 
 pytestmark = pytest.mark.django_db
@@ -301,9 +301,7 @@ def test_moving_an_unknown_allocation_is_a_404(operator_client):
 def two_hosts_of_two():
     """A replica of 2 whole GPUs running on host a; host b has 2 free dedicated GPUs."""
     hosts = [HostFactory(runtime="process") for _ in range(2)]
-    gpus = [[GpuFactory(host=host) for _ in range(2)] for host in hosts]
-    for gpu in (*gpus[0], *gpus[1]):
-        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
+    gpus = [dedicated_gpus(host, 2) for host in hosts]
     deployment = deployment_create(
         name="train",
         request=DeploymentRequest(kind="gpu", gpu_count=2),

@@ -23,7 +23,7 @@ from fleet.core.errors import Conflict
 from fleet.inventory.models import Host
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
-from tests.factories import GpuFactory, HostFactory
+from tests.factories import GpuFactory, HostFactory, dedicated_gpus
 from tests.helpers import assert_error
 
 pytestmark = pytest.mark.django_db
@@ -277,9 +277,7 @@ def test_a_replica_can_be_placed_again_while_its_old_workload_stops(mig_gpu):
 def pair():
     """A replica of 2 whole GPUs running a container, on a host of 2 dedicated H100s."""
     host = HostFactory(runtime="docker")
-    gpus = [GpuFactory(host=host) for _ in range(2)]
-    for gpu in gpus:
-        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
+    gpus = dedicated_gpus(host, 2)
     deployment = deployment_create(
         name="train",
         request=DeploymentRequest(kind="gpu", gpu_count=2),

@@ -15,7 +15,7 @@ from fleet.allocations.services import DeploymentRequest, deployment_create, dep
 from fleet.inventory.models import HostStatus
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
-from tests.factories import GpuFactory, HostFactory
+from tests.factories import GpuFactory, HostFactory, dedicated_gpus
 from tests.helpers import assert_error
 
 pytestmark = pytest.mark.django_db
@@ -157,9 +157,7 @@ def test_the_logs_of_any_gpu_of_a_replica_of_several_are_its_workloads(viewer_cl
     """A replica of 2 whole GPUs runs from its first GPU's allocation: asking for the second's
     logs asks the agent for the first's."""
     host = HostFactory(runtime="process")
-    gpus = [GpuFactory(host=host) for _ in range(2)]
-    for gpu in gpus:
-        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
+    gpus = dedicated_gpus(host, 2)
     deployment = deployment_create(
         name="train",
         request=DeploymentRequest(kind="gpu", gpu_count=2),
