@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast check lint bench clean
+.PHONY: run test test-production test-fast check lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,15 @@ run: $(STAMP)
 ## test: every test: pure domain, Django, API, agent, end-to-end (PostgreSQL-only ones need
 ## FLEET_DATABASE_URL/FLEET_REDIS_URL), then the real-browser tests in their own process
 test: $(STAMP)
-	$(BIN)/pytest -p no:cacheprovider -m "not browser"
+	$(BIN)/pytest -p no:cacheprovider -m "not browser" --durations=25
 	$(BIN)/pytest -p no:cacheprovider -m browser tests/browser
+
+## test-production: the tests that meet PostgreSQL and Redis (FLEET_DATABASE_URL/FLEET_REDIS_URL
+## set): everything but the pure domain and the agent, which touch neither and ran in `make test`
+test-production: $(STAMP)
+	$(BIN)/pytest -p no:cacheprovider -m "not browser" --durations=25 \
+	  --ignore=tests/hostagent --ignore=tests/mig --ignore=tests/mps --ignore=tests/placement \
+	  --ignore=tests/gpu
 
 ## check: lint, types, import contracts, migrations and the OpenAPI schema
 check: $(STAMP)

@@ -13,6 +13,7 @@ PORT=${FLEET_CI_PORT:-8765}
 psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB"
 export FLEET_DATABASE_URL=${PG_URL%/*}/$DB FLEET_REDIS_URL=$REDIS_URL
 export FLEET_MODE=production FLEET_SECRET_KEY=ci-only-secret FLEET_ALLOWED_HOSTS=127.0.0.1 FLEET_SECURE_COOKIES=false
+export FLEET_SECRETS_KEY=Y2ktb25seS1mZXJuZXQta2V5LW5vdC1mb3ItdXNlLSE=
 # One token sends thousands of requests a minute here: throttled answers (429) would only stop
 # the fuzzer from reaching the code. Per second, so that each throttle's history stays short.
 for scope in USER AGENT ANON ENROLL MIG EXPENSIVE; do export "FLEET_THROTTLE_$scope=1000/s"; done

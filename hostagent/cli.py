@@ -74,6 +74,31 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--state-dir", type=Path, help="workload state and logs (default: beside --token-file)"
     )
+    p.add_argument(
+        "--allow-process-runtime",
+        action="store_true",
+        default=None,
+        help="run process workloads (off: they are reported failed); each runs as its "
+        "policy's non-root user, in a cgroup of its own where the agent can make one",
+    )
+    p.add_argument(
+        "--process-as-agent-user",
+        action="store_true",
+        default=None,
+        help="development only: a process workload without a user runs as the agent's own "
+        "user (it can read the agent's token: never on a shared host)",
+    )
+    p.add_argument(
+        "--cgroup-base",
+        metavar="PATH",
+        help="cgroup v2 path the process workloads' cgroups go under (default: the agent's own)",
+    )
+    p.add_argument(
+        "--image-pull",
+        choices=["always", "if-not-present"],
+        help="pull a container's image before every start (always, the default) or only when "
+        "it is missing (if-not-present: locally built images)",
+    )
     p.add_argument("--once", action="store_true", help="discover, sample once, print, exit")
     p.add_argument(
         "--probe",
@@ -106,6 +131,10 @@ def config_from_args(args: argparse.Namespace, base: AgentConfig) -> AgentConfig
         "fault_dir": args.fault_dir,
         "runtime": args.runtime,
         "state_dir": args.state_dir,
+        "allow_process_runtime": args.allow_process_runtime,
+        "process_as_agent_user": args.process_as_agent_user,
+        "cgroup_base": args.cgroup_base,
+        "image_pull": args.image_pull,
     }
     config = replace(base, **{k: v for k, v in overrides.items() if v is not None})
     if config.interval_s <= 0:

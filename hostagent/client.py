@@ -17,6 +17,13 @@ either transport. An agent that has had no desired state since it started fetche
 (``GET desired-state``, also over WebSocket): the server pushes only to agents that are behind,
 and only a desired state tells which of the workloads found here may be stopped.
 
+Host token renewal: the server sends a ``host_token`` (down the socket, or in the answer to a
+REST report) before the current token expires. The agent writes it to its state file at once
+(atomically, mode 0600), keeps the connection it has, and presents the new token from its next
+connection or request on; a restarted agent reads it from the state file. Should the write
+fail, the new token is still used until the agent stops (the server keeps accepting the old one
+for a day, and renews again if the agent comes back with it).
+
 URL paths live in :mod:`hostagent.protocol` so the server can import the same constants.
 """
 
@@ -62,6 +69,7 @@ from hostagent.transport import (
     enroll,
     http,
     http_url,
+    retry_after_delay,
     ws_url,
 )
 from hostagent.workload_reports import COALESCE_S, RETRY_AFTER_S, WorkloadChannel
@@ -74,6 +82,10 @@ logger = logging.getLogger(__name__)
 DRIFT_CHECK_TICKS = 10
 # The REST transport keeps at most this many messages while the server cannot be reached.
 REST_OUTBOX_MAX = 100
+# A server that closed with "retry later" without saying when: this long.
+RETRY_LATER_DEFAULT_S = 5.0
+# A session that lasted this long was a real one: the reconnect backoff starts over after it.
+STABLE_SESSION_S = 30.0
 # Replicas' outputs read at once for logs requests (each in a worker thread).
 LOGS_AT_ONCE = 4
 # Logs requests read or waiting at once; past it, a request is answered "busy" at once (a
@@ -115,19 +127,45 @@ class AgentClient:
         self._log = FailureLog(logger)
         self._rest_hello_due = True
         self._delay = backoff_delays(random.Random(self.seed))
+        self._retry_rng = random.Random(None if self.seed is None else self.seed + 1)
         self._channel = WorkloadChannel(self.workloads)
         self._answering: set[asyncio.Task[None]] = set()
         self._logs_slots = asyncio.Semaphore(LOGS_AT_ONCE)
+        self._rng = random.Random(self.seed)
+        self._retry_after: float | None = None
+        # The interval the server asked for while it is past its capacity (``pace``); the
+        # agent's own interval when it asked for nothing.
+        self._pace_s = self.interval_s
         self.connections = 0
+        # What happened to this agent's sockets (the load benchmarks read them): when each one
+        # opened, and how many closed with each close code.
+        self.connected_at: list[float] = []
+        self.closes: dict[int, int] = {}
 
     # -- shared --------------------------------------------------------------------------
 
-    def _persist(self) -> None:
+    def _persist(self) -> bool:
         if self.state_file is not None:
             try:
                 write_state(self.state_file, self.state)
             except OSError as exc:
                 logger.warning("cannot write %s: %s", self.state_file, exc)
+                return False
+        return True
+
+    def take_token(self, message: protocol.HostToken) -> None:
+        """The server renewed the host token: persist it, and present it from the next
+        connection (or REST request) on. The current connection goes on as it is."""
+        self.state = replace(self.state, token=message["token"])
+        expires = time.strftime("%Y-%m-%d %H:%M", time.localtime(message["expires_at"]))
+        if self._persist():
+            logger.info("host token renewed (valid until %s)", expires)
+        else:
+            logger.warning(
+                "host token renewed (valid until %s) but not saved: a restarted agent would "
+                "present the old one, which stops working within a day",
+                expires,
+            )
 
     async def handle_desired_state(self, desired: DesiredState) -> Ack:
         """Apply one desired state (in a thread, serialised) and build its ``ack``."""
@@ -246,9 +284,16 @@ class AgentClient:
     # -- WebSocket -----------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Keep a WebSocket session up until ``stop`` is set."""
+        """Keep a WebSocket session up until ``stop`` is set.
+
+        Between attempts it waits with exponential backoff and full jitter; a session that
+        lasted :data:`STABLE_SESSION_S` starts the backoff over. A server past its capacity
+        closes a new socket with :data:`~hostagent.protocol.CLOSE_RETRY_LATER` after a
+        ``retry_later`` message: its ``after_s`` (plus jitter) replaces the backoff."""
         attempt = 0
         while not stop.is_set():
+            self._retry_after = None
+            opened_at: float | None = None
             try:
                 async with NoRedirectConnect(
                     ws_url(self.server),
@@ -257,9 +302,16 @@ class AgentClient:
                     },
                     open_timeout=HTTP_TIMEOUT_S,
                 ) as ws:
+                    opened_at = time.monotonic()
                     self.connections += 1
-                    attempt = 0
-                    await self._session(ws, stop)
+                    self.connected_at.append(time.time())
+                    self._pace_s = self.interval_s  # a new server has asked for nothing yet
+                    try:
+                        await self._session(ws, stop)
+                    finally:
+                        if ws.close_code == protocol.CLOSE_RETRY_LATER:
+                            await self._read_retry_later(ws)
+                        self._closed(ws.close_code)
             except InvalidStatus as exc:
                 logger.warning("server refused the connection: %s", exc)
             except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError) as exc:
@@ -268,10 +320,36 @@ class AgentClient:
                 self._log.failure("the session", exc, expected=False)
             if stop.is_set():
                 break
-            delay = self._delay(attempt)
+            if opened_at is not None and time.monotonic() - opened_at >= STABLE_SESSION_S:
+                attempt = 0
+            if self._retry_after is not None:
+                delay = retry_after_delay(self._retry_after, self._retry_rng)
+                logger.info("the server is busy: connecting again in %.1f s", delay)
+            else:
+                delay = self._delay(attempt)
             attempt += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    async def _read_retry_later(self, ws: ClientConnection) -> None:
+        """The server closed with :data:`~hostagent.protocol.CLOSE_RETRY_LATER`, perhaps before
+        this session read its ``retry_later`` (the hello was still being sent): read it from
+        what arrived, or wait :data:`RETRY_LATER_DEFAULT_S`."""
+        if self._retry_after is not None:
+            return
+        self._retry_after = RETRY_LATER_DEFAULT_S
+        with contextlib.suppress(Exception):
+            for _ in range(8):  # a few frames at most arrive before the close
+                message = protocol.decode(await asyncio.wait_for(ws.recv(), 0.1))
+                if message["type"] == "retry_later":
+                    self._retry_after = message["after_s"]
+                    return
+
+    def _closed(self, code: int | None) -> None:
+        if code is not None:
+            self.closes[code] = self.closes.get(code, 0) + 1
+        if code == protocol.CLOSE_ABUSE:
+            logger.warning("the server closed the socket as abusive (%s)", code)
 
     async def _session(self, ws: ClientConnection, stop: asyncio.Event) -> None:
         hello = await asyncio.to_thread(self.collector.hello, self.state.applied_generation)
@@ -322,7 +400,7 @@ class AgentClient:
                 await ws.send(protocol.encode(ack))
 
     async def _send_loop(self, ws: ClientConnection, stop: asyncio.Event) -> None:
-        async for tick in ticks(self.interval_s, stop):
+        async for tick in ticks(lambda: self._pace_s, stop):
             for message in await self._gather(tick):
                 await ws.send(protocol.encode(message))
 
@@ -338,6 +416,17 @@ class AgentClient:
                 await ws.send(protocol.encode(ack))
             elif message["type"] == "logs_request":
                 self._answer_later(ws, message)
+            elif message["type"] == "pace":
+                pace = max(self.interval_s, message["interval_s"])
+                if pace != self._pace_s:
+                    logger.info("telemetry every %.1f s: %s", pace, message["reason"])
+                self._pace_s = pace
+            elif message["type"] == "retry_later":
+                self._retry_after = message["after_s"]
+            elif message["type"] == "host_token":
+                # On the loop, as every change of self.state is: an apply in flight must not
+                # write the old token back.
+                self.take_token(message)
             elif message["type"] == "ping":
                 nonce = message["nonce"]
                 pong: protocol.Pong = {"type": "pong", "nonce": nonce, "ts": _now()}
@@ -407,8 +496,10 @@ class AgentClient:
         outbox.extend(await self._gather(tick))
         outbox.extend(await self._workload_messages(self._channel.pending))
         try:
-            await asyncio.to_thread(self._post_report, outbox)
+            renewed = await asyncio.to_thread(self._post_report, outbox)
             outbox, self._rest_hello_due = [], False
+            if renewed is not None:
+                self.take_token(renewed)
             desired = await asyncio.to_thread(self._get_desired)
         except (urllib.error.URLError, OSError, ValueError) as exc:
             self._log.failure("the REST exchange", exc)
@@ -434,9 +525,20 @@ class AgentClient:
             outbox.append(await self.handle_desired_state(desired))
         return outbox
 
-    def _post_report(self, messages: list[UpMessage]) -> None:
+    def _post_report(self, messages: list[UpMessage]) -> protocol.HostToken | None:
+        """Post one report; the renewed host token the answer carries, if any."""
         batch: protocol.ReportBatch = {"messages": messages}
-        http("POST", http_url(self.server, protocol.REPORT_PATH), self.state.token, batch)
+        _, body = http("POST", http_url(self.server, protocol.REPORT_PATH), self.state.token, batch)
+        renewed = body.get("host_token") if isinstance(body, dict) else None
+        if renewed is None:
+            return None
+        # The report was taken: a malformed renewal must not have it sent again.
+        try:
+            message = protocol.validate_message(renewed)
+        except ProtocolError as exc:
+            logger.warning("ignoring a malformed host_token: %s", exc)
+            return None
+        return message if message["type"] == "host_token" else None
 
     def _get_desired(self) -> DesiredState | None:
         url = http_url(self.server, protocol.DESIRED_STATE_PATH)

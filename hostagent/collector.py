@@ -76,12 +76,14 @@ class Collector:
         threads: bool = True,
         runtime: AgentRuntime = "none",
         owners: Owners | None = None,
+        process_runtime: bool = False,
     ) -> None:
         self.backend = backend
         self.mps = mps
         self.hostname = hostname
         self.allow_mutation = allow_mutation
         self.runtime: AgentRuntime = runtime
+        self.process_runtime = process_runtime and runtime != "none"
         self.owners = owners
         # Set while an apply runs: it may have released NVML on purpose (the Ampere reset path),
         # and a telemetry thread initialising it again would hold the GPU the reset needs.
@@ -220,6 +222,7 @@ class Collector:
             "applied_generation": applied_generation,
             "gpus": gpus,
             "runtime": self.runtime,
+            "process_runtime": self.process_runtime,
         }
 
     def _versions(self) -> tuple[str | None, str | None]:
@@ -359,21 +362,25 @@ def _unreadable(d: GpuDevice) -> GpuDevice:
     return d if d.status == "lost" else replace(d, status="unavailable")
 
 
-async def ticks(interval_s: float, stop: asyncio.Event) -> AsyncIterator[int]:
+async def ticks(interval_s: float | Callable[[], float], stop: asyncio.Event) -> AsyncIterator[int]:
     """Yield tick numbers on a monotonic deadline (no drift); end when ``stop`` is set.
 
-    A late tick is not repeated: the next deadline is moved past ``now``.
+    ``interval_s`` may be a callable, read before each wait: the server may ask an agent to
+    report less often while it is past its capacity (``pace``). A late tick is not repeated: the
+    next deadline is moved past ``now``.
     """
+    interval = interval_s if callable(interval_s) else (lambda: interval_s)
     loop = asyncio.get_running_loop()
     deadline = loop.time()
     n = 0
     while not stop.is_set():
         yield n
         n += 1
-        deadline += interval_s
+        step = interval()
+        deadline += step
         now = loop.time()
         if deadline < now:
-            deadline = now + interval_s
+            deadline = now + step
         try:
             await asyncio.wait_for(stop.wait(), timeout=deadline - now)
         except TimeoutError:

@@ -18,16 +18,24 @@
 | ``FLEET_AGENT_FAULT_DIR`` | ``--fault-dir`` | none (simulated backend only: fault injection) |
 | ``FLEET_AGENT_RUNTIME`` | ``--runtime`` | ``docker`` if its daemon answers, else ``process`` |
 | ``FLEET_AGENT_STATE_DIR`` | ``--state-dir`` | ``workloads/`` beside the token file |
+| ``FLEET_AGENT_ALLOW_PROCESS_RUNTIME`` | ``--allow-process-runtime`` | off: no process workloads |
+| ``FLEET_AGENT_PROCESS_AS_AGENT_USER`` | ``--process-as-agent-user`` | off (development only) |
+| ``FLEET_AGENT_CGROUP_BASE`` | ``--cgroup-base`` | the agent's own cgroup (v2) |
+| ``FLEET_AGENT_IMAGE_PULL`` | ``--image-pull`` | ``always`` (or ``if-not-present``) |
 
 Without ``--allow-mutation`` the runtime is ``none``: such an agent changes nothing on its host.
-The state directory holds the process runtime's state file and the processes' logs.
+The state directory holds the process runtime's state file and the processes' logs; it is kept
+0700 and the token file 0600, both the agent's user's (checked at start).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import socket
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +43,9 @@ from typing import Any, Literal
 
 from hostagent.mps import DEFAULT_BASE_DIR
 from hostagent.protocol import AgentRuntime, ProtocolError, SimulatedGpuSpec, validate
+from hostagent.runtime.base import IMAGE_PULLS, ImagePull
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_STATE_FILE = Path("/var/lib/fleet-agent/state.json")
 TRUE = {"1", "true", "yes", "on"}
@@ -67,6 +78,14 @@ class AgentConfig:
     state_dir: Path | None = None
     # Talk to a server without TLS off loopback (the tokens travel in clear).
     insecure: bool = False
+    # Run process workloads at all (review H1: off by default, as Nomad's raw_exec).
+    allow_process_runtime: bool = False
+    # Development only: a process workload without a user runs as the agent's own user.
+    process_as_agent_user: bool = False
+    # The cgroup v2 path (below /sys/fs/cgroup) the replicas' cgroups go under; None: the
+    # agent's own.
+    cgroup_base: str | None = None
+    image_pull: ImagePull = "always"
 
     @property
     def workload_dir(self) -> Path:
@@ -89,6 +108,11 @@ class AgentConfig:
             raise ConfigError(f"FLEET_AGENT_BACKEND must be nvml or simulated, not {backend!r}")
         if transport not in ("ws", "rest"):
             raise ConfigError(f"FLEET_AGENT_TRANSPORT must be ws or rest, not {transport!r}")
+        image_pull = get("IMAGE_PULL") or "always"
+        if image_pull not in IMAGE_PULLS:
+            raise ConfigError(
+                f"FLEET_AGENT_IMAGE_PULL must be always or if-not-present, not {image_pull!r}"
+            )
         runtime = get("RUNTIME")
         if runtime is not None and runtime not in RUNTIMES:
             raise ConfigError(
@@ -112,6 +136,10 @@ class AgentConfig:
                 runtime=next((r for r in RUNTIMES if r == runtime), None),
                 state_dir=Path(state_dir) if (state_dir := get("STATE_DIR")) else None,
                 insecure=(get("INSECURE") or "").lower() in TRUE,
+                allow_process_runtime=(get("ALLOW_PROCESS_RUNTIME") or "").lower() in TRUE,
+                process_as_agent_user=(get("PROCESS_AS_AGENT_USER") or "").lower() in TRUE,
+                cgroup_base=get("CGROUP_BASE"),
+                image_pull=next(p for p in IMAGE_PULLS if p == image_pull),
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
@@ -139,11 +167,22 @@ def load_specs(path: Path) -> tuple[list[SimulatedGpuSpec], int | None]:
 
 @dataclass(frozen=True)
 class AgentState:
-    """What the agent persists: its host token and the last generation it applied."""
+    """What the agent persists: its host token and the last generation it applied.
+
+    ``given_token_sha256``: the SHA-256 (hex) of the token given with ``--token`` or
+    ``FLEET_AGENT_TOKEN`` that ``token`` was renewed from, directly or not (the server renews
+    host tokens before they expire). An agent restarted with that same ``--token`` uses the
+    renewed ``token`` instead, which the server still accepts."""
 
     token: str
     host_id: str = ""
     applied_generation: int = 0
+    given_token_sha256: str = ""
+
+
+def token_sha256(token: str) -> str:
+    """Names a token in the state file without being it (:attr:`AgentState.given_token_sha256`)."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 def read_state(path: Path) -> AgentState | None:
@@ -160,11 +199,13 @@ def read_state(path: Path) -> AgentState | None:
         token=data["token"],
         host_id=str(data.get("host_id", "")),
         applied_generation=int(data.get("applied_generation", 0)),
+        given_token_sha256=str(data.get("given_token_sha256", "")),
     )
 
 
 def write_state(path: Path, state: AgentState) -> None:
-    """Write the state file atomically with mode 0600 (it holds a secret)."""
+    """Write the state file atomically with mode 0600 (it holds a secret): a crash leaves the
+    old file or the new one, never a torn token."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -174,8 +215,38 @@ def write_state(path: Path, state: AgentState) -> None:
                 "token": state.token,
                 "host_id": state.host_id,
                 "applied_generation": state.applied_generation,
+                "given_token_sha256": state.given_token_sha256,
             },
             fh,
         )
+        # On disk before the rename: a power cut after a token renewal must not leave an
+        # empty file where the only token the server accepts should be.
+        fh.flush()
+        os.fsync(fh.fileno())
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
+
+
+def ensure_private(path: Path, mode: int) -> None:
+    """Keep ``path`` the agent's own: owned by its user, no permission beyond ``mode`` (0600
+    for the token file, 0700 for the state directory), so no workload, which never runs as the
+    agent's user, can read the host token or another replica's log. Looser modes are
+    tightened (with a warning); a missing path is left to be created.
+
+    Raises:
+        ConfigError: ``path`` belongs to another user.
+    """
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError(f"cannot check {path}: {exc.strerror}") from exc
+    if info.st_uid != os.geteuid():
+        raise ConfigError(
+            f"{path} belongs to uid {info.st_uid}, not to the agent's user (uid {os.geteuid()}): "
+            "it holds the agent's secrets and must be the agent's own"
+        )
+    if stat.S_IMODE(info.st_mode) & ~mode:
+        logger.warning("%s had mode %o: now %o", path, stat.S_IMODE(info.st_mode), mode)
+        os.chmod(path, mode)

@@ -10,13 +10,22 @@ import signal
 
 from hostagent.client import AgentClient, enroll
 from hostagent.collector import Collector
-from hostagent.config import AgentConfig, AgentState, ConfigError, load_specs, read_state
+from hostagent.config import (
+    AgentConfig,
+    AgentState,
+    ConfigError,
+    ensure_private,
+    load_specs,
+    read_state,
+    token_sha256,
+)
 from hostagent.faults import watch_faults
 from hostagent.gpu.backend import BackendError, GpuBackend, GpuUnavailable, driver_branch
 from hostagent.gpu.simulated import SimulatedBackend
 from hostagent.mps import MpsManager, SubprocessMpsControl
 from hostagent.protocol import AgentRuntime
 from hostagent.runtime import (
+    Cgroups,
     RuntimeUnavailable,
     Supervisor,
     WorkloadSync,
@@ -116,8 +125,16 @@ def resolve_state(config: AgentConfig) -> AgentState:
         # (systemd's Restart=always) goes on with the host token it already traded it for.
         logger.info("already enrolled (%s): the enrolment token is not used", config.token_file)
     if config.token:
+        given = token_sha256(config.token)
+        if stored is not None and stored.given_token_sha256 == given:
+            # The server renewed the token given here (it expires): the renewed one holds.
+            if stored.token != config.token:
+                logger.info("using the renewed host token in %s", config.token_file)
+            return stored
         generation = stored.applied_generation if stored else 0
-        return AgentState(token=config.token, applied_generation=generation)
+        return AgentState(
+            token=config.token, applied_generation=generation, given_token_sha256=given
+        )
     if stored is None:
         raise ConfigError(
             f"no token: pass --enroll TOKEN or --token-file (tried {config.token_file})"
@@ -145,9 +162,32 @@ def build_workloads(
     config: AgentConfig, backend: GpuBackend, runtime: AgentRuntime
 ) -> WorkloadSync:
     """The supervisor of this agent's workloads (reporting ``failed`` for every workload when
-    the runtime is ``none``)."""
+    the runtime is ``none``, and for process workloads without ``--allow-process-runtime``)."""
+    allow_process = config.allow_process_runtime and runtime != "none"
+    if runtime != "none" and not allow_process:
+        logger.info("process workloads are off (start with --allow-process-runtime to run them)")
+    if allow_process and config.process_as_agent_user:
+        logger.warning(
+            "--process-as-agent-user: process workloads without a user run as uid %d, "
+            "and can read this agent's token; for development only",
+            os.geteuid(),
+        )
+    cgroups = Cgroups(base=config.cgroup_base) if allow_process else None
+    if cgroups is not None and not cgroups.available:
+        logger.warning(
+            "process workloads get no cgroup (%s): their memory is not confined", cgroups.problem
+        )
     try:
-        runtimes = build_runtimes(runtime, hostname=config.hostname, state_dir=config.workload_dir)
+        ensure_private(config.workload_dir, 0o700)
+        runtimes = build_runtimes(
+            runtime,
+            hostname=config.hostname,
+            state_dir=config.workload_dir,
+            allow_process=allow_process,
+            process_as_agent_user=config.process_as_agent_user,
+            cgroups=cgroups,
+            image_pull=config.image_pull,
+        )
     except RuntimeUnavailable as exc:
         raise ConfigError(f"--runtime {runtime}: {exc}") from exc
     except OSError as exc:
@@ -166,6 +206,7 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> N
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     state = resolve_state(config)
+    ensure_private(config.token_file, 0o600)
     backend, mps = build_backend(config)
     init_backend(backend)
     check_host(backend)
@@ -179,6 +220,7 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> N
         allow_mutation=config.allow_mutation,
         runtime=runtime,
         owners=workloads.owners,
+        process_runtime=config.allow_process_runtime,
     )
     assert config.server is not None  # checked by resolve_state
     client = AgentClient(

@@ -33,12 +33,15 @@ class RecordingAgentClient(AgentClient):
 
 
 def swarm_stats(clients: Sequence[AgentClient]) -> dict[str, object]:
-    """Per host token: connections made and the ``ts`` of each telemetry message sent."""
+    """Per host token: connections made (and when each opened), how many closed with each close
+    code, and the ``ts`` of each telemetry message sent."""
     return {
         "hosts": [
             {
                 "token": c.state.token,
                 "connections": c.connections,
+                "connected_at": list(c.connected_at),
+                "closes": {str(code): n for code, n in c.closes.items()},
                 "sent_ts": list(getattr(c, "sent_ts", [])),
             }
             for c in clients
@@ -57,13 +60,17 @@ def build_clients(
     record: bool = False,
     runtime: AgentRuntime = "none",
     state_dir: Path = Path("/tmp/fleet-swarm-workloads"),
+    allow_process: bool = False,
+    process_as_agent_user: bool = False,
 ) -> list[AgentClient]:
     """One client per ``(host token, GPU specs)``; host ``i`` uses seed ``i``.
 
     ``record``: :class:`RecordingAgentClient` (remembers what it sent) instead of the plain one.
     ``runtime``: what the simulated agents run their replicas' workloads with (each under
     ``state_dir/<i>``, its containers labelled with its hostname); ``none`` (the default) keeps
-    them reservation-only, as the benchmarks measure them.
+    them reservation-only, as the benchmarks measure them. ``allow_process`` and
+    ``process_as_agent_user``: the agent's ``--allow-process-runtime`` and
+    ``--process-as-agent-user`` (no cgroups: the agents share this one process).
     """
     clients = []
     client_class = RecordingAgentClient if record else AgentClient
@@ -72,7 +79,14 @@ def build_clients(
         sim.init()
         mps = MpsManager(sim.mps_control, mps_dir / str(i))
         hostname = f"{hostname_prefix}-{i:04d}"
-        workloads = _workloads(sim, runtime, hostname, state_dir / str(i))
+        workloads = _workloads(
+            sim,
+            runtime,
+            hostname,
+            state_dir / str(i),
+            allow_process=allow_process,
+            process_as_agent_user=process_as_agent_user,
+        )
         # threads=False: thousands of simulated agents share one loop (see AgentClient.threads).
         collector = Collector(
             sim,
@@ -82,6 +96,7 @@ def build_clients(
             threads=False,
             runtime=runtime,
             owners=workloads.owners,
+            process_runtime=allow_process,
         )
         clients.append(
             client_class(
@@ -101,11 +116,24 @@ def build_clients(
 
 
 def _workloads(
-    sim: SimulatedBackend, runtime: AgentRuntime, hostname: str, state_dir: Path
+    sim: SimulatedBackend,
+    runtime: AgentRuntime,
+    hostname: str,
+    state_dir: Path,
+    *,
+    allow_process: bool,
+    process_as_agent_user: bool,
 ) -> WorkloadSync:
     """A simulated agent's supervisor; with ``none`` it has no thread and only reports the
     replicas it cannot run."""
-    runtimes = build_runtimes(runtime, hostname=hostname, state_dir=state_dir)
+    runtimes = build_runtimes(
+        runtime,
+        hostname=hostname,
+        state_dir=state_dir,
+        allow_process=allow_process,
+        process_as_agent_user=process_as_agent_user,
+        image_pull="if-not-present",
+    )
     supervisor = Supervisor(
         runtimes, agent_runtime=runtime, state_dir=state_dir if runtimes else None
     )
@@ -126,6 +154,8 @@ async def run_swarm(
     runtime: AgentRuntime = "none",
     state_dir: Path = Path("/tmp/fleet-swarm-workloads"),
     stop_workloads: bool = False,
+    allow_process: bool = False,
+    process_as_agent_user: bool = False,
 ) -> list[AgentClient]:
     """Run one simulated agent per host until ``stop`` is set; return the clients.
 
@@ -145,6 +175,8 @@ async def run_swarm(
         record=record,
         runtime=runtime,
         state_dir=state_dir,
+        allow_process=allow_process,
+        process_as_agent_user=process_as_agent_user,
     )
     if clients_out is not None:
         clients_out.extend(clients)
@@ -169,7 +201,7 @@ def load_swarm_config(path: Path) -> tuple[str, list[tuple[str, list[SimulatedGp
     """``{"server": URL, "interval_s": 1.0, "hosts": [{"token": ..., "gpus": [spec, ...]}]}``
     (optional: ``"allow_mutation"``, default true; ``"hostname_prefix"``, default ``"sim"``;
     ``"runtime"``, default ``"none"``; ``"state_dir"``; ``"stop_workloads_on_exit"``, default
-    false)."""
+    false; ``"allow_process_runtime"`` and ``"process_as_agent_user"``, default false)."""
     import json
 
     raw = json.loads(path.read_text(encoding="utf-8"))
@@ -218,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             runtime=_runtime(extra.get("runtime", "none")),
             state_dir=Path(str(extra.get("state_dir", "/tmp/fleet-swarm-workloads"))),
             stop_workloads=bool(extra.get("stop_workloads_on_exit", False)),
+            allow_process=bool(extra.get("allow_process_runtime", False)),
+            process_as_agent_user=bool(extra.get("process_as_agent_user", False)),
         )
 
     asyncio.run(run())

@@ -21,10 +21,14 @@ from hostagent.protocol import EnrollResponse
 logger = logging.getLogger(__name__)
 
 BACKOFF_MIN_S = 0.5
-# A server upgrade or a Redis restart is over in tens of seconds: agents must be back within a few
-# seconds of it (hosts ready, nothing moved), not 30 s later. The jitter (50-100 % of the step)
-# still spreads a fleet's reconnects over 2 s at this cap, so they do not arrive as one herd.
+# Full jitter (a delay drawn uniformly below the step) spreads a fleet's reconnects over the whole
+# step, so that a server restart is met by a trickle, not a herd that comes back in waves. The cap
+# bounds how long a host stays away once the server is back: a server upgrade or a Redis restart
+# is over in seconds, and hosts must be ready again within a few seconds of it (nothing moved), so
+# the cap stays short. A server past its capacity says itself when to come back
+# (``retry_later``), which takes precedence: that, not a long cap, is what spreads a large fleet.
 BACKOFF_MAX_S = 4.0
+BACKOFF_FLOOR_S = 0.05
 HTTP_TIMEOUT_S = 10.0
 
 
@@ -83,13 +87,21 @@ def http_url(server: str, path: str) -> str:
 
 
 def backoff_delays(rng: random.Random) -> Callable[[int], float]:
-    """Exponential backoff with full jitter between 50 % and 100 % of the step."""
+    """Exponential backoff with full jitter: attempt ``n`` waits a uniform draw in
+    ``[0, min(cap, min_step * 2**n)]`` (never under :data:`BACKOFF_FLOOR_S`)."""
 
     def delay(attempt: int) -> float:
         step = min(BACKOFF_MAX_S, BACKOFF_MIN_S * 2 ** min(attempt, 16))
-        return float(step * (0.5 + rng.random() / 2))
+        return max(BACKOFF_FLOOR_S, float(step * rng.random()))
 
     return delay
+
+
+def retry_after_delay(after_s: float, rng: random.Random) -> float:
+    """How long to wait when the server said ``retry_later``: what it asked, plus up to half as
+    much again, so that agents told the same time do not all come back in the same instant."""
+    after_s = min(max(after_s, 0.0), 600.0)
+    return max(BACKOFF_FLOOR_S, after_s * (1.0 + rng.random() / 2))
 
 
 def http(method: str, url: str, token: str | None, body: Any = None) -> tuple[int, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import factory
 
 from fleet.inventory.models import Gpu, GpuHealth, Host, HostStatus
@@ -54,3 +56,14 @@ def dedicated_gpus(host: Host, count: int, product_key: str = "h100-sxm5-80gb") 
     for gpu in gpus:
         gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
     return gpus
+
+
+def allow_process(team: Any = None, user: str = "1000:1000", **policy: Any) -> Any:
+    """Give ``team`` (default: the ``default`` team) a policy that allows process workloads,
+    run as ``user``, plus any other ``policy`` keys; returns the team."""
+    from fleet.core.models import Team, default_team_id
+
+    team = team if team is not None else Team.objects.get(pk=default_team_id())
+    team.policy = {"runtimes": ["container", "process"], "process_user": user, **policy}
+    team.save(update_fields=["policy"])
+    return team

@@ -103,6 +103,8 @@ def agent_hello(*, host: Host, hello: protocol.Hello) -> bool:
     host.nvml_version = (hello["nvml_version"] or "")[:64]
     host.hostname = hello["hostname"][:255]
     host.runtime = hello.get("runtime", AgentRuntime.NONE)
+    # Process workloads go only to agents started with --allow-process-runtime.
+    host.process_runtime = bool(hello.get("process_runtime", False))
     host.last_seen_at = timezone.now()
     if host.status == HostStatus.OFFLINE:
         host.status = HostStatus.READY

@@ -1,13 +1,24 @@
-"""Reads on desired state: the per-host document an agent must realise."""
+"""Reads on desired state: the per-host document an agent must realise.
+
+It is the one place a team secret's value leaves the database: a replica's workload refers to
+its team's secrets by name, and the document for the host that runs it carries the values
+(decrypted here, named in ``secret_env``). It is built for each push and sent, never stored.
+"""
 
 from __future__ import annotations
 
+import logging
+
 from fleet.allocations.models import Allocation, RequestKind
 from fleet.allocations.workloads import host_replica_spans, workload_of
+from fleet.core.policy import effective_policy, workload_security
+from fleet.core.secrets import env_refs, team_secret_values
 from fleet.inventory.models import Host, SharingMode
 from fleet.partitioning import converters
 from fleet.partitioning.models import Partition, PartitionKind
 from hostagent import protocol
+
+logger = logging.getLogger(__name__)
 
 
 def partition_key(partition: Partition) -> str:
@@ -30,6 +41,47 @@ def _mps(partition: Partition | None, *, per_instance: bool) -> protocol.Desired
     }
 
 
+def _security(allocation: Allocation, workload: protocol.Workload) -> protocol.Security:
+    """How the replica's workload is confined: its team's policy, applied
+    (:func:`fleet.core.policy.workload_security`)."""
+    deployment = allocation.deployment
+    policy = effective_policy(deployment.team.policy)
+    return workload_security(policy, workload, deployment.host_memory_mib)
+
+
+def _resolve_secrets(
+    allocation: Allocation,
+    desired: protocol.DesiredAllocation,
+    known: dict[int, dict[str, str]],
+) -> None:
+    """Replace the workload's secret references by their values and name them in
+    ``secret_env`` (``known``: the values decrypted so far, per team). A reference its team
+    cannot resolve (a secret deleted, or one no key opens) runs nothing, rather than a workload
+    without its secret."""
+    refs = env_refs(desired["workload"]["env"])
+    if not refs:
+        return
+    team_id = allocation.deployment.team_id
+    values = known.setdefault(team_id, {})
+    values.update(team_secret_values(team_id, set(refs.values()) - set(values)))
+    unresolved = sorted(set(refs.values()) - set(values))
+    if unresolved:
+        logger.warning(
+            "allocation %s: secret(s) %s of team %s cannot be read; running nothing",
+            allocation.pk,
+            ", ".join(unresolved),
+            team_id,
+        )
+        desired["workload"] = protocol.default_workload()
+        return
+    env = desired["workload"]["env"]
+    desired["workload"] = {
+        **desired["workload"],
+        "env": {key: values[refs[key]] if key in refs else value for key, value in env.items()},
+    }
+    desired["secret_env"] = sorted(refs)
+
+
 def host_desired_state(host: Host) -> protocol.DesiredState:
     """Generation ``host.desired_generation`` of the host's desired state, built from the rows."""
     gpus: dict[str, protocol.DesiredGpu] = {}
@@ -39,7 +91,7 @@ def host_desired_state(host: Host) -> protocol.DesiredState:
     allocations = (
         Allocation.objects.placed()  # a releasing replica is left out: the agent stops it
         .filter(gpu__host=host)
-        .select_related("deployment", "partition", "gpu")
+        .select_related("deployment__team", "partition", "gpu")
         .order_by("deployment_id", "replica", "gpu_slot")
     )
     by_gpu: dict[int, list[Partition]] = {}
@@ -69,6 +121,7 @@ def host_desired_state(host: Host) -> protocol.DesiredState:
     spans = host_replica_spans(host.pk)
     followers = {pk for pks in spans.values() for pk in pks[1:]}
     uuids = {a.pk: a.gpu.uuid for a in allocations}
+    secrets: dict[int, dict[str, str]] = {}
     for allocation in allocations:
         entry = gpus.get(allocation.gpu.uuid)
         if entry is None:
@@ -92,5 +145,8 @@ def host_desired_state(host: Host) -> protocol.DesiredState:
             devices = [uuids[pk] for pk in spans[allocation.pk] if pk in uuids]
             if len(devices) > 1:
                 desired["devices"] = devices
+        _resolve_secrets(allocation, desired, secrets)
+        if desired["workload"]["runtime"] != "none":
+            desired["security"] = _security(allocation, desired["workload"])
         entry["allocations"].append(desired)
     return {"type": "desired_state", "generation": int(host.desired_generation), "gpus": gpus}

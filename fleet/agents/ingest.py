@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -91,6 +92,20 @@ class Ingested:
     ts: float = 0.0  # the newest agent timestamp in the batch
     host_ids: list[int] = field(default_factory=list)
     live: dict[str, dict[str, Any]] = field(default_factory=dict)  # str(gpu id) -> GpuLive
+    # per host: [host id, sum of its GPUs' utilisation, how many had a value, GPUs]
+    hosts_util: list[list[float | int]] = field(default_factory=list)
+
+
+BLOB_GPUS = 1000
+"""GPUs per pre-encoded piece of a live message (a browser frame splices whole pieces)."""
+
+
+def live_blobs(done: Ingested) -> tuple[list[bytes], list[int]]:
+    """The batch's live values as JSON objects of at most :data:`BLOB_GPUS` GPUs each, encoded
+    once here (in the telemetry thread) for every browser, and their GPU ids."""
+    items = list(done.live.items())
+    blobs = [orjson.dumps(dict(items[i : i + BLOB_GPUS])) for i in range(0, len(items), BLOB_GPUS)]
+    return blobs, [int(k) for k, _ in items]
 
 
 def cache_seconds() -> float:
@@ -263,7 +278,7 @@ def replica_ticks(sample: protocol.GpuTelemetry, replicas: GpuReplicas) -> list[
 
 
 def _r(value: Any) -> Any:
-    return round(value, 1) if isinstance(value, float) else value
+    return round(value, 1) if value.__class__ is float else value
 
 
 @dataclass
@@ -316,7 +331,8 @@ def prepare(ticks: Sequence[Tick]) -> Prepared:
 
 
 def _prepare_tick(tick: Tick, gpu_map: GpuMap, sick: dict[int, str], out: Ingested) -> HostRecord:
-    """One host's tick: its GPUs' live values into ``out``, and its store record."""
+    """One host's tick: its GPUs' live values into ``out``, and its store record (the hot path:
+    thousands of GPUs a second, hence the plain loops)."""
     healthy = GpuHealth.HEALTHY.value
     ts = trusted_ts(float(tick.telemetry["ts"]), tick.received_at)
     ts_ms = int(ts * 1000)
@@ -330,54 +346,55 @@ def _prepare_tick(tick: Tick, gpu_map: GpuMap, sick: dict[int, str], out: Ingest
         gpu_id, instances, on_gpu = known
         if on_gpu is not NO_REPLICAS:
             replicas.extend(replica_ticks(sample, on_gpu))
-        power_w = sample["power_mw"] / 1000 if sample["power_mw"] is not None else None
-        gpu_ticks.append(
-            GpuTick(
-                gpu_id=gpu_id,
-                utilization_percent=sample["utilization_gpu_percent"],
-                memory_used_mib=sample["memory_used_mib"],
-                temperature_c=sample["temperature_c"],
-                power_w=power_w,
-                sample=sample,  # type: ignore[arg-type]
-            )
-        )
-        # GpuLive, plus the sample's agent time in ms (an int: browsers round floats).
-        live[str(gpu_id)] = {
-            "utilization_percent": _r(sample["utilization_gpu_percent"]),
-            "memory_used_mib": _r(sample["memory_used_mib"]),
-            "memory_total_mib": _r(sample["memory_total_mib"]),
-            "temperature_c": _r(sample["temperature_c"]),
-            "power_w": _r(power_w),
-            "health": sick.get(gpu_id, healthy),
-            "partitions": {
-                str(instances[m["gpu_instance_id"]]): {
+        util = sample["utilization_gpu_percent"]
+        memory = sample["memory_used_mib"]
+        temperature = sample["temperature_c"]
+        power_mw = sample["power_mw"]
+        power_w = power_mw / 1000 if power_mw is not None else None
+        gpu_ticks.append(GpuTick(gpu_id, util, memory, temperature, power_w, sample))  # type: ignore[arg-type]
+        partitions: dict[str, dict[str, Any]] = {}
+        for m in sample["mig"]:
+            partition = instances.get(m["gpu_instance_id"])
+            if partition is not None:
+                partitions[str(partition)] = {
                     "utilization_percent": _r(m["utilization_percent"]),
                     "memory_used_mib": _r(m["memory_used_mib"]),
                 }
-                for m in sample["mig"]
-                if m["gpu_instance_id"] in instances
-            },
+        # GpuLive, plus the sample's agent time in ms (an int: browsers round floats).
+        live[str(gpu_id)] = {
+            "utilization_percent": _r(util),
+            "memory_used_mib": _r(memory),
+            "memory_total_mib": _r(sample["memory_total_mib"]),
+            "temperature_c": _r(temperature),
+            "power_w": _r(power_w),
+            "health": sick.get(gpu_id, healthy),
+            "partitions": partitions,
             "ts_ms": ts_ms,
         }
     # Only now, when the whole tick was read: a tick that fails half-way adds nothing.
     out.live.update(live)
+    utils = [u for u in (g.utilization_percent for g in gpu_ticks) if u is not None]
+    out.hosts_util.append([tick.host_id, round(sum(utils), 1), len(utils), len(gpu_ticks)])
     out.ts = max(out.ts, ts)
     out.samples += len(gpu_ticks)
     return HostRecord(tick.host_id, ts, tick.received_at, gpu_ticks, replicas)
 
 
-def persist(prepared: Prepared) -> None:
+def persist(prepared: Prepared, *, touch: bool = True) -> None:
     """Store a prepared batch: ``last_seen_at`` first (whatever the store does, the hosts were
     heard), then one hot-store pipeline. A store that is down loses the batch's points, never
-    the hosts' heartbeats; a host whose record cannot be encoded loses its own alone."""
-    if prepared.hosts:
-        _touch(prepared.hosts, prepared.received_at)
+    the hosts' heartbeats; a host whose record cannot be encoded loses its own alone.
+    ``touch=False``: the caller writes the heartbeats itself (the sockets do, ahead of
+    telemetry: :mod:`fleet.live.presence`)."""
+    if prepared.hosts and touch:
+        hosts_touch(prepared.hosts, prepared.received_at)
     if prepared.records:
         get_store().record_many(prepared.records)
 
 
-def _touch(hosts: list[tuple[int, float]], now: float) -> None:
-    """``last_seen_at`` for the hosts this process has not written for :func:`seen_every`."""
+def hosts_touch(hosts: list[tuple[int, float]], now: float) -> None:
+    """``last_seen_at`` for the hosts (``(id, created)``) this process has not written for
+    :func:`seen_every` (heard at ``now``, a Unix time)."""
     every = seen_every()
     with _maps.lock:
         due = [h for h in hosts if now - _maps.seen_written.get(h, 0.0) >= every]

@@ -72,6 +72,12 @@ def agent_socket_open(host_id: int, channel_name: str) -> None:
     cache.set(_socket_key(host_id), channel_name, SOCKET_TTL_S)
 
 
+def agent_sockets_open(channels: dict[int, str]) -> None:
+    """Many hosts' sockets are (still) open: one cache round trip (``{host id: channel}``)."""
+    if channels:
+        cache.set_many({_socket_key(h): c for h, c in channels.items()}, SOCKET_TTL_S)
+
+
 def agent_socket_closed(host_id: int, channel_name: str) -> None:
     """The socket on ``channel_name`` closed (a newer socket's marker is left alone)."""
     if cache.get(_socket_key(host_id)) == channel_name:

@@ -19,6 +19,7 @@ from django.db.models import Count
 
 from fleet.allocations.drain import current_layout
 from fleet.allocations.models import Allocation, Deployment, RequestKind
+from fleet.allocations.quotas import quota_refusals
 from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_demands
 from fleet.core.errors import ServiceError
 from fleet.inventory.models import Gpu
@@ -154,9 +155,17 @@ def _waiting(
     with a memory request), each with what waits of it."""
     placed = _placed_counts()
     deployments, items = [], []
-    for deployment in Deployment.objects.filter(deleting=False).order_by("name"):
+    short = [
+        d
+        for d in Deployment.objects.filter(deleting=False).order_by("name")
+        if d.replicas > placed.get(d.pk, 0)
+    ]
+    # A replica its team's quota refuses waits for the quota, not for a layout: a proposal
+    # must not count it as placed.
+    refused = quota_refusals(short)
+    for deployment in short:
         missing = deployment.replicas - placed.get(deployment.pk, 0)
-        if missing <= 0:
+        if deployment.pk in refused:
             continue
         key = str(deployment.pk)
         item: WaitingMig | WaitingMps

@@ -113,6 +113,7 @@ def deployment_create_placed(
     workload: Mapping[str, Any] | None = None,
     host_labels: Mapping[str, Any] | None = None,
     team_id: int | None = None,
+    host_memory_mib: int | None = None,
     requested_by: Any = None,
 ) -> Deployment:
     """A new workload with every replica placed by the engine, or nothing at all (a replica that
@@ -126,6 +127,7 @@ def deployment_create_placed(
         auto_place=True,
         host_labels=host_labels,
         team_id=team_id,
+        host_memory_mib=host_memory_mib,
         requested_by=requested_by,
     )
     deployment_autoplace(deployment_id=deployment.pk, requested_by=requested_by)

@@ -192,6 +192,8 @@ def advance_step(
             partition_id=step["partition"],
             gpu_id=step["gpu"],
             start=step["start"],
+            # A fleet operator's repack or defragmentation: the team asked for none of it.
+            over_quota_reason=f"{operation.kind} (operation {operation.pk}), {n}",
             requested_by=operation.requested_by,
         )
         step["move"] = move.pk
@@ -266,7 +268,9 @@ def _destroy(
 
 
 def _place(operation: Operation, payload: dict[str, Any]) -> str:
-    assert operation.deployment_id is not None
+    if operation.deployment_id is None:  # deleted while its room was being made
+        _finish(operation, payload, OperationStatus.FAILED, "the deployment was deleted")
+        return "failed"
     try:
         with transaction.atomic():
             placed = deployment_autoplace(

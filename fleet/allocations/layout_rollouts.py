@@ -15,6 +15,7 @@ safe to call any time (after agent acks and reports, and from beat).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -79,19 +80,21 @@ def selected_gpus(selector: Selector) -> QuerySet[Gpu]:
 
 
 def _same_layout(gpu: Gpu, layout: LayoutSpec) -> bool:
-    """Whether the GPU's desired layout already is ``layout`` (profiles by id or by name)."""
+    """Whether the GPU's desired layout already is ``layout`` (profiles by id or by name, and
+    the MPS daemons: MPS turned on inside existing instances is a change)."""
     now = current_layout(gpu)
-    if now.mode != layout.mode:
+    if now.mode != layout.mode or now.mps != layout.mps:
         return False
     product = converters.product_of(gpu)
 
-    def ids(spec: LayoutSpec) -> list[tuple[int, int]] | None:
+    def ids(spec: LayoutSpec) -> list[tuple[int, int, str]] | None:
         found = []
         for instance in spec.instances:
             profile = product.profile(instance.profile) if product is not None else None
             if profile is None:
                 return None
-            found.append((profile.id, instance.start))
+            mps = instance.mps.as_dict() if instance.mps is not None else None
+            found.append((profile.id, instance.start, json.dumps(mps, sort_keys=True)))
         return sorted(found)
 
     wanted = ids(layout)

@@ -303,9 +303,9 @@ def _move_next(operation: Operation, host: Host) -> str:
             continue
         try:
             with transaction.atomic():
+                why = f"draining host {host} (operation {operation.pk})"
                 move = allocation_move_anywhere(
-                    allocation_id=allocation.pk,
-                    reason=f"draining host {host} (operation {operation.pk})",
+                    allocation_id=allocation.pk, reason=why, over_quota_reason=why
                 )
         except ServiceError as error:
             if operation.payload.get("force"):

@@ -45,6 +45,9 @@ class Deployment(TimeStampedModel):
     workload = models.JSONField(default=default_workload)
     # Labels every host of its replicas must carry (rule placement.host_labels); {}: any host.
     host_labels = models.JSONField(default=dict, blank=True)
+    # Host memory each replica's workload may use (its container's or process cgroup's limit);
+    # ``None``: the team policy's default (fleet.core.policy).
+    host_memory_mib = models.PositiveIntegerField(null=True, blank=True)
     # Deleted, waiting for its replicas' workloads to stop (then the row goes).
     deleting = models.BooleanField(default=False)
     created_by = models.ForeignKey(

@@ -32,6 +32,7 @@ from django.utils.dateparse import parse_datetime
 
 from fleet.allocations.autoplace import violations_of
 from fleet.allocations.models import Allocation, AllocationState, WorkloadState
+from fleet.allocations.quotas import QuotaExceeded, move_quota_check
 from fleet.allocations.selectors import (
     deployment_ranking,
 )
@@ -87,12 +88,17 @@ def allocation_move(
     start: int | None = None,
     timeout_s: float | None = None,
     workload: Any = None,
+    over_quota_reason: str | None = None,
     requested_by: Any = None,
 ) -> Operation:
     """Start moving one replica to a partition or a GPU; returns the ``move`` operation.
 
     The new copy runs what the old one runs, or ``workload`` (a rolling update's new version:
-    checked by the caller)."""
+    checked by the caller). While it runs beside the old copy it counts against the team's
+    quota unless it is the team's one surge replica
+    (:func:`fleet.allocations.quotas.move_quota_check`): :class:`QuotaExceeded` otherwise.
+    ``over_quota_reason``: a move the fleet makes (a drain, a fault, repack, defragmentation),
+    allowed past the quota and recorded as an ``over_quota`` operation."""
     if (partition_id is None) == (gpu_id is None):
         raise ServiceError("move.target_required", "Give exactly one of 'partition' or 'gpu'.")
     deployment_id = (
@@ -139,6 +145,12 @@ def allocation_move(
             f"{deployment.name}[{old.replica}] already runs on that GPU.",
             {"gpu": gpu_id},
         )
+    move_quota_check(
+        deployment=deployment,
+        replica=old.replica,
+        over_quota_reason=over_quota_reason,
+        requested_by=requested_by,
+    )
     gpu, news, created, generation = reserve_target(
         deployment,
         old.replica,
@@ -205,13 +217,15 @@ def allocation_move_anywhere(
     timeout_s: float | None = None,
     off_its_gpu: bool = True,
     avoid_gpus: Collection[int] = (),
+    over_quota_reason: str | None = None,
     requested_by: Any = None,
 ) -> Operation:
     """Move one replica to the placement engine's best target (off its own GPU unless
     ``off_its_gpu`` is false: a rolling update's new copy may run beside the old one). Targets
     on ``avoid_gpus`` (a rollout's GPUs still to drain: the replica would move again) come after
     every other, in the engine's order. Raises :class:`RuleViolation` when no target takes
-    it."""
+    it, :class:`QuotaExceeded` when the team's quota cannot count its new copy (as
+    :func:`allocation_move`, with ``over_quota_reason``)."""
     allocation = Allocation.objects.select_related("deployment").get(pk=allocation_id)
     ranking = deployment_ranking(allocation.deployment)
     mine = {a.gpu_id for a in _copy_of(allocation)}
@@ -234,8 +248,11 @@ def allocation_move_anywhere(
                     start=target.new_instance.start if target.new_instance else None,
                     timeout_s=timeout_s,
                     workload=workload,
+                    over_quota_reason=over_quota_reason,
                     requested_by=requested_by,
                 )
+        except QuotaExceeded:  # under the team's lock: no other target helps
+            raise
         except (RuleViolation, Conflict) as error:  # taken meanwhile: the next target
             refusals.extend(violations_of(error))
             continue
@@ -257,8 +274,9 @@ def gpu_moves_start(
 ) -> tuple[list[int], list[int]]:
     """A move for every replica on the GPU (or only on ``partitions`` of it) that has somewhere
     else to go, preferring GPUs not in ``avoid_gpus`` (one savepoint each: a refusal costs only
-    that replica). Returns the move operations started and the allocations that have nowhere to
-    go."""
+    that replica). The fleet's moves (a drain, a fault): allowed past a team's quota, recorded
+    with ``reason``. Returns the move operations started and the allocations that have nowhere
+    to go."""
     started, stuck = [], []
     staying = Allocation.objects.placed().filter(
         gpu_id=gpu_id, replaces__isnull=True, successor__isnull=True
@@ -270,7 +288,10 @@ def gpu_moves_start(
             with transaction.atomic():
                 started.append(
                     allocation_move_anywhere(
-                        allocation_id=allocation_id, reason=reason, avoid_gpus=avoid_gpus
+                        allocation_id=allocation_id,
+                        reason=reason,
+                        avoid_gpus=avoid_gpus,
+                        over_quota_reason=reason,
                     ).pk
                 )
         except ServiceError as error:
@@ -386,7 +407,9 @@ def move_advance(*, operation_id: int) -> str:
 
 def _advance(operation: Operation) -> str:
     payload = operation.payload
-    assert operation.deployment_id is not None
+    if operation.deployment_id is None:  # deleted (SET_NULL): its copies went with it
+        _finish(operation, OperationStatus.FAILED, "the deployment was deleted")
+        return MoveStep.FAILED
     lock_deployment(operation.deployment_id, allow_deleting=True)  # as place and evict do
     new_ids, old_ids = _ids(payload, "to"), _ids(payload, "from")
     news, olds = _rows(new_ids), _rows(old_ids)

@@ -23,9 +23,12 @@ from fleet.allocations.quotas import (
     usage_of,
 )
 from fleet.allocations.services import lock_deployment
+from fleet.allocations.workloads import workload_of
 from fleet.core.events import publish_changed
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import operation_record
+from fleet.core.policy import policy_enforce
+from fleet.core.secrets import secrets_enforce
 from fleet.core.teams import lock_team
 from fleet.placement.quota import plus, quota_violations
 
@@ -40,11 +43,19 @@ def deployment_set_team(
         NotFound: ``deployment.not_found``, ``team.not_found``.
         Conflict: ``deployment.deleting``.
         QuotaExceeded: the new team's quota cannot hold the replicas in place.
+        RuleViolation: ``policy.*``, the new team's policy forbids its workload;
+            ``secret.not_found``, it refers to a secret the new team does not have.
     """
     deployment = lock_deployment(deployment_id)
     if deployment.team_id == team_id:
         return None
     team = lock_team(team_id)
+    # The new team's policy must allow what the deployment runs, as if it were created there.
+    policy_enforce(
+        team=team, workload=workload_of(deployment), host_memory_mib=deployment.host_memory_mib
+    )
+    # Its secret references then name the new team's secrets, which must exist.
+    secrets_enforce(team=team, workload=workload_of(deployment))
     held = usage_of(Allocation.objects.placed().filter(deployment=deployment))
     if team.has_quota:
         quota, before = quota_of(team), team_usage(team.pk)

@@ -6,15 +6,22 @@ the deployment's row and before any host or GPU row (the lock order of every pla
 concurrent placements of one team cannot both pass a limit. A team without a quota takes no
 lock: its placements race only on their hosts, as before.
 
-What counts: the replicas in place (pending or active), not those releasing their slice. A
-move's new copy does not count while the copy it replaces is in place: the replica is counted
-once, so a move (and a rolling update's copies) never needs room in the quota.
+What counts: the replicas in place (pending or active), not those releasing their slice, and
+the new copies of the team's moves in flight but one. A move's new copy runs beside the copy it
+replaces until it runs; as Kubernetes' ``maxSurge`` meets a ``ResourceQuota``, each team has
+ONE surge replica: its oldest move in flight is not counted, and every other move's new copy
+counts against the quota until the move ends. So a team at its quota can still move one replica
+at a time, one with headroom moves as many as fit in it, and no team holds more than its quota
+plus one replica. A plain move (an operator's, a rolling update's) past that is refused
+(:func:`move_quota_check`); the fleet's own moves (drains, maintenance, a fault's re-placement,
+repack and defragmentation) pass it, each time recorded as an ``over_quota`` operation.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet, Sum
@@ -23,8 +30,8 @@ from fleet.allocations.models import Allocation, AllocationState, Deployment, Re
 from fleet.allocations.selectors import placement_request
 from fleet.core.alerts import QUOTA_EXCEEDED, QUOTA_WARNING, alert_emit
 from fleet.core.errors import RuleViolation
-from fleet.core.models import OperationKind, OperationStatus, Team
-from fleet.core.operations import operation_record
+from fleet.core.models import Operation, OperationKind, OperationStatus, Team
+from fleet.core.operations import RUNNING, operation_record
 from fleet.domain import Violation
 from fleet.placement.quota import (
     Quota,
@@ -43,17 +50,34 @@ _PLACED = (AllocationState.PENDING, AllocationState.ACTIVE)
 
 class QuotaExceeded(RuleViolation):
     """422 ``quota.exceeded``: ``details`` names the first limit broken (``limit``, ``quota``,
-    ``in_use``, ``requested``) and ``violations`` lists every one."""
+    ``in_use``, ``requested``) and ``violations`` lists every one; ``note`` ends the message."""
 
-    def __init__(self, team: Team, what: str, violations: list[Violation], **extra: Any) -> None:
+    def __init__(
+        self, team: Team, what: str, violations: list[Violation], note: str = "", **extra: Any
+    ) -> None:
         first = violations[0]
         super().__init__(
-            f"{what} would pass team {team.name}'s quota: {first.message}",
+            f"{what} would pass team {team.name}'s quota: {first.message}"
+            + (f" {note}" if note else ""),
             violations,
             team=team.pk,
             **first.details,
             **extra,
         )
+
+
+@dataclass(frozen=True)
+class MovingCopy:
+    """The new copy of one of a team's moves in flight: its replica and its allocations."""
+
+    deployment_id: int
+    name: str
+    replica: int
+    allocation_ids: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}[{self.replica}]"
 
 
 def quota_of(team: Team) -> Quota:
@@ -65,15 +89,47 @@ def quota_of(team: Team) -> Quota:
     )
 
 
-def team_usage(team_id: int) -> Usage:
-    """What the team's replicas hold now (one query for the sums, one for the profiles)."""
-    return usage_of(Allocation.objects.placed().filter(deployment__team_id=team_id))
+def team_usage(team_id: int, moving: list[MovingCopy] | None = None) -> Usage:
+    """What the team holds against its quota now: its replicas, each counted once, and the new
+    copies of its moves in flight but the first (its one surge replica). ``moving``: the
+    team's :func:`moving_copies`, when read already."""
+    placed = Allocation.objects.placed().filter(deployment__team_id=team_id)
+    held = usage_of(placed)
+    if moving is None:
+        moving = moving_copies(team_id)
+    if len(moving) < 2:
+        return held
+    counted = [pk for copy in moving[1:] for pk in copy.allocation_ids]
+    return plus(held, _summed(placed.filter(pk__in=counted)))
+
+
+def moving_copies(team_id: int) -> list[MovingCopy]:
+    """The new copies of the team's moves in flight (each beside the copy it replaces, still in
+    place), oldest first: the first is the team's surge replica."""
+    rows = (
+        Allocation.objects.placed()
+        .filter(deployment__team_id=team_id, replaces__state__in=_PLACED)
+        .order_by("pk")
+        .values_list("pk", "deployment_id", "deployment__name", "replica")
+    )
+    copies: dict[tuple[int, int], list[Any]] = {}
+    for pk, deployment_id, name, replica in rows:
+        found = copies.setdefault((deployment_id, replica), [name, []])
+        found[1].append(pk)
+    return [
+        MovingCopy(deployment_id, name, replica, tuple(pks))
+        for (deployment_id, replica), (name, pks) in copies.items()
+    ]
 
 
 def usage_of(placed: QuerySet[Allocation]) -> Usage:
     """What the replicas of these placed allocation rows hold, each counted once (a move's new
     copy not while the copy it replaces is in place)."""
-    rows = placed.exclude(replaces__state__in=_PLACED)
+    return _summed(placed.exclude(replaces__state__in=_PLACED))
+
+
+def _summed(rows: QuerySet[Allocation]) -> Usage:
+    """What these allocation rows hold (one query for the sums, one for the profiles)."""
     sums = rows.aggregate(
         gpus=Count("pk", filter=Q(kind=RequestKind.GPU)),
         slices=Sum("partition__compute_slices", filter=Q(kind=RequestKind.MIG)),
@@ -153,25 +209,114 @@ def quota_check(
         return
     if over_quota_reason is None:
         raise QuotaExceeded(team, f"Placing {deployment.name}[{replica}]", violations)
-    logger.warning(
-        "%s[%s] re-placed over team %s's quota: %s",
-        deployment.name,
-        replica,
-        team.name,
-        violations[0].message,
+    _record_over_quota(
+        team,
+        deployment,
+        f"{deployment.name}[{replica}] re-placed",
+        violations,
+        over_quota_reason,
+        requested_by,
     )
+
+
+def move_quota_check(
+    *,
+    deployment: Deployment,
+    replica: int,
+    over_quota_reason: str | None = None,
+    requested_by: Any = None,
+) -> None:
+    """Refuse (:class:`QuotaExceeded`) a move whose new copy the team's quota cannot count. Call
+    inside the moving transaction, after :func:`lock_deployment` and before any host lock (the
+    lock order of :func:`quota_check`).
+
+    The team's first move in flight is its surge replica and is not counted: a move while no
+    other move of the team is in flight always passes. Otherwise the new copy counts, as do the
+    other moves' copies but the surge (:func:`team_usage`), and must fit in the quota.
+
+    ``over_quota_reason``: a move the fleet makes (a drain, maintenance, a fault, repack,
+    defragmentation), which may pass the quota; it is allowed and recorded as an
+    ``over_quota`` operation, never silently."""
+    team = Team.objects.filter(pk=deployment.team_id).first()
+    if team is None or not team.has_quota:
+        return
+    team = Team.objects.select_for_update().get(pk=team.pk)
+    moving = moving_copies(team.pk)
+    if not moving:
+        return  # this move is the team's surge replica
+    demand = replica_demand(placement_request(deployment))
+    violations = quota_violations(quota_of(team), team_usage(team.pk, moving), demand)
+    if not violations:
+        return
+    name = f"{deployment.name}[{replica}]"
+    if over_quota_reason is None:
+        surge = moving[0]
+        operations = _move_operations(moving)
+        surge_operation = operations.get(surge.allocation_ids[0])
+        where = f" (operation {surge_operation})" if surge_operation is not None else ""
+        raise QuotaExceeded(
+            team,
+            f"Moving {name}",
+            violations,
+            note=f"The team's one surge replica is in use by the move of {surge.label}{where}: "
+            "past it, a move's new copy counts against the quota until the move ends. Move "
+            "it once that move has ended.",
+            surge_in_use=True,
+            moving=[
+                {
+                    "deployment": copy.deployment_id,
+                    "replica": copy.replica,
+                    "operation": operations.get(copy.allocation_ids[0]),
+                }
+                for copy in moving[:MAX_LISTED]
+            ],
+        )
+    _record_over_quota(
+        team, deployment, f"{name} moved", violations, over_quota_reason, requested_by
+    )
+
+
+MAX_LISTED = 20
+"""Moves in flight a refusal lists at most."""
+
+
+def _move_operations(moving: list[MovingCopy]) -> dict[int, int]:
+    """The running ``move`` operation of each copy, by the copy's first allocation."""
+    firsts = {copy.allocation_ids[0] for copy in moving}
+    found: dict[int, int] = {}
+    running = Operation.objects.filter(
+        kind=OperationKind.MOVE,
+        status__in=RUNNING,
+        deployment_id__in={copy.deployment_id for copy in moving},
+    ).values_list("pk", "payload")
+    for pk, payload in running:
+        target = payload.get("to_allocation") if isinstance(payload, dict) else None
+        if target in firsts:
+            found[int(target)] = pk
+    return found
+
+
+def _record_over_quota(
+    team: Team,
+    deployment: Deployment,
+    what: str,
+    violations: list[Violation],
+    reason: str,
+    requested_by: Any,
+) -> None:
+    logger.warning("%s over team %s's quota: %s", what, team.name, violations[0].message)
     alert_emit(
         event=QUOTA_EXCEEDED,
         summary=f"Team {team.name} is over its quota: {violations[0].message}",
-        subject={"team": {"id": team.pk, "name": team.name}, "reason": over_quota_reason},
+        subject={"team": {"id": team.pk, "name": team.name}, "reason": reason},
     )
     operation_record(
         kind=OperationKind.OVER_QUOTA,
-        summary=f"{deployment.name}[{replica}] re-placed over team {team.name}'s quota",
+        summary=f"{what} over team {team.name}'s quota",
         requested_by=requested_by,
         deployment=deployment,
         status=OperationStatus.SUCCEEDED,
-        reason=f"{over_quota_reason}: {violations[0].message}",
+        reason=f"{reason}: {violations[0].message}",
         payload={"team": team.pk, "violations": [v.as_dict() for v in violations]},
     )
 

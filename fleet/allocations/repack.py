@@ -30,6 +30,7 @@ from django.utils.dateparse import parse_datetime
 from fleet.allocations.defrag import advance_step, step_of
 from fleet.allocations.models import Allocation, RequestKind
 from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_request
+from fleet.core.alerts import alert_operation_ended
 from fleet.core.errors import Conflict
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
@@ -270,6 +271,8 @@ def _finish(
         finished_at=timezone.now(),
         updated_at=timezone.now(),
     )
+    operation.status = status
+    alert_operation_ended(operation, status=status, reason=reason)
     publish_changed("operation", [operation.pk])
 
 

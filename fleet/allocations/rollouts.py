@@ -8,12 +8,21 @@ once), and otherwise fails the rollout. A new copy that fails (its start, its he
 deadline) stops the rollout: the deployment gets its previous workload back and the replicas
 already updated roll back the same way, make before break; the operation says why.
 
+As Kubernetes' ``minReadySeconds``: a new copy counts as updated only once it has stayed running
+(no restart, no exit) for ``min_ready_s`` after its move; a version that starts and then crashes
+fails the rollout. As ``progressDeadlineSeconds``: a copy that is not ready for that long within
+``timeout_s`` of its move fails it too.
+
 One ``rollout`` operation carries it all in its ``payload``; :func:`rollout_advance` moves it on
-and is safe to call any time (after each workload report, and from beat).
+and is safe to call any time (after each workload report, and from beat). The payload is part of
+the audit trail that every viewer reads, forever: its ``previous`` and ``workload`` show each env
+value as a digest (:func:`fleet.core.secrets.workload_digested`), and the previous workload a
+rollback needs is kept encrypted (``sealed_previous``) and only until the rollout ends.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import timedelta
 from enum import StrEnum
@@ -27,6 +36,7 @@ from django.utils.dateparse import parse_datetime
 from fleet.allocations.autoplace import deployment_autoplace
 from fleet.allocations.models import Allocation, Deployment, WorkloadState
 from fleet.allocations.moves import allocation_move_anywhere
+from fleet.allocations.quotas import QuotaExceeded
 from fleet.allocations.services import deployment_evict, lock_deployment
 from fleet.allocations.workloads import runtime_of, workload_from_input, workload_of
 from fleet.core.errors import Conflict, ServiceError
@@ -38,6 +48,13 @@ from fleet.core.operations import (
     operation_finish,
     operation_lock_running,
     operation_record,
+)
+from fleet.core.policy import policy_enforce
+from fleet.core.secrets import (
+    secret_decrypt,
+    secret_encrypt,
+    secrets_enforce,
+    workload_digested,
 )
 
 logger = logging.getLogger(__name__)
@@ -59,6 +76,13 @@ def _timeout_s() -> float:
     return float(getattr(settings, "FLEET_MOVE_TIMEOUT_SECONDS", 300.0))
 
 
+MAX_MIN_READY_S = 3600
+
+
+def _min_ready_s() -> int:
+    return int(getattr(settings, "FLEET_ROLLOUT_MIN_READY_SECONDS", 10))
+
+
 def _bounded(name: str, value: Any, low: int, high: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise ServiceError(
@@ -77,14 +101,25 @@ def deployment_roll(
     max_surge: int = 1,
     max_unavailable: int = 0,
     timeout_s: float | None = None,
+    min_ready_s: int | None = None,
+    restart: bool = False,
     requested_by: Any = None,
 ) -> Operation:
     """Start rolling the deployment's replicas to ``workload``; returns the ``rollout``
-    operation (already succeeded when nothing runs that must change)."""
+    operation (already succeeded when nothing runs that must change). ``restart``: roll even
+    when the workload is the one they run (a secret it refers to has a new value: each new
+    copy starts with it)."""
     checked = workload_from_input(workload)
     surge = _bounded("max_surge", max_surge, 1, MAX_SURGE)
     unavailable = _bounded("max_unavailable", max_unavailable, 0, MAX_SURGE)
+    min_ready = _bounded(
+        "min_ready_s", _min_ready_s() if min_ready_s is None else min_ready_s, 0, MAX_MIN_READY_S
+    )
     deployment = lock_deployment(deployment_id)
+    policy_enforce(
+        team=deployment.team, workload=checked, host_memory_mib=deployment.host_memory_mib
+    )
+    secrets_enforce(team=deployment.team, workload=checked)
     running = Operation.objects.filter(
         kind=OperationKind.ROLLOUT, deployment=deployment, status__in=RUNNING
     ).first()
@@ -95,7 +130,7 @@ def deployment_roll(
             {"operation": running.pk},
         )
     previous = workload_of(deployment)
-    if checked == previous:
+    if checked == previous and not restart:
         return operation_record(
             kind=OperationKind.ROLLOUT,
             summary=f"Rolling update of {deployment.name}: nothing to change",
@@ -103,7 +138,7 @@ def deployment_roll(
             deployment=deployment,
             status=OperationStatus.SUCCEEDED,
             reason="the replicas already run this workload",
-            payload={"step": RolloutStep.DONE, "workload": dict(checked)},
+            payload={"step": RolloutStep.DONE, "workload": workload_digested(checked)},
         )
     Deployment.objects.filter(pk=deployment.pk).update(workload=checked, updated_at=timezone.now())
     copies = deployment.allocations.placed().filter(replaces__isnull=True)
@@ -118,11 +153,13 @@ def deployment_roll(
         payload={
             "step": RolloutStep.ROLLING,
             "steps": [{"step": "start", "note": "new workload saved", "at": now.isoformat()}],
-            "previous": dict(previous),
-            "workload": dict(checked),
+            "previous": workload_digested(previous),
+            "workload": workload_digested(checked),
+            "sealed_previous": secret_encrypt(json.dumps(previous)),
             "max_surge": surge,
             "max_unavailable": unavailable,
             "timeout_s": float(timeout_s if timeout_s is not None else _timeout_s()),
+            "min_ready_s": min_ready,
             "pending": replicas,
             "moving": {},
             "updated": [],
@@ -142,9 +179,13 @@ def rollout_advance(*, operation_id: int) -> str:
         operation = operation_lock_running(operation_id, OperationKind.ROLLOUT)
         if operation is None:
             return RolloutStep.DONE
-        assert operation.deployment_id is not None
-        deployment = Deployment.objects.select_for_update().filter(pk=operation.deployment_id)
-        found = deployment.first()
+        # A deployment deleted mid-rollout leaves the operation with no deployment (SET_NULL):
+        # the rollout ends there, and never stops the others' advance (nor the moves').
+        found = (
+            None
+            if operation.deployment_id is None
+            else Deployment.objects.select_for_update().filter(pk=operation.deployment_id).first()
+        )
         if found is None or found.deleting:
             _finish(operation, OperationStatus.FAILED, "the deployment was deleted")
             return RolloutStep.FAILED
@@ -159,10 +200,15 @@ def _collect(deployment: Deployment, payload: dict[str, Any]) -> None:
     for key, entry in list(payload["moving"].items()):
         replica, mode = int(key), entry["mode"]
         outcome = _outcome(deployment, entry, payload["timeout_s"])
+        switched = outcome is not None and outcome[0] and mode == RolloutStep.ROLLING
+        if switched:  # its old copy is gone: on probation (min_ready_s) in the new version
+            outcome = _stayed_ready(deployment, entry, payload)
         if outcome is None:
             continue
         del payload["moving"][key]
         ok, why = outcome
+        if switched and not ok:  # it runs the new version: the rollback takes it back too
+            payload["updated"].append(replica)
         if ok:
             if mode == RolloutStep.ROLLING:
                 payload["updated"].append(replica)
@@ -210,28 +256,82 @@ def _outcome(
     return None
 
 
+def _stayed_ready(
+    deployment: Deployment, entry: dict[str, Any], payload: dict[str, Any]
+) -> tuple[bool, str] | None:
+    """A new copy that is running counts once it has stayed so for ``min_ready_s`` (no restart,
+    no exit): ``None`` while it is on probation; a failure when it exited, restarted or was not
+    ready again by ``timeout_s`` after it first ran."""
+    min_ready = float(payload.get("min_ready_s", 0))
+    if min_ready <= 0:
+        return True, ""
+    copy_id = entry.get("allocation")
+    if copy_id is None and entry.get("move") is not None:
+        move = Operation.objects.filter(pk=entry["move"]).values_list("payload", flat=True).first()
+        copy_id = (move or {}).get("to_allocation")
+        entry["allocation"] = copy_id
+    copy = Allocation.objects.placed().filter(pk=copy_id).first() if copy_id else None
+    if copy is None:
+        return False, "its new copy was evicted"
+    if runtime_of(deployment, copy) == "none":
+        return True, ""
+    now = timezone.now()
+    first = entry.setdefault("ran_at", now.isoformat())
+    restarts = entry.setdefault("restarts", copy.restarts)
+    if copy.workload_state in FAILED_STATES:
+        detail = f": {copy.workload_message}" if copy.workload_message else ""
+        return False, f"the new copy {copy.workload_state} after it started{detail}"
+    if copy.workload_state != WorkloadState.RUNNING or copy.restarts != restarts:
+        entry["restarts"] = copy.restarts
+        entry.pop("ready_since", None)  # not ready: its probation starts again
+    else:
+        since = parse_datetime(entry.setdefault("ready_since", now.isoformat()))
+        if since is not None and (now - since).total_seconds() >= min_ready:
+            return True, ""
+    started = parse_datetime(first)
+    if started is not None and (now - started).total_seconds() > payload["timeout_s"]:
+        return False, (
+            f"the new copy did not stay running for {int(min_ready)} s within "
+            f"{int(payload['timeout_s'])} s ({copy.workload_state}, {copy.restarts} restart(s))"
+        )
+    return None
+
+
+def _sealed_previous(payload: dict[str, Any]) -> Any:
+    """The workload before the rollout, decrypted; ``None`` when no key opens it any more. A
+    rollout started before workloads were sealed keeps it in ``previous`` as it was."""
+    sealed = payload.get("sealed_previous")
+    if sealed is None:
+        return payload["previous"]
+    opened = secret_decrypt(sealed)
+    return json.loads(opened) if opened is not None else None
+
+
 def _roll_back(deployment: Deployment, payload: dict[str, Any]) -> None:
     """The new version failed: the deployment gets the previous one back, and every replica
     already updated goes back to it."""
-    Deployment.objects.filter(pk=deployment.pk).update(
-        workload=payload["previous"], updated_at=timezone.now()
-    )
-    deployment.workload = payload["previous"]
+    previous = _sealed_previous(payload)
     payload["step"] = RolloutStep.ROLLING_BACK
-    payload["pending"] = list(payload["updated"])
+    note = f"{payload['failure']}; rolling back"
+    if previous is None:  # FLEET_SECRETS_KEYS lost the key: stop where it is instead
+        payload["pending"] = []
+        note = f"{payload['failure']}; the previous workload cannot be decrypted: not rolled back"
+    else:
+        Deployment.objects.filter(pk=deployment.pk).update(
+            workload=previous, updated_at=timezone.now()
+        )
+        deployment.workload = previous
+        payload["pending"] = list(payload["updated"])
     payload["steps"].append(
-        {
-            "step": RolloutStep.ROLLING,
-            "note": f"{payload['failure']}; rolling back",
-            "at": timezone.now().isoformat(),
-        }
+        {"step": RolloutStep.ROLLING, "note": note, "at": timezone.now().isoformat()}
     )
 
 
 def _start(deployment: Deployment, operation: Operation, payload: dict[str, Any]) -> None:
     """New copies for the next replicas, up to ``max_surge`` on their way at once."""
     mode = payload["step"]
-    spec = payload["workload"] if mode == RolloutStep.ROLLING else payload["previous"]
+    # The deployment holds the new workload while rolling, the previous one once rolling back.
+    spec = dict(deployment.workload)
     down = sum(1 for e in payload["moving"].values() if e.get("move") is None)
     while payload["pending"] and len(payload["moving"]) < payload["max_surge"]:
         replica = int(payload["pending"].pop(0))
@@ -259,6 +359,14 @@ def _start(deployment: Deployment, operation: Operation, payload: dict[str, Any]
                 )
             payload["moving"][str(replica)] = {"mode": mode, "move": move.pk}
             continue
+        except QuotaExceeded as error:
+            if down >= payload["max_unavailable"]:
+                # The team's one surge replica is in use and its quota cannot count another
+                # new copy: wait for a move to end, as for an operator's move (they all do).
+                payload["pending"].insert(0, replica)
+                _wait_note(payload, error.message)
+                break
+            no_room = error.message
         except ServiceError as error:
             no_room = error.message
         if down < payload["max_unavailable"]:
@@ -280,6 +388,16 @@ def _start(deployment: Deployment, operation: Operation, payload: dict[str, Any]
             _roll_back(deployment, payload)
             return
         payload["problems"].append(problem)
+
+
+def _wait_note(payload: dict[str, Any], why: str) -> None:
+    """Say once (not at every advance) why the next new copy waits."""
+    note = f"waiting: {why}"
+    if payload.get("waiting_for") != note:
+        payload["waiting_for"] = note
+        payload["steps"].append(
+            {"step": payload["step"], "note": note, "at": timezone.now().isoformat()}
+        )
 
 
 def _place_again(deployment: Deployment, replica: int) -> int | None:
@@ -329,6 +447,8 @@ def _settle(deployment: Deployment, operation: Operation, payload: dict[str, Any
 
 
 def _finish(operation: Operation, status: str, reason: str) -> None:
+    if "sealed_previous" in operation.payload:  # no rollback from now on: not kept
+        operation.payload = {k: v for k, v in operation.payload.items() if k != "sealed_previous"}
     operation_finish(operation, status, reason, done=RolloutStep.DONE, failed=RolloutStep.FAILED)
     if operation.deployment_id is not None:
         publish_changed("deployment", [operation.deployment_id])

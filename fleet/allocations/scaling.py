@@ -28,7 +28,7 @@ from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import operation_record
 
 CHANGEABLE = frozenset({"replicas", "workload", "rollout", "team"})
-ROLLOUT_FIELDS = frozenset({"max_surge", "max_unavailable", "timeout_s"})
+ROLLOUT_FIELDS = frozenset({"max_surge", "max_unavailable", "timeout_s", "min_ready_s"})
 MIN_REPLICAS = 1
 MAX_REPLICAS = 1000  # the ``deployment_replicas_range`` constraint
 
@@ -43,6 +43,7 @@ FIXED_FIELDS = frozenset(
         "gpu_count",
         "auto",
         "host_labels",
+        "host_memory_mib",
     }
 )
 # Fields the API shows that no client writes.
@@ -108,6 +109,7 @@ def deployment_update(
             max_surge=settings.get("max_surge", 1),
             max_unavailable=settings.get("max_unavailable", 0),
             timeout_s=_timeout(settings.get("timeout_s")),
+            min_ready_s=settings.get("min_ready_s"),
             requested_by=requested_by,
         )
     if "rollout" in changes:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Sum
+from django.db.models import F, Sum
 
 from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
 from fleet.allocations.workloads import runtime_of
@@ -50,7 +50,11 @@ UNAVAILABLE_HOST_STATUSES = (*HELD_STATUSES, HostStatus.UNHEALTHY)
 def fleet_snapshot(host_ids: list[int] | None = None) -> FleetSnapshot:
     """Every host and GPU (or those of ``host_ids``) with its partitions, MPS daemons and
     reservations, in a stable order. The place service reads it under its row locks."""
-    hosts = Host.objects.order_by("name")
+    # Joined to the teams it is reserved for: one row per host and team (one row, the team
+    # null, for a host without a reservation), still one query.
+    hosts = Host.objects.annotate(
+        reserved_team=F("reserved_for__id"), reserved_slug=F("reserved_for__slug")
+    ).order_by("name", "pk", "reserved_team")
     gpus = Gpu.objects.select_related("host").order_by("host__name", "index")
     partition_rows = Partition.objects.order_by("gpu_id", "start")
     allocation_rows = Allocation.objects.only(
@@ -61,6 +65,12 @@ def fleet_snapshot(host_ids: list[int] | None = None) -> FleetSnapshot:
         gpus = gpus.filter(host_id__in=host_ids)
         partition_rows = partition_rows.filter(gpu__host_id__in=host_ids)
         allocation_rows = allocation_rows.filter(gpu__host_id__in=host_ids)
+    rows: dict[int, Host] = {}
+    reserved: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for host in hosts:
+        rows.setdefault(host.pk, host)
+        if host.reserved_team is not None:
+            reserved[host.pk].append((host.reserved_team, host.reserved_slug))
     partitions: dict[int, list[Partition]] = defaultdict(list)
     for partition in partition_rows:
         partitions[partition.gpu_id].append(partition)
@@ -68,12 +78,12 @@ def fleet_snapshot(host_ids: list[int] | None = None) -> FleetSnapshot:
     for allocation in allocation_rows:
         allocations[allocation.partition_id].append(allocation)
     return FleetSnapshot(
-        hosts=tuple(_host_state(host) for host in hosts),
+        hosts=tuple(_host_state(host, reserved.get(pk, ())) for pk, host in rows.items()),
         gpus=tuple(_gpu_state(gpu, partitions[gpu.pk], allocations) for gpu in gpus),
     )
 
 
-def _host_state(host: Host) -> HostState:
+def _host_state(host: Host, reserved_for: Iterable[tuple[int, str]] = ()) -> HostState:
     return HostState(
         id=host.pk,
         healthy=host.status not in (HostStatus.UNHEALTHY, HostStatus.OFFLINE),
@@ -82,6 +92,8 @@ def _host_state(host: Host) -> HostState:
         runtime=host.runtime,
         name=host.name,
         labels=tuple(sorted((str(k), str(v)) for k, v in (host.labels or {}).items())),
+        process_runtime=host.process_runtime,
+        reserved_for=tuple(reserved_for),
     )
 
 
@@ -152,7 +164,7 @@ def placement_request(deployment: Deployment) -> PlacementRequest:
     return WholeGpuRequest(int(deployment.gpu_count or 1))
 
 
-def placement_demands(deployments: Iterable[Deployment]) -> dict[int, Demand | None]:
+def placement_demands(deployments: Iterable[Deployment]) -> dict[int, Demand]:
     """:func:`placement_demand` of many deployments: one query for the hosts that the copies of
     all those with a port hold (the tray asks for every deployment at once)."""
     rows = list(deployments)
@@ -170,16 +182,16 @@ def placement_demands(deployments: Iterable[Deployment]) -> dict[int, Demand | N
     return {d.pk: placement_demand(d, held=held.get(d.pk)) for d in rows}
 
 
-def placement_demand(deployment: Deployment, *, held: set[int] | None = None) -> Demand | None:
+def placement_demand(deployment: Deployment, *, held: set[int] | None = None) -> Demand:
     """What the deployment's replicas need beside their GPU share: a host whose agent runs
-    their workload (``RUNS_ON``) and that carries the labels it requires (``host_labels``).
-    ``None`` for runtime ``none`` without labels, which any host takes (no constraint, so the
-    engine's memo slot is the one shared with every such deployment)."""
+    their workload (``RUNS_ON``; a process: an agent started with --allow-process-runtime),
+    that carries the labels it requires (``host_labels``) and that is not reserved for other
+    teams than its own (``team``). Runtime ``none`` asks only for the labels and the team."""
     runtime = runtime_of(deployment)
     runs_on = RUNS_ON.get(runtime)
     labels = tuple(sorted((str(k), str(v)) for k, v in (deployment.host_labels or {}).items()))
     if runs_on is None or runs_on == RUNS_ON["none"]:
-        return Demand(host_labels=labels) if labels else None
+        return Demand(host_labels=labels, team=deployment.team_id)
     port = workload_port(deployment.workload)
     avoid: frozenset[int] = frozenset()
     if port:
@@ -197,7 +209,10 @@ def placement_demand(deployment: Deployment, *, held: set[int] | None = None) ->
     return Demand(
         runtimes=tuple(sorted(runs_on)),
         workload=runtime,
+        # A process runs on the host itself: only where the host's operator allowed it.
+        process_runtime=runtime == "process",
         host_labels=labels,
+        team=deployment.team_id,
         port=port,
         avoid_hosts=avoid,
     )
@@ -368,7 +383,27 @@ def deployment_defrag_plan(deployment: Deployment) -> MovePlan:
         placement_request(deployment),
         demand=placement_demand(deployment),
         requests=placed_requests(),
+        demands=placed_demands(),
     )
+
+
+def placed_demands() -> dict[tuple[str, int], Demand]:
+    """Each placed MIG and MPS replica's demand by the defrag planner's key (as
+    :func:`placed_requests`): the replicas a plan moves out of the way go only where they may
+    run (their runtime, labels, their team's reserved hosts)."""
+    rows = list(
+        Allocation.objects.placed()
+        .filter(kind__in=[RequestKind.MIG, RequestKind.MPS])
+        .select_related("deployment")
+    )
+    demands = placement_demands({a.deployment_id: a.deployment for a in rows}.values())
+    found: dict[tuple[str, int], Demand] = {}
+    for allocation in rows:
+        if allocation.kind == RequestKind.MPS:
+            found[("mps", allocation.pk)] = demands[allocation.deployment_id]
+        elif allocation.partition_id is not None:
+            found[("mig", allocation.partition_id)] = demands[allocation.deployment_id]
+    return found
 
 
 def placed_requests() -> dict[tuple[str, int], PlacementRequest]:

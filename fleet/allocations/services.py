@@ -24,6 +24,8 @@ from fleet.allocations.workloads import allocations_release, workload_from_input
 from fleet.core.errors import Conflict, NotFound, RuleViolation, ServiceError
 from fleet.core.models import Operation, OperationKind, Team, default_team_id
 from fleet.core.operations import operation_record
+from fleet.core.policy import policy_enforce
+from fleet.core.secrets import secrets_enforce
 from fleet.inventory.labels import labels_checked
 from fleet.inventory.models import Gpu, Host
 from fleet.mig import Instance
@@ -84,13 +86,17 @@ def deployment_create(
     auto_place: bool = False,
     host_labels: Mapping[str, Any] | None = None,
     team_id: int | None = None,
+    host_memory_mib: int | None = None,
     requested_by: Any = None,
 ) -> Deployment:
     """A new workload, its replicas waiting to be placed (``deployment_create_placed`` places
     them at once, and marks it ``auto_place``: replicas added later are placed by the engine
     too). ``workload``: what each replica runs (missing fields at their defaults; none given:
     runtime ``none``). ``host_labels``: labels every host of its replicas must carry.
-    ``team_id``: its team (``None``: the ``default`` team)."""
+    ``team_id``: its team (``None``: the ``default`` team), whose policy must allow the
+    workload and ``host_memory_mib`` (each replica's host memory; ``None``: the policy's
+    default), else 422 ``policy.*`` (:mod:`fleet.core.policy`); its env may refer to the
+    team's secrets only, else 422 ``secret.not_found`` (:mod:`fleet.core.secrets`)."""
     _validate_request(request)
     checked = workload_from_input(workload)
     required = labels_checked(host_labels or {}, field="host_labels")
@@ -106,11 +112,15 @@ def deployment_create(
         raise Conflict(
             "deployment.name_taken", f"A deployment named {name!r} already exists.", {"name": name}
         )
-    if team_id is not None and not Team.objects.filter(pk=team_id).exists():
+    team = Team.objects.filter(pk=team_id if team_id is not None else default_team_id()).first()
+    if team is None:
         raise NotFound("team.not_found", f"Team {team_id} does not exist.", {"team": team_id})
+    policy_enforce(team=team, workload=checked, host_memory_mib=host_memory_mib)
+    secrets_enforce(team=team, workload=checked)
     deployment = Deployment.objects.create(
         name=name,
-        team_id=team_id if team_id is not None else default_team_id(),
+        team=team,
+        host_memory_mib=host_memory_mib,
         kind=request.kind,
         profile=request.profile.strip() if request.kind == RequestKind.MIG else "",
         memory_mib=request.memory_mib if request.kind == RequestKind.MPS else None,
@@ -136,6 +146,7 @@ def deployment_create(
             "runtime": checked["runtime"],
             "auto_place": auto_place,
             "team": deployment.team_id,
+            "host_memory_mib": host_memory_mib,
         },
     )
     return deployment

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
 from django.utils import timezone
@@ -29,6 +29,7 @@ from fleet.allocations.models import (
 from fleet.core import alerts
 from fleet.core.errors import ServiceError
 from fleet.core.events import publish_changed
+from fleet.core.secrets import env_ref_problems, env_refs
 from fleet.inventory.models import AgentRuntime, Host
 from hostagent import protocol
 
@@ -40,7 +41,11 @@ IDLE_STATES = frozenset({WorkloadState.NONE, WorkloadState.EXITED, WorkloadState
 
 def workload_from_input(data: Mapping[str, Any] | None) -> protocol.Workload:
     """The full workload for an API input (missing fields at their defaults), checked by the
-    protocol's own rules; :class:`ServiceError` ``workload.invalid`` names each broken field."""
+    protocol's own rules; :class:`ServiceError` ``workload.invalid`` names each broken field.
+
+    An ``env`` value may be a reference to a team secret, ``{"secret": "<name>"}``: it is kept
+    as given (the protocol types env values as strings; here a reference stands in for one
+    until :func:`fleet.agents.documents.host_desired_state` resolves it for the agent)."""
     workload = protocol.default_workload()
     if data:
         for key, value in data.items():
@@ -49,6 +54,7 @@ def workload_from_input(data: Mapping[str, Any] | None) -> protocol.Workload:
         health = data.get("health")
         if isinstance(health, dict):
             workload["health"] = {**protocol.default_health(), **health}
+    refs = _secret_refs_checked(workload)
     try:
         checked: protocol.Workload = protocol.validate(workload, protocol.Workload)
     except protocol.ProtocolError as error:
@@ -64,7 +70,31 @@ def workload_from_input(data: Mapping[str, Any] | None) -> protocol.Workload:
             f"The workload is not valid: {problems[0][1]}",
             {"problems": [{"field": field, "message": message} for field, message in problems]},
         )
+    if refs:
+        # The references stay in the stored workload (a value never does): only the desired
+        # state of a host running a replica gets the values (fleet.agents.documents).
+        checked["env"] = cast(
+            dict[str, str],
+            {k: {"secret": refs[k]} if k in refs else v for k, v in checked["env"].items()},
+        )
     return checked
+
+
+def _secret_refs_checked(workload: protocol.Workload) -> dict[str, str]:
+    """The secret references of ``workload["env"]`` (``{"secret": name}``), each replaced by a
+    placeholder so that the protocol's rules (string values) check the rest; a malformed one
+    is a ``workload.invalid``."""
+    problems = env_ref_problems(workload["env"])
+    if problems:
+        raise ServiceError(
+            "workload.invalid",
+            f"The workload is not valid: {problems[0][1]}",
+            {"problems": [{"field": field, "message": message} for field, message in problems]},
+        )
+    refs = env_refs(workload["env"])
+    if refs:
+        workload["env"] = {k: "" if k in refs else v for k, v in workload["env"].items()}
+    return refs
 
 
 def _stored(deployment: Deployment, allocation: Allocation | None) -> Any:

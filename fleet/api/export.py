@@ -1,5 +1,11 @@
 """CSV export of the operations feed (``Accept: text/csv`` or ``?format=csv``): the same filters
-as the JSON list, every matching row newest first (at most :data:`MAX_CSV_ROWS`), streamed."""
+as the JSON list, every matching row newest first (at most :data:`MAX_CSV_ROWS`), streamed.
+No payload column (it may hold another team's workload spec); URLs in the summary and the
+reason lose their credentials and query strings.
+
+Every text cell is quoted (a spreadsheet splitting on ``;`` or ``,`` keeps it whole) and one that
+a spreadsheet would run as a formula gets a leading ``'`` (OWASP, CSV injection); numbers (ids,
+generations) are bare."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from django.http import StreamingHttpResponse
 from rest_framework.renderers import BaseRenderer
 
 from fleet.core.models import Operation
+from fleet.core.redaction import urls_redacted
 
 MAX_CSV_ROWS = 100_000
 COLUMNS = (
@@ -49,11 +56,19 @@ class _Echo:
         return value
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _cell(value: Any) -> Any:
-    # A cell that a spreadsheet would run as a formula is quoted as text (OWASP: CSV injection).
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+    # A text cell that a spreadsheet would run as a formula is made text (OWASP: CSV injection).
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
         return "'" + value
     return "" if value is None else value
+
+
+def csv_writer(out: Any) -> Any:
+    """A writer that quotes every cell but numbers (``None`` is an empty quoted cell)."""
+    return csv.writer(out, quoting=csv.QUOTE_NONNUMERIC)
 
 
 def _rows(operations: Iterable[Operation]) -> Iterator[list[Any]]:
@@ -67,9 +82,9 @@ def _rows(operations: Iterable[Operation]) -> Iterator[list[Any]]:
                 op.finished_at.isoformat() if op.finished_at else None,
                 op.kind,
                 op.status,
-                op.requested_by.get_username() if op.requested_by else "",
-                op.summary,
-                op.reason,
+                op.requested_by_name,
+                urls_redacted(op.summary),  # a webhook's URL: no credentials, no query
+                urls_redacted(op.reason),
                 op.host_id,
                 op.gpu_id,
                 op.deployment_id,
@@ -79,7 +94,7 @@ def _rows(operations: Iterable[Operation]) -> Iterator[list[Any]]:
 
 
 def operations_csv(queryset: QuerySet[Operation]) -> StreamingHttpResponse:
-    writer = csv.writer(_Echo())
+    writer = csv_writer(_Echo())
     rows = queryset.select_related("requested_by")[:MAX_CSV_ROWS].iterator(chunk_size=2000)
     response = StreamingHttpResponse(
         (writer.writerow(row) for row in _rows(rows)), content_type="text/csv; charset=utf-8"

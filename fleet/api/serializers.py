@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from fleet.allocations.maintenance import scheduled_drains
@@ -17,13 +18,17 @@ from fleet.allocations.models import (
 )
 from fleet.allocations.selectors import allocation_environment
 from fleet.allocations.workloads import workload_of
-from fleet.api.fields import BoundedDictField, IdField
+from fleet.api.fields import BoundedDictField, BoundedListField, IdField
 from fleet.api.serializers_mig import LayoutSerializer, ViolationSerializer
 from fleet.api.serializers_workloads import WorkloadSerializer
+from fleet.core.filters import ID_MAX
 from fleet.core.models import ApiToken, Operation
+from fleet.core.redaction import payload_redacted, urls_redacted, workload_redacted
 from fleet.core.services import MAX_TOKEN_DAYS
+from fleet.core.teams import can_see_spec
 from fleet.inventory.labels import MAX_LABELS, MAX_VALUE_CHARS, labels_problems
 from fleet.inventory.models import Gpu, HealthEvent, Host
+from fleet.inventory.reservations import MAX_RESERVED_TEAMS
 from fleet.inventory.selectors import latest_telemetry_of
 from fleet.partitioning.models import Partition
 
@@ -46,6 +51,7 @@ class HostDrainInfoSerializer(serializers.Serializer[Any]):
 class HostSerializer(serializers.ModelSerializer[Host]):
     gpu_count = serializers.IntegerField(read_only=True)
     drain = serializers.SerializerMethodField()
+    reserved_for = serializers.SerializerMethodField()
 
     class Meta:
         model = Host
@@ -55,12 +61,14 @@ class HostSerializer(serializers.ModelSerializer[Host]):
             "hostname",
             "status",
             "labels",
+            "reserved_for",
             "drain",
             "runtime",
             "agent_version",
             "driver_version",
             "nvml_version",
             "last_seen_at",
+            "token_expires_at",
             "desired_generation",
             "applied_generation",
             "dispatched_generation",
@@ -68,6 +76,24 @@ class HostSerializer(serializers.ModelSerializer[Host]):
             "created_at",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "token_expires_at": {
+                "help_text": "When the agent's host token expires (it is renewed over the "
+                "agent's connection before that); null: not enrolled, revoked, or a token from "
+                "before tokens expired (renewed at the agent's next connection)."
+            }
+        }
+
+    @extend_schema_field(
+        serializers.ListField(
+            child=serializers.CharField(),
+            help_text="The slugs of the teams the host is reserved for: only their "
+            "deployments' replicas are placed on it (`placement.host_reserved`); empty: every "
+            "team's. Set with `PUT /hosts/{id}/reservation` (admins).",
+        )
+    )
+    def get_reserved_for(self, obj: Host) -> list[str]:
+        return sorted(team.slug for team in obj.reserved_for.all())
 
     @extend_schema_field(
         HostDrainInfoSerializer(
@@ -115,6 +141,40 @@ class HostUpdateSerializer(serializers.Serializer[Any]):
     labels = LabelsField(help_text="The host's labels, replacing the current ones.")
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 1, "maximum": ID_MAX},
+            {"type": "string", "minLength": 1, "maxLength": 100},
+        ]
+    }
+)
+class TeamRefField(serializers.Field):  # type: ignore[type-arg]
+    """A team in a request body: its id, or its slug."""
+
+    default_error_messages = {"invalid": "A team is an id (a whole number) or a slug."}
+
+    def to_internal_value(self, data: Any) -> int | str:
+        if isinstance(data, int) and not isinstance(data, bool) and 1 <= data <= ID_MAX:
+            return data
+        # No NUL: PostgreSQL cannot compare a text holding one (a 500, not a 400).
+        if isinstance(data, str) and 0 < len(data.strip()) <= 100 and "\x00" not in data:
+            return data.strip()
+        raise serializers.ValidationError(self.error_messages["invalid"], code="invalid")
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class HostReservationSerializer(serializers.Serializer[Any]):
+    teams = BoundedListField(
+        child=TeamRefField(),
+        max_length=MAX_RESERVED_TEAMS,
+        help_text="The teams (ids or slugs) whose deployments alone may place replicas on the "
+        "host; `[]` lifts the reservation.",
+    )
+
+
 class HostDrainSerializer(serializers.Serializer[Any]):
     at = serializers.DateTimeField(
         required=False,
@@ -142,6 +202,33 @@ class HostCreatedSerializer(HostSerializer):
     class Meta(HostSerializer.Meta):
         fields = [*HostSerializer.Meta.fields, "enrollment_token"]
         read_only_fields = fields
+
+
+class HostRotateTokenQuerySerializer(serializers.Serializer[Any]):
+    revoke = serializers.BooleanField(
+        default=False,
+        help_text="true: the old token is refused at once and the host's sockets are closed "
+        "(a token thought compromised); the new one is not pushed to the agent.",
+    )
+
+
+class HostTokenRotatedSerializer(HostSerializer):
+    token = serializers.CharField(
+        read_only=True,
+        help_text="The new host token. Shown once: a connected agent already has it; "
+        "otherwise put it in the agent's token file.",
+    )
+
+    class Meta(HostSerializer.Meta):
+        fields = [*HostSerializer.Meta.fields, "previous_token_expires_at", "token"]
+        read_only_fields = fields
+        extra_kwargs = {
+            **HostSerializer.Meta.extra_kwargs,
+            "previous_token_expires_at": {
+                "help_text": "Until when the old token is still accepted (unless the agent uses "
+                "the new one first); null: not at all (`revoke=true`)."
+            },
+        }
 
 
 class GpuSerializer(serializers.ModelSerializer[Gpu]):
@@ -226,11 +313,37 @@ class PartitionSerializer(serializers.ModelSerializer[Partition]):
         return len(obj.allocations.all())
 
 
+def reader_sees_spec(context: Mapping[str, Any], team_id: int | None) -> bool:
+    """Whether the request in ``context`` may read the workload specs of ``team_id``'s
+    deployments (:func:`fleet.core.teams.can_see_spec`). No request: the answer to a write,
+    read by its author, who operates the team."""
+    request = context.get("request")
+    return request is None or can_see_spec(request.user, team_id)
+
+
+@extend_schema_serializer(component_name="Workload")
+class WorkloadReadSerializer(WorkloadSerializer):
+    """What each replica runs on its slice, as the API answers it: in full (``redacted:
+    false``), or, for a reader outside the deployment's team without a fleet role, only its
+    ``runtime`` with ``redacted: true``."""
+
+    redacted = serializers.BooleanField(
+        read_only=True,
+        help_text="true: another team's workload, of which only `runtime` is shown (its team's "
+        "members and fleet viewers and up read it all).",
+    )
+
+    def to_representation(self, instance: Any) -> Any:
+        if isinstance(instance, Mapping) and instance.get("redacted") is True:
+            return dict(instance)
+        return {**super().to_representation(instance), "redacted": False}
+
+
 class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
     placed_replicas = serializers.SerializerMethodField()
     running_replicas = serializers.SerializerMethodField()
     status = serializers.SerializerMethodField()
-    workload = WorkloadSerializer(read_only=True)
+    workload = WorkloadReadSerializer(read_only=True)
     team_slug = serializers.CharField(source="team.slug", read_only=True)
 
     class Meta:
@@ -252,11 +365,16 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
             "status",
             "workload",
             "host_labels",
+            "host_memory_mib",
             "deleting",
             "created_at",
         ]
         read_only_fields = fields
         extra_kwargs = {
+            "host_memory_mib": {
+                "help_text": "Host memory each replica's workload may use (its container's or "
+                "process's limit); `null`: the team policy's `default_host_memory_mib`."
+            },
             "host_labels": {
                 "help_text": "Labels every host of its replicas carries (rule "
                 "`placement.host_labels`); `{}`: any host."
@@ -266,6 +384,12 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
                 "by scaling too."
             },
         }
+
+    def to_representation(self, instance: Deployment) -> Any:
+        data = super().to_representation(instance)
+        if not reader_sees_spec(self.context, instance.team_id):
+            data["workload"] = workload_redacted(instance.workload)
+        return data
 
     def _placed(self, obj: Deployment) -> int:
         return len(
@@ -345,6 +469,15 @@ class DeploymentCreateSerializer(serializers.Serializer[Any]):
         help_text='Labels every host of its replicas must carry, e.g. `{"zone": "a"}` '
         "(at most 32; fixed at creation).",
     )
+    host_memory_mib = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=16,
+        max_value=16 * 1024 * 1024,
+        help_text="Host memory each replica's workload may use, at most the team policy's "
+        "`max_host_memory_mib` (else 422 `policy.host_memory_denied`); none given: the "
+        "policy's `default_host_memory_mib`. Fixed at creation.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         kind = attrs["kind"]
@@ -388,6 +521,14 @@ class RolloutSettingsSerializer(serializers.Serializer[Any]):
         max_value=10,
         help_text="Replicas that may be stopped, then placed again, when their new copy has no "
         "room beside them (0: never; the rollout fails instead).",
+    )
+    min_ready_s = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=3600,
+        help_text="A new copy counts as updated once it has stayed running this long (no "
+        "restart, no exit), as Kubernetes' minReadySeconds; default "
+        "FLEET_ROLLOUT_MIN_READY_SECONDS (10).",
     )
     timeout_s = serializers.IntegerField(
         required=False,
@@ -447,12 +588,16 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
         return allocation_environment(obj)
 
     @extend_schema_field(
-        WorkloadSerializer(
-            help_text="What this copy runs (a rolling update's new copies run the new version)."
+        WorkloadReadSerializer(
+            help_text="What this copy runs (a rolling update's new copies run the new version); "
+            "another team's: its runtime only (`redacted`)."
         )
     )
     def get_workload(self, obj: Allocation) -> Any:
-        return workload_of(obj.deployment, obj)
+        workload = workload_of(obj.deployment, obj)
+        if not reader_sees_spec(self.context, obj.deployment.team_id):
+            return workload_redacted(workload)
+        return {**workload, "redacted": False}  # as the schema says (WorkloadReadSerializer)
 
     class Meta:
         model = Allocation
@@ -518,9 +663,8 @@ class HealthEventSerializer(serializers.ModelSerializer[HealthEvent]):
 
 
 class OperationSerializer(serializers.ModelSerializer[Operation]):
-    requested_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True, allow_null=True
-    )
+    # The username at the time (kept when the user is deleted); null: the system.
+    requested_by = serializers.SerializerMethodField()
 
     class Meta:
         model = Operation
@@ -542,6 +686,23 @@ class OperationSerializer(serializers.ModelSerializer[Operation]):
             "finished_at",
         ]
         read_only_fields = fields
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_requested_by(self, operation: Operation) -> str | None:
+        return operation.requested_by_name or None
+
+    def to_representation(self, instance: Operation) -> Any:
+        """URLs without credentials or query strings (a webhook's, in its summary); another
+        team's workload specs out of the payload (a rollout's ``workload`` and ``previous``)."""
+        data = super().to_representation(instance)
+        data["summary"] = urls_redacted(data["summary"] or "")
+        data["reason"] = urls_redacted(data["reason"] or "")
+        payload = data["payload"]
+        if payload_redacted(payload) is not payload:  # it holds a spec: whose is it?
+            team_id = instance.deployment.team_id if instance.deployment is not None else None
+            if not reader_sees_spec(self.context, team_id):
+                data["payload"] = payload_redacted(payload)
+        return data
 
 
 class MeSerializer(serializers.Serializer[Any]):

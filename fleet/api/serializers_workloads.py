@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from fleet.api.fields import BoundedDictField, BoundedListField
+from fleet.core.secrets import NAME_PATTERN, NAME_RULE, secret_ref
 from hostagent import protocol
 
 
@@ -24,6 +26,42 @@ class _Strict(serializers.Serializer[Any]):
             if unknown:
                 raise serializers.ValidationError(dict.fromkeys(unknown[:20], "Unknown field."))
         return super().to_internal_value(data)
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "maxLength": protocol.MAX_ARG_CHARS},
+            {
+                "type": "object",
+                "properties": {"secret": {"type": "string", "pattern": NAME_PATTERN.pattern}},
+                "required": ["secret"],
+                "additionalProperties": False,
+            },
+        ]
+    }
+)
+class EnvValueField(serializers.Field):  # type: ignore[type-arg]
+    """An env value: a string, or ``{"secret": "<name>"}``, a reference to one of the
+    deployment's team's secrets (the agent gets its value; reads show the reference)."""
+
+    default_error_messages = {
+        "invalid": 'A string, or {"secret": "<name>"} naming one of the team\'s secrets '
+        f"({NAME_RULE}).",
+        "too_long": f"At most {protocol.MAX_ARG_CHARS} characters.",
+    }
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, str) and len(data) <= protocol.MAX_ARG_CHARS:
+            return data
+        name = secret_ref(data)
+        if name is not None and NAME_PATTERN.match(name):
+            return {"secret": name}
+        code = "too_long" if isinstance(data, str) else "invalid"
+        raise serializers.ValidationError(self.error_messages[code], code=code)
+
+    def to_representation(self, value: Any) -> Any:
+        return value
 
 
 class HttpCheckSerializer(_Strict):
@@ -84,12 +122,12 @@ class WorkloadSerializer(_Strict):
     )
     env = BoundedDictField(
         max_entries=protocol.MAX_ENV,
-        child=serializers.CharField(
-            max_length=protocol.MAX_ARG_CHARS, allow_blank=True, trim_whitespace=False
-        ),
+        child=EnvValueField(),
         default=dict,
         help_text=f"At most {protocol.MAX_ENV}; no CUDA_*, NVIDIA_* or FLEET_* device variables "
-        "(Fleet sets those).",
+        '(Fleet sets those). A value is a string, or `{"secret": "<name>"}`: a secret of the '
+        "deployment's team (`/teams/{id}/secrets`; else 422 `secret.not_found`), whose value "
+        "only the agent running the replica receives.",
     )
     cwd = serializers.CharField(
         max_length=protocol.MAX_TEXT, required=False, allow_null=True, default=None

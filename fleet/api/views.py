@@ -13,6 +13,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from fleet.agents.host_tokens import host_token_rotate
 from fleet.allocations.drain import gpu_drain
 from fleet.allocations.health import gpu_heal
 from fleet.allocations.maintenance import host_cordon, host_drain, host_uncordon, scheduled_drains
@@ -34,6 +35,7 @@ from fleet.core.services import api_token_create, api_token_revoke
 from fleet.inventory import services as inventory_services
 from fleet.inventory.filters import GpuFilter
 from fleet.inventory.models import Gpu, HealthEvent, Host
+from fleet.inventory.reservations import host_set_reservation
 from fleet.inventory.selectors import HISTORY_WINDOWS, gpu_history_series, latest_telemetry_of
 from fleet.inventory.telemetry import METRICS
 from fleet.partitioning import services as partitioning_services
@@ -42,17 +44,27 @@ from fleet.partitioning.models import Partition
 
 @documented_reads(s.HostSerializer)
 class HostViewSet(mixins.CreateModelMixin, ReadViewSet[Host]):
-    """Hosts running the agent. Admins create them and receive the one-time enrollment token;
-    operators edit labels (PATCH) and cordon, uncordon and drain them."""
+    """Hosts running the agent. Admins create them and receive the one-time enrollment token,
+    and reserve them for teams; operators edit labels (PATCH) and cordon, uncordon and drain
+    them."""
 
     serializer_class = s.HostSerializer
     filterset_class = HostFilter
     ordering_fields = ["name", "status", "last_seen_at"]
-    required_roles = {"create": Role.ADMIN, "revoke_token": Role.ADMIN}
-    http_method_names = ["get", "post", "patch", "head", "options"]
+    required_roles = {
+        "create": Role.ADMIN,
+        "revoke_token": Role.ADMIN,
+        "rotate_token": Role.ADMIN,
+        "reservation": Role.ADMIN,
+    }
+    http_method_names = ["get", "post", "put", "patch", "head", "options"]
 
     def get_queryset(self) -> QuerySet[Host]:
-        return Host.objects.annotate(gpu_count=Count("gpus")).order_by("name")
+        return (
+            Host.objects.annotate(gpu_count=Count("gpus"))
+            .prefetch_related("reserved_for")
+            .order_by("name")
+        )
 
     def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
         """Read the open drains of every host of the page in one query."""
@@ -151,6 +163,26 @@ class HostViewSet(mixins.CreateModelMixin, ReadViewSet[Host]):
         return Response(s.OperationSerializer(operation).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
+        request=s.HostReservationSerializer,
+        responses={200: s.HostSerializer, **error_responses(400, 401, 403, 404)},
+        description=(
+            'Reserve the host for some teams (admins): `{"teams": ["search", 3]}` (slugs or '
+            "ids). From then on the placement engine puts only those teams' deployments' "
+            "replicas on it, on every path (place, auto-placement, scale, moves, drains, "
+            "re-placement after a fault, repack, defragmentation); another team's replica is "
+            "refused with `placement.host_reserved`, and the drag preview lists it so. "
+            "Replicas already on the host stay, whatever their team: nothing is evicted. "
+            '`{"teams": []}` lifts the reservation. Recorded as a `reserve_host` operation. '
+            "400 `team.not_found` (`details.teams`: those not found), `reservation.invalid`."
+        ),
+    )
+    @action(detail=True, methods=["put"])
+    def reservation(self, request: Request, pk: str | None = None) -> Response:
+        data = validated(s.HostReservationSerializer, request)
+        host_set_reservation(host_id=parse_id(pk), teams=data["teams"], requested_by=request.user)
+        return Response(self._host(parse_id(pk)))
+
+    @extend_schema(
         request=None, responses={200: s.HostSerializer, **error_responses(401, 403, 404)}
     )
     @action(detail=True, methods=["post"], url_path="revoke-token")
@@ -160,6 +192,32 @@ class HostViewSet(mixins.CreateModelMixin, ReadViewSet[Host]):
         host = self.get_object()
         inventory_services.host_revoke_token(host_id=host.pk, requested_by=request.user)
         return Response(s.HostSerializer(self.get_queryset().get(pk=host.pk)).data)
+
+    @extend_schema(
+        request=None,
+        parameters=[s.HostRotateTokenQuerySerializer],
+        responses={200: s.HostTokenRotatedSerializer, **error_responses(400, 401, 403, 404)},
+        description=(
+            "Give the host a new agent token (admins), returned once in `token`. If the agent "
+            "is connected over WebSocket the new token is pushed to it (a `host_token` "
+            "message): it stores it and carries on. The old token is still accepted for an "
+            "hour (`previous_token_expires_at`), or until the agent uses the new one. "
+            "`?revoke=true`: the old token is refused at once and the host's sockets are "
+            "closed; nothing is pushed, so install the returned token on the host (its token "
+            "file) yourself. Recorded as a `rotate_host_token` operation (without the token). "
+            "Tokens also renew by themselves: see `token_expires_at`."
+        ),
+    )
+    @action(detail=True, methods=["post"], url_path="rotate-token")
+    def rotate_token(self, request: Request, pk: str | None = None) -> Response:
+        query = s.HostRotateTokenQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        host = self.get_object()
+        _, token = host_token_rotate(
+            host_id=host.pk, revoke=query.validated_data["revoke"], requested_by=request.user
+        )
+        body = s.HostTokenRotatedSerializer(self.get_queryset().get(pk=host.pk)).data
+        return Response({**body, "token": token})
 
     @extend_schema(
         request=s.HostCreateSerializer,
@@ -343,7 +401,9 @@ class OperationViewSet(ReadViewSet[Operation]):
     serializer_class = s.OperationSerializer
     filterset_class = OperationFilter
     ordering_fields = ["created_at", "status", "kind"]
-    queryset = Operation.objects.select_related("requested_by").order_by("-created_at", "-id")
+    queryset = Operation.objects.select_related("requested_by", "deployment").order_by(
+        "-created_at", "-id"
+    )
 
     def get_renderers(self) -> list[Any]:
         renderers = super().get_renderers()
@@ -367,7 +427,7 @@ class ApiTokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadVie
     """Your own API tokens (any role): create one for a script, list them, revoke one."""
 
     serializer_class = s.ApiTokenSerializer
-    required_roles = {"create": Role.VIEWER, "destroy": Role.VIEWER}
+    required_roles = {"create": Role.MEMBER, "destroy": Role.MEMBER}
     filterset_class = None
     ordering_fields = ["created_at", "name"]
 

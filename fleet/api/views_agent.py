@@ -1,4 +1,7 @@
-"""The agent's REST side: enrolment, and the fallback for agents that cannot hold a socket."""
+"""The agent's REST side: enrolment, and the fallback for agents that cannot hold a socket.
+
+A REST agent's token is renewed in the answer to its report (``host_token``, the same message a
+socket sends; :mod:`fleet.agents.host_tokens`)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from rest_framework.response import Response
 from fleet.agents.delivery import desired_document
 from fleet.agents.enrollment import host_authenticate, host_enroll
 from fleet.agents.guard import Refused, admit_parsed, rest_guard
+from fleet.agents.host_tokens import host_renewal_due, host_token_renew
 from fleet.agents.messages import handle_message
 from fleet.api import schema as _schema  # noqa: F401 - registers the OpenAPI auth scheme
 from fleet.api.fields import BoundedDictField, BoundedListField
@@ -35,12 +39,11 @@ class HostTokenAuthentication(authentication.BaseAuthentication):
     """``Authorization: Token flh_…``: the request acts as that host and nothing else."""
 
     def authenticate(self, request: Request) -> tuple[Any, Host] | None:
-        header = authentication.get_authorization_header(request).split()
-        if not header or header[0].lower() != protocol.AUTH_SCHEME.lower().encode():
+        token = presented_token(request)
+        if token is None:
             return None
-        if len(header) != 2:
-            raise exceptions.AuthenticationFailed("Invalid token header.")
-        host = host_authenticate(header[1].decode("latin-1"))
+        # Unknown, revoked and expired tokens are refused alike (the log tells them apart).
+        host = host_authenticate(token)
         if host is None:
             raise exceptions.AuthenticationFailed("Invalid host token.")
         from django.contrib.auth.models import AnonymousUser
@@ -49,6 +52,16 @@ class HostTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return protocol.AUTH_SCHEME
+
+
+def presented_token(request: Request) -> str | None:
+    """The host token of ``Authorization: Token …``; ``None`` without one."""
+    header = authentication.get_authorization_header(request).split()
+    if not header or header[0].lower() != protocol.AUTH_SCHEME.lower().encode():
+        return None
+    if len(header) != 2:
+        raise exceptions.AuthenticationFailed("Invalid token header.")
+    return header[1].decode("latin-1")
 
 
 class IsAgent(BasePermission):
@@ -118,7 +131,24 @@ ReportIn = inline_serializer(
 @extend_schema(
     request=ReportIn,
     responses={
-        200: inline_serializer("AgentReportAccepted", {"accepted": serializers.IntegerField()}),
+        200: inline_serializer(
+            "AgentReportAccepted",
+            {
+                "accepted": serializers.IntegerField(),
+                "host_token": inline_serializer(
+                    "AgentHostToken",
+                    {
+                        "type": serializers.ChoiceField(choices=["host_token"]),
+                        "token": serializers.CharField(),
+                        "expires_at": serializers.FloatField(help_text="Unix seconds."),
+                    },
+                    required=False,
+                    help_text="Only when the host token was renewed: a `host_token` message "
+                    "(hostagent.protocol) with the new token, to be used from the next request "
+                    "on. The old one is accepted until the new one is used, for a day at most.",
+                ),
+            },
+        ),
         **AGENT_ERRORS,
     },
     tags=["agent"],
@@ -157,7 +187,13 @@ def report(request: Request) -> Response:
         handle_message(host.pk, message)
         accepted += 1
     refusals.flush()
-    return Response({"accepted": accepted})
+    body: dict[str, Any] = {"accepted": accepted}
+    token = presented_token(request) or ""
+    if host_renewal_due(host, token):
+        renewed = host_token_renew(host_id=host.pk, token=token)
+        if renewed is not None:
+            body["host_token"] = renewed
+    return Response(body)
 
 
 def _host(request: Request) -> Host:

@@ -1,13 +1,23 @@
 """``GET /capacity/``: what fits now, and what is stranded; ``/capacity/repack``: empty GPUs;
-``GET /capacity/advice``: the layout advisor's rollout proposal."""
+``GET /capacity/advice``: the layout advisor's rollout proposal (operators: it runs a solver)."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
-from rest_framework import status
-from rest_framework.decorators import api_view
+import contextlib
+import math
+import threading
+import time
+from typing import Any
+
+from django.conf import settings
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from redis.exceptions import RedisError
+from rest_framework import exceptions, status
+from rest_framework.decorators import api_view, permission_classes
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import SimpleRateThrottle
 
 from fleet.allocations import advice
 from fleet.allocations.capacity import fleet_capacity
@@ -19,9 +29,11 @@ from fleet.allocations.repack import (
 )
 from fleet.api import serializers_capacity as sc
 from fleet.api.common import error_responses
-from fleet.api.limits import throttle_scope
-from fleet.api.serializers import OperationSerializer
+from fleet.api.limits import _FailOpen, throttle_scope
+from fleet.api.serializers import ErrorSerializer, OperationSerializer
 from fleet.core.errors import ServiceError
+from fleet.core.roles import Role, role_of
+from fleet.placement.advisor import DEFAULT_TIME_LIMIT_S
 
 
 @extend_schema(
@@ -111,9 +123,87 @@ def _product_key(product: str) -> str:
     )
 
 
+# -- the layout advisor: operators only, one solve per user per interval, one at a time ----------
+
+
+class OperatorRole(BasePermission):
+    """Operators and admins: starting the solver costs seconds of several CPU threads."""
+
+    message = "Only operators may start the layout advisor (its solver runs for seconds)."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return role_of(request.user) >= Role.OPERATOR
+
+
+class AdviceThrottle(_FailOpen, SimpleRateThrottle):
+    """One solve per user per ``FLEET_ADVICE_MIN_INTERVAL_SECONDS`` (0: no limit), counted in
+    the throttles' cache (Redis: across processes), and, as they do, let through while that
+    cache is unreachable. Checked by the view once the query is valid and no other solve
+    runs, so that neither a refused query nor a busy answer counts."""
+
+    scope = "advice"
+
+    def __init__(self) -> None:
+        interval = float(settings.FLEET_ADVICE_MIN_INTERVAL_SECONDS)
+        self.rate = f"1/{interval:g}s" if interval > 0 else None  # None: no limit
+        self.num_requests, self.duration = 1, interval
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
+
+    def forget(self) -> None:
+        """The solve did not run after all (the service refused the query)."""
+        key = getattr(self, "key", None)
+        if key is not None:
+            with contextlib.suppress(RedisError, OSError):  # unreachable: it will expire
+                self.cache.delete(key)
+
+
+class _Solves:
+    """At most ``FLEET_ADVISOR_CONCURRENCY`` advisor solves at a time in this process (each
+    takes several threads); the setting is read at each start, so tests may change it."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._ends: list[float] = []  # time.monotonic() when each running solve's limit ends
+
+    def start(self, time_limit_s: float) -> float | None:
+        """A ticket for a new solve, or ``None`` when as many are running as allowed."""
+        with self._guard:
+            if len(self._ends) >= max(1, int(settings.FLEET_ADVISOR_CONCURRENCY)):
+                return None
+            ticket = time.monotonic() + time_limit_s
+            self._ends.append(ticket)
+            return ticket
+
+    def retry_after(self) -> int:
+        """Whole seconds until the first running solve should be done (at least 1)."""
+        with self._guard:
+            first = min(self._ends, default=time.monotonic())
+        return max(1, math.ceil(first - time.monotonic()))
+
+    def finish(self, ticket: float) -> None:
+        with self._guard:
+            self._ends.remove(ticket)
+
+
+_one_solve = _Solves()
+
+ADVICE_REFUSALS = OpenApiResponse(
+    ErrorSerializer,
+    description="`throttled`: this user asked less than FLEET_ADVICE_MIN_INTERVAL_SECONDS ago; "
+    "`advice.busy`: `FLEET_ADVISOR_CONCURRENCY` solves are running. `Retry-After` says when "
+    "to ask again.",
+)
+
+
 @extend_schema(
     parameters=[sc.AdviceQuerySerializer],
-    responses={200: sc.AdviceSerializer, **error_responses(400, 401, 403)},
+    responses={
+        200: sc.AdviceSerializer,
+        **error_responses(400, 401, 403),
+        429: ADVICE_REFUSALS,
+    },
     description=(
         "The layout advisor: MIG layouts for the product's schedulable GPUs that place the most "
         "waiting replicas (deployments' unplaced MIG replicas, and MPS replicas in new MIG "
@@ -122,15 +212,43 @@ def _product_key(product: str) -> str:
         "within `time_limit_s`. `rollout` is the exact body for `POST /rollouts/` (a layout per "
         "GPU that changes; the deployments whose waiting replicas the engine places when every "
         "GPU is reshaped); `solver` gives the objective, the proven bound, the gap, the status "
-        "and the time."
+        "and the time.\n\n"
+        "Each call runs the solver, so it takes the operator role (403 for other roles), and "
+        "is limited: one solve per user per `FLEET_ADVICE_MIN_INTERVAL_SECONDS` (30 s by "
+        "default; 429 `throttled`) and `FLEET_ADVISOR_CONCURRENCY` solves at a time per "
+        "server process (1 by default; 429 `advice.busy`); both 429s carry `Retry-After`. A "
+        "query refused with 400 does not count."
     ),
 )
 @api_view(["GET"])
+@permission_classes([OperatorRole])
 @throttle_scope("expensive")  # reads the fleet and runs the solver
 def capacity_advice(request: Request) -> Response:
-    """The layout advisor's proposal (any role)."""
+    """The layout advisor's proposal (operators; rate-limited, a bounded number at once)."""
     query = sc.AdviceQuerySerializer(data=request.query_params.dict())
     query.is_valid(raise_exception=True)
     data = dict(query.validated_data)
     kwargs = {"time_limit_s": data["time_limit_s"]} if "time_limit_s" in data else {}
-    return Response(advice.capacity_advice(product=data["product"], **kwargs))
+    ticket = _one_solve.start(kwargs.get("time_limit_s", DEFAULT_TIME_LIMIT_S))
+    if ticket is None:
+        wait = _one_solve.retry_after()
+        busy = ServiceError(
+            "advice.busy",
+            f"The layout advisor is solving another request; ask again in {wait} s.",
+            {"retry_after_s": wait},
+        )
+        return Response(busy.as_dict(), status=429, headers={"Retry-After": str(wait)})
+    try:
+        throttle = AdviceThrottle()
+        if not throttle.allow_request(request, request.parser_context["view"]):
+            raise exceptions.Throttled(
+                wait=throttle.wait(),
+                detail=f"One layout advice per user every {throttle.duration:g} s.",
+            )
+        try:
+            return Response(advice.capacity_advice(product=data["product"], **kwargs))
+        except ServiceError:
+            throttle.forget()
+            raise
+    finally:
+        _one_solve.finish(ticket)

@@ -30,7 +30,12 @@ from fleet.api.filters import (
     DeploymentFilter,
 )
 from fleet.api.limits import throttle_scope
-from fleet.api.views_teams import authorize_allocation, authorize_deployment, team_for_create
+from fleet.api.views_teams import (
+    authorize_allocation,
+    authorize_deployment,
+    authorize_replica_read,
+    team_for_create,
+)
 from fleet.core.errors import ServiceError
 from fleet.core.models import OperationKind
 from fleet.core.permissions import TeamRolePermission
@@ -42,8 +47,10 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadV
     """Workloads. Commands: place (a drop in the UI), place-all (every replica that fits now)
     and evict; `auto` lets the engine place; PATCH scales or rolls out a new workload.
 
-    Every role reads every team's deployments; fleet operators act on all of them, a team
-    operator on its team's only (403 `auth.forbidden` on another team's)."""
+    Every role reads every team's deployments; what one runs (`workload`: image, command, env,
+    ...) only its team's members and fleet viewers and up (others get its `runtime` only, with
+    `redacted: true`). Fleet operators act on all of them, a team operator on its team's only
+    (403 `auth.forbidden` on another team's)."""
 
     serializer_class = s.DeploymentSerializer
     filterset_class = DeploymentFilter
@@ -69,6 +76,12 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadV
     @extend_schema(
         request=s.DeploymentCreateSerializer,
         responses={201: s.DeploymentSerializer, **error_responses(400, 401, 403, 409, 422)},
+        description=(
+            "The workload must be allowed by the team's policy (`GET /teams/{id}/policy`), "
+            "else 422 naming the rule: `policy.runtime_denied` (a `process` workload, unless a "
+            "fleet admin allowed it), `policy.image_denied`, `policy.user_denied` (root, or a "
+            "uid outside the allowed ranges), `policy.host_memory_denied`. Nothing is created."
+        ),
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = validated(s.DeploymentCreateSerializer, request)
@@ -87,6 +100,7 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadV
             workload=data.get("workload"),
             host_labels=data.get("host_labels"),
             team_id=team_id,
+            host_memory_mib=data.get("host_memory_mib"),
             requested_by=request.user,
         )
         return Response(
@@ -116,7 +130,9 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadV
             'being deleted is a 409. `{"team": "search"}` hands the deployment to another team '
             "(id or slug; you must operate both, and its quota must hold the replicas in place, "
             "else 422 `quota.exceeded`): its replicas stay put, usage is billed to the new team "
-            "from then on; answered 200 with the deployment."
+            "from then on; answered 200 with the deployment. A new workload, and a deployment "
+            "handed to another team, must be allowed by the (new) team's policy, else 422 "
+            "`policy.*` as on create."
         ),
     )
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -298,12 +314,14 @@ class AllocationViewSet(ReadViewSet[Allocation]):
     )
     @action(detail=True, methods=["get"])
     def metrics(self, request: Request, pk: str | None = None) -> Response:
-        """The replica's utilisation and memory over a window (any role): its MIG instance's,
+        """The replica's utilisation and memory over a window (its team's members and fleet
+        viewers and up; 403 `auth.forbidden` for another team's member): its MIG instance's,
         or its processes' memory (MPS), or its GPU's utilisation and its processes' memory
         (whole GPU). `null` where there is no value, never 0."""
         query = smx.ReplicaMetricsQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         allocation = self.get_object()
+        authorize_replica_read(request.user, allocation.pk)
         return Response(replica_series(allocation, window=query.validated_data["window"]))
 
     @extend_schema(
@@ -314,8 +332,10 @@ class AllocationViewSet(ReadViewSet[Allocation]):
     def move(self, request: Request, pk: str | None = None) -> Response:
         """Move one replica, make before break: the new copy starts on the target and the old
         one stops only once it runs; a failure leaves the old copy running. The ``move``
-        operation shows each step. The team's quota is not asked: the new copy counts in place
-        of the old one."""
+        operation shows each step. The team's first move in flight is its one surge replica;
+        past it, a new copy counts against the team's quota until its move ends: 422
+        ``quota.exceeded`` (``details.surge_in_use``, ``details.moving``) when it does not fit,
+        nothing changed."""
         authorize_allocation(request.user, parse_id(pk))
         data = validated(s.MoveRequestSerializer, request)
         operation = allocation_move(

@@ -13,6 +13,7 @@ from fleet.agents.logs import allocation_logs as replica_logs
 from fleet.api import serializers as s
 from fleet.api.common import ERRORS
 from fleet.api.serializers_workloads import LogsQuerySerializer, LogsSerializer
+from fleet.api.views_teams import authorize_replica_read
 from hostagent import protocol
 
 
@@ -43,12 +44,15 @@ from hostagent import protocol
     },
     description=(
         "The last lines of one replica's output (its container's or process's stdout and "
-        "stderr), fetched from the agent of its host while you wait (a few seconds at most)."
+        "stderr), fetched from the agent of its host while you wait (a few seconds at most). "
+        "Its team's members and fleet viewers and up read them; another team's member gets "
+        "403 `auth.forbidden`."
     ),
 )
 @api_view(["GET"])
 def allocation_logs(request: Request, pk: int) -> Response:
     query = LogsQuerySerializer(data=request.query_params)
     query.is_valid(raise_exception=True)
+    authorize_replica_read(request.user, pk)
     logs = replica_logs(allocation_id=pk, tail=query.validated_data["tail"])
     return Response({"lines": logs.lines, "truncated": logs.truncated, "error": logs.error})

@@ -27,6 +27,7 @@ from fleet.core.teams import (
     MAX_MEMBERS,
     MAX_PROFILES,
     can_operate_team,
+    can_see_spec,
     default_team_for,
     members_of,
     quota_as_dict,
@@ -64,6 +65,20 @@ def authorize_allocation(user: Any, allocation_id: int) -> None:
     )
     if team_id is not None and not can_operate_team(user, team_id):
         raise PermissionDenied("Only the operators of this replica's team may move it.")
+
+
+def authorize_replica_read(user: Any, allocation_id: int) -> None:
+    """403 unless the user may read what the replica runs, prints and uses (its logs, its
+    metrics): its team's members and fleet viewers and up (a missing one: the caller 404s)."""
+    team_id = (
+        Allocation.objects.filter(pk=allocation_id)
+        .values_list("deployment__team_id", flat=True)
+        .first()
+    )
+    if team_id is not None and not can_see_spec(user, team_id):
+        raise PermissionDenied(
+            "Only the members of this replica's team and fleet viewers read its logs and metrics."
+        )
 
 
 def team_for_create(user: Any, named: str | None) -> int:
@@ -212,8 +227,10 @@ class TeamViewSet(viewsets.GenericViewSet[Team]):
         '"mig_profiles": {"1g.10gb": 8}}`; a limit not given stays, `null` lifts it. '
         "Enforced in the transaction that places a replica (place, auto-placement, scale, "
         "rolling update): a replica past a limit is refused with 422 `quota.exceeded`. A "
-        "limit below what the team holds evicts nothing. A move is never refused for it (its "
-        "new copy counts in place of the old one); a fault's re-placement may pass it, "
+        "limit below what the team holds evicts nothing. Moves: the team's first move in "
+        "flight is its one surge replica; every other move's new copy counts until its move "
+        "ends, and a move it does not fit is refused. The fleet's own moves (drains, "
+        "maintenance, repack, defragmentation) and a fault's re-placement may pass it, each "
         "recorded as an `over_quota` operation.",
     )
     @action(detail=True, methods=["put"])

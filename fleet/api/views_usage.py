@@ -3,7 +3,6 @@ CSV (:mod:`fleet.allocations.usage`)."""
 
 from __future__ import annotations
 
-import csv
 import io
 from typing import Any
 
@@ -17,7 +16,7 @@ from rest_framework.views import APIView
 
 from fleet.allocations.usage import GROUPS, UNITS, usage_report, usage_window
 from fleet.api.common import error_responses
-from fleet.api.export import CsvRenderer, _cell
+from fleet.api.export import CsvRenderer, _cell, csv_writer
 
 UNIT_HELP = {
     "mig_slice_hours": "MIG compute-slice-hours (a 3g profile for 2 h: 6).",
@@ -81,7 +80,7 @@ class UsageReportSerializer(serializers.Serializer[Any]):
 
 def usage_csv(report: dict[str, Any]) -> str:
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv_writer(out)  # every text cell quoted: a ';'-separated sheet keeps it whole
     writer.writerow([report["group_by"], "name", *UNITS, "from", "to"])
     start, end = report["from"].isoformat(), report["to"].isoformat()
     for row in report["groups"]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import itertools
 import json
 import math
 import time
@@ -29,6 +30,9 @@ class Browser:
     closed: str = ""
     connections: int = 0
     untimed: int = 0  # telemetry values without ``ts_ms`` (a server without it)
+    # frames by the load level they carried (``frame.load.level``; -1: a server without it)
+    load_frames: dict[int, int] = field(default_factory=dict)
+    connected_at: list[float] = field(default_factory=list)
 
     async def run(self, ready: asyncio.Event, stop: asyncio.Event) -> None:
         """Keep the socket up until ``stop`` (reconnecting, as the dashboard does)."""
@@ -44,6 +48,7 @@ class Browser:
                     if hello.get("type") != "hello":
                         raise RuntimeError(f"unexpected first frame {hello!r}")
                     self.connections += 1
+                    self.connected_at.append(time.time())
                     ready.set()
                     receiver = asyncio.ensure_future(self._receive(socket_))
                     stopper = asyncio.ensure_future(stop.wait())
@@ -67,6 +72,9 @@ class Browser:
             if frame.get("type") != "frame":
                 continue
             self.frames += 1
+            load = frame.get("load")
+            level = load.get("level", -1) if isinstance(load, dict) else -1
+            self.load_frames[level] = self.load_frames.get(level, 0) + 1
             for gpu_id, values in (frame.get("telemetry") or {}).items():
                 ts_ms = values.get("ts_ms") if isinstance(values, dict) else None
                 if isinstance(ts_ms, int):
@@ -81,6 +89,27 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
     return ordered[rank]
+
+
+def update_gaps(browsers: Sequence[Browser], t0: float, t1: float) -> dict[str, Any]:
+    """How long each GPU went without a new sample reaching a browser in ``[t0, t1)``: the
+    longest wait per GPU and browser (counting from ``t0`` and up to ``t1``), then the p50, p99
+    and max over them, in seconds."""
+    gaps: list[float] = []
+    for browser in browsers:
+        for receipts in browser.received.values():
+            times = sorted(r for r in receipts.values() if t0 <= r < t1)
+            edges = [t0, *times, t1]
+            gaps.append(max(b - a for a, b in itertools.pairwise(edges)))
+    return {
+        "p50": _round(percentile(gaps, 50)),
+        "p99": _round(percentile(gaps, 99)),
+        "max": _round(max(gaps) if gaps else None),
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 2) if value is not None else None
 
 
 def measure(

@@ -25,6 +25,28 @@ What it measures (:mod:`fleet.bench.browsers`), in a window of ``--seconds`` aft
 * ``server_cpu_percent``: CPU time of the ASGI server processes over the window, in percent of
   one core (``/proc/<pid>/stat``; 200 = two cores busy); ``cpu_percent`` breaks down every
   process the bench started (Redis, the stack's PostgreSQL backends, agents, the bench itself).
+* ``efficiency``: distinct GPU samples delivered to a browser per second of server CPU
+  (``samples_per_s / (server_cpu_percent / 100)``): runs on different machines compare as
+  ratios of it.
+* ``update_gap_s``: the longest time a GPU went without a new sample reaching a browser in the
+  window (p50/p99/max over GPUs and browsers); ``load_frames``: browser frames by the load level
+  they carried (:mod:`fleet.live.load`; 1 and 2: the servers coarsened telemetry and the fleet
+  view said so).
+* ``admitted``: seconds after the agents started until 99 % and 100 % of them had a socket;
+  ``abusive_closes``: agents whose socket was closed as abusive; ``hosts_offline``: hosts the
+  control plane marked offline during the run (with ``--goal storm|overload`` a Celery worker
+  and beat run, as in production, and place ``--replicas``; ``replicas_moved`` counts those
+  that moved or were released).
+* ``--restart-at S``: every ASGI server is restarted once (SIGTERM, then started again), S
+  seconds into the window; ``restart.recovery`` is how long after the stop 99 % and 100 % of
+  hosts had a fresh sample reach a browser; ``samples_lost`` is ``dropped`` (a sample the
+  agent took while its server was down is lost).
+
+Goals (``goal_met``; ``goals`` lists each check): ``latency`` (default): p99 under 1 s and
+nothing dropped; ``storm`` (default with ``--restart-at``): 99 % of hosts back within 30 s, all
+within 60 s, no replica moved, no agent closed as abusive; ``overload``: every agent admitted
+within 60 s, no host offline, every GPU updated at least every 5 s, the load shown. A warm-up
+that does not complete fails every goal, and the command exits non-zero.
 """
 
 from __future__ import annotations
@@ -45,10 +67,13 @@ from pathlib import Path
 from typing import Any
 
 from fleet.bench import seed
-from fleet.bench.browsers import DROP_AFTER_S, Browser, measure
+from fleet.bench.browsers import DROP_AFTER_S, Browser, measure, update_gaps
+from fleet.bench.goals import DEFINITIONS, goals, load_frames
 from fleet.bench.options import Options
 from fleet.bench.processes import terminate
-from fleet.bench.stack import ROOT, Stack, cpu_seconds
+from fleet.bench.stack import ROOT, Stack
+from fleet.bench.storm import CpuMeter, OfflineWatch, admitted, closes, moved, recovery
+from hostagent import protocol
 
 SWARM = [sys.executable, "-m", "hostagent.swarm"]
 
@@ -64,6 +89,8 @@ def run_bench(options: Options) -> dict[str, Any]:
     swarms: list[subprocess.Popen[bytes]] = []
     try:
         if options.urls:
+            if options.restart_at is not None:
+                raise SystemExit("--restart-at restarts the servers it starts: not with --url")
             urls, env = options.urls, dict(os.environ)
             seeded = _seed_here(options, run)
         else:
@@ -72,20 +99,10 @@ def run_bench(options: Options) -> dict[str, Any]:
             stack = Stack(workdir, options.database_url, options)
             options.log(f"starting the stack in {workdir} …")
             stack.start()
-            out = workdir / "seed.json"
-            stack.run_python(
-                "-m",
-                "fleet.bench.seed",
-                "setup",
-                str(options.hosts),
-                str(options.gpus_per_host),
-                options.product,
-                run,
-                str(out),
-                *([] if options.enrolled else ["--new"]),
-            )
-            seeded = json.loads(out.read_text())
+            seeded = _seed_stack(stack, options, run, workdir)
             stack.start_servers()
+            if options.chosen_goal != "latency":
+                stack.start_workers()
             urls, env = stack.urls, stack.env
         result = asyncio.run(_drive(options, urls, env, seeded, workdir, stack, swarms, run))
     finally:
@@ -97,6 +114,22 @@ def run_bench(options: Options) -> dict[str, Any]:
             with contextlib.suppress(Exception):
                 seed.cleanup(run)
     return result
+
+
+def _seed_stack(stack: Stack, options: Options, run: str, workdir: Path) -> dict[str, Any]:
+    out = workdir / "seed.json"
+    stack.run_python(
+        "-m",
+        "fleet.bench.seed",
+        "setup",
+        str(options.hosts),
+        str(options.gpus_per_host),
+        options.product,
+        run,
+        str(out),
+        *([] if options.enrolled else ["--new"]),
+    )
+    return dict(json.loads(out.read_text()))
 
 
 def _seed_here(options: Options, run: str) -> dict[str, Any]:
@@ -129,7 +162,9 @@ def _swarm_configs(
                     {
                         "server": url,
                         "interval_s": options.interval_s,
-                        "allow_mutation": False,
+                        # Agents that apply what they are given: replicas placed on them stay
+                        # where they are (refused items would fail their operations).
+                        "allow_mutation": options.replicas_to_place > 0,
                         "hostname_prefix": f"bench-{s}-{c}",
                         "hosts": [{"token": h["token"], "gpus": h["gpus"]} for h in chunk],
                     }
@@ -138,6 +173,36 @@ def _swarm_configs(
             path.chmod(0o600)
             configs.append(path)
     return configs
+
+
+def _start_swarms(
+    configs: list[Path], workdir: Path, env: dict[str, str], swarms: list[subprocess.Popen[bytes]]
+) -> None:
+    for config in configs:
+        log = (workdir / f"{config.stem}.log").open("ab")
+        swarms.append(
+            subprocess.Popen(
+                [*SWARM, str(config), "--stats", str(config.with_suffix(".stats"))],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+
+
+async def _warm_up(
+    options: Options, browsers: list[Browser], swarms: list[subprocess.Popen[bytes]], total: int
+) -> tuple[bool, float]:
+    started = time.monotonic()
+    while time.monotonic() - started < options.warmup_timeout_s:
+        await asyncio.sleep(0.5)
+        if all(len(b.received) >= total for b in browsers):
+            return True, time.monotonic() - started
+        if any(p.poll() is not None for p in swarms):
+            raise RuntimeError("an agent process exited during the warm-up (see its log)")
+    return False, time.monotonic() - started
 
 
 async def _drive(
@@ -162,64 +227,73 @@ async def _drive(
         asyncio.ensure_future(b.run(r, stop_browsers))
         for b, r in zip(browsers, readies, strict=True)
     ]
+    meter = CpuMeter()
+    watch: OfflineWatch | None = None
+    restarted: float | None = None
+    before: dict[int, tuple[int | None, int | None, str]] = {}
     try:
         await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 30)
         failed = [b.closed for b in browsers if not b.connections]
         if failed:
             raise RuntimeError(f"browser socket refused: {failed[0]}")
         configs = _swarm_configs(options, urls, hosts, workdir)
-        for config in configs:
-            log = (workdir / f"{config.stem}.log").open("ab")
-            swarms.append(
-                subprocess.Popen(
-                    [*SWARM, str(config), "--stats", str(config.with_suffix(".stats"))],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
+        swarm_started = time.time()
+        _start_swarms(configs, workdir, env, swarms)
+        if stack is not None and options.chosen_goal != "latency":
+            watch = OfflineWatch(stack.database_url, [h["host_id"] for h in hosts]).start()
         options.log(
             f"{options.hosts} agents ({total_gpus} GPUs) in {len(configs)} processes, "
             f"{len(urls)} server(s), {len(browsers)} browser(s); warming up …"
         )
-        started = time.monotonic()
-        warm = False
-        while time.monotonic() - started < options.warmup_timeout_s:
-            await asyncio.sleep(0.5)
-            if all(len(b.received) >= total_gpus for b in browsers):
-                warm = True
-                break
-            if any(p.poll() is not None for p in swarms):
-                raise RuntimeError("an agent process exited during the warm-up (see its log)")
-        warmup_s = time.monotonic() - started
-        await asyncio.sleep(3.0 if warm else 0.0)  # let the hello burst drain
-        pids = _pids(stack, options, swarms)
-        before = {role: _cpu(p) for role, p in pids.items()}
+        warm, warmup_s = await _warm_up(options, browsers, swarms, total_gpus)
+        if stack is not None and options.replicas_to_place and warm:
+            # Work on the fleet, placed by the engine on hosts that are up; pushed and applied
+            # during the settling below.
+            await asyncio.to_thread(
+                stack.run_python,
+                "-m",
+                "fleet.bench.seed",
+                "place",
+                run,
+                str(options.replicas_to_place),
+            )
+        await asyncio.sleep(5.0 if warm else 0.0)  # let the hello burst drain
+        if stack is not None:
+            before = await asyncio.to_thread(seed.placements, stack.database_url)
+        if watch is not None:
+            watch.reset()  # what counts is the window
+        pids = await asyncio.to_thread(_pids, stack, options, swarms)
+        for role, role_pids in pids.items():
+            meter.start(role, role_pids)
         t0 = time.time()
         options.log(f"warm after {warmup_s:.1f}s (complete: {warm}); measuring {options.seconds}s")
-        await asyncio.sleep(options.seconds)
+        if options.restart_at is not None and stack is not None:
+            await asyncio.sleep(options.restart_at)
+            options.log("restarting every ASGI server …")
+            for role in ("asgi", "postgres"):
+                meter.stop(role)
+            restarted = await asyncio.to_thread(stack.restart_servers)
+            meter.start("asgi", stack.server_pids(), from_zero=True)
+            meter.start("postgres", await asyncio.to_thread(stack.pg_backend_pids))
+            await asyncio.sleep(max(0.0, t0 + options.seconds - time.time()))
+        else:
+            await asyncio.sleep(options.seconds)
         t1 = time.time()
-        after = {role: _cpu(p) for role, p in pids.items()}
+        for role in list(pids):
+            meter.stop(role)
         await asyncio.sleep(DROP_AFTER_S + 0.5)
     finally:
         stop_browsers.set()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if watch is not None:
+            watch.stop()
     stats = await asyncio.to_thread(_stop_swarms, swarms, workdir)
+    after = await asyncio.to_thread(seed.placements, stack.database_url) if stack else {}
     sent = _sent_by_host(stats, hosts)
     gpus_by_host = await asyncio.to_thread(_gpu_map, stack, [h["host_id"] for h in hosts], workdir)
     measured = measure(browsers=browsers, sent=sent, gpus_by_host=gpus_by_host, t0=t0, t1=t1)
     seconds = t1 - t0
-    cpu = {
-        role: round((sum(after[role]) - sum(before[role])) / seconds * 100, 1)
-        for role in before
-        if before[role] is not None and after[role] is not None
-    }
-    asgi = [
-        round((a - b) / seconds * 100, 1)
-        for b, a in zip(before["asgi"] or [], after["asgi"] or [], strict=False)
-    ]
+    server_cpu = meter.percent("asgi", seconds)
     result: dict[str, Any] = {
         "hosts": options.hosts,
         "gpus": total_gpus,
@@ -227,9 +301,24 @@ async def _drive(
         "seconds": round(seconds, 1),
         "interval_s": options.interval_s,
         **measured,
-        "server_cpu_percent": round(sum(asgi), 1) if asgi else None,
-        "server_cpu_percent_each": asgi,
-        "cpu_percent": {k: v for k, v in cpu.items() if k != "asgi"},
+        "server_cpu_percent": server_cpu,
+        "server_cpu_percent_each": [
+            round(v / seconds * 100, 1) for v in meter.each.get("asgi", [])
+        ],
+        "efficiency": round(measured["samples_per_s"] / (server_cpu / 100)) if server_cpu else None,
+        "cpu_percent": {
+            role: meter.percent(role, seconds) for role in meter.total if role != "asgi"
+        },
+        "update_gap_s": update_gaps(browsers, t0, t1),
+        "load_frames": load_frames(browsers),
+        "admitted": admitted(stats, swarm_started),
+        "abusive_closes": closes(stats, protocol.CLOSE_ABUSE),
+        "retry_later_closes": closes(stats, protocol.CLOSE_RETRY_LATER),
+        "hosts_offline": {"ever": len(watch.ever), "most_at_once": watch.most}
+        if watch is not None
+        else None,
+        "replicas_placed": len(before),
+        "replicas_moved": moved(before, after) if before else 0,
         "topology": {
             "asgi_servers": len(urls),
             "agent_processes": len(swarms),
@@ -238,6 +327,7 @@ async def _drive(
             "own_stack": stack is not None,
             "fleet_enrolled": options.enrolled,
             "channel_layer": "redis",
+            "celery": options.chosen_goal != "latency" and stack is not None,
         },
         "warmup_s": round(warmup_s, 1),
         "warmup_complete": warm,
@@ -250,21 +340,18 @@ async def _drive(
         "browser_kbytes_per_s": round(
             sum(b.bytes for b in browsers) / count(browsers) / seconds / 1024, 1
         ),
-        "goal_met": bool(
-            warm
-            and measured["dropped"] == 0
-            and measured["latency_ms"]["p99"] is not None
-            and measured["latency_ms"]["p99"] < 1000
-        ),
-        "definitions": {
-            "latency_ms": "browser receipt time - sample ts (agent clock, same machine)",
-            "dropped": (
-                f"sent samples whose GPU showed neither them nor a newer sample in the browser "
-                f"within {DROP_AFTER_S:.0f} s of their ts (summed over browsers)"
-            ),
-            "server_cpu_percent": "CPU of the ASGI server processes, percent of one core",
-        },
     }
+    if restarted is not None:
+        result["restart"] = {
+            "at_s": round(restarted - t0, 1),
+            "recovery": recovery(browsers, gpus_by_host, restarted),
+            "admitted_again": admitted(stats, restarted),
+            "samples_lost": measured["dropped"],
+        }
+    result["goal"] = options.chosen_goal
+    result["goals"] = goals(result, options.chosen_goal)
+    result["goal_met"] = bool(warm and all(result["goals"].values()))
+    result["definitions"] = DEFINITIONS
     return result
 
 
@@ -284,11 +371,6 @@ def _pids(
         pids["redis"] = [stack.processes["redis"].pid]
         pids["postgres"] = stack.pg_backend_pids()
     return pids
-
-
-def _cpu(pids: list[int]) -> Any:
-    values = [cpu_seconds(p) for p in pids]
-    return None if not values or any(v is None for v in values) else values
 
 
 def _stop_swarms(swarms: list[subprocess.Popen[bytes]], workdir: Path) -> list[dict[str, Any]]:

@@ -26,7 +26,21 @@ class Options:
     live_batch_s: float | None = None
     workdir: Path | None = None
     server_pids: list[int] = field(default_factory=list)
+    # Restart every ASGI server once, this many seconds into the window (None: no restart).
+    restart_at: float | None = None
+    replicas: int = -1  # whole-GPU replicas placed before the run (-1: one per 10 hosts)
+    goal: str = ""  # "latency", "storm" or "overload" ("": storm with --restart-at, else latency)
     log: Callable[[str], None] = print
+
+    @property
+    def chosen_goal(self) -> str:
+        return self.goal or ("storm" if self.restart_at is not None else "latency")
+
+    @property
+    def replicas_to_place(self) -> int:
+        if self.replicas >= 0:
+            return self.replicas
+        return self.hosts // 10 if self.chosen_goal != "latency" else 0
 
 
 def default_servers() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import signal
@@ -99,6 +100,7 @@ def production_env(
         "DJANGO_SETTINGS_MODULE": "fleet.settings.base",
         "FLEET_MODE": "production",
         "FLEET_SECRET_KEY": "stack-" + uuid.uuid4().hex,
+        "FLEET_SECRETS_KEY": base64.urlsafe_b64encode(os.urandom(32)).decode(),
         "FLEET_DATABASE_URL": database_url,
         "FLEET_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
         "FLEET_ALLOWED_HOSTS": "127.0.0.1,localhost",

@@ -85,6 +85,7 @@ def run_rollout_bench(options: RolloutOptions) -> dict[str, Any]:
             "manage.py", "create_api_token", "bench-admin", "--role", "admin"
         ).strip()
         api = Api(stack.urls[0], token)
+        api.allow_workloads()
         run = uuid.uuid4().hex[:8]
         seeded_path = workdir / "seeded.json"
         stack.run_python(
@@ -101,6 +102,8 @@ def run_rollout_bench(options: RolloutOptions) -> dict[str, Any]:
                     "allow_mutation": True,
                     "hostname_prefix": f"bench-{run}",
                     "runtime": "process",
+                    "allow_process_runtime": True,
+                    "process_as_agent_user": True,
                     "state_dir": str(workdir / "workloads"),
                     "stop_workloads_on_exit": True,
                     "hosts": [{"token": h["token"], "gpus": h["gpus"]} for h in seeded["hosts"]],

@@ -69,6 +69,31 @@ def setup(
     return result
 
 
+def place_replicas(run: str, replicas: int) -> None:
+    """``replicas`` whole-GPU replicas placed by the engine on the hosts that are up: a fleet
+    with work on it, which a server restart must not move."""
+    from fleet.allocations.autoplace import deployment_create_placed
+    from fleet.allocations.services import DeploymentRequest
+
+    deployment_create_placed(
+        name=f"bench-{run}",
+        request=DeploymentRequest(kind="gpu", gpu_count=1),
+        replicas=replicas,
+    )
+
+
+def placements(database_url: str) -> dict[int, tuple[int | None, int | None, str]]:
+    """``{allocation id: (gpu id, partition id, state)}`` of every allocation, read straight from
+    the stack's database (the bench process has no Django set up for it)."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT id, gpu_id, partition_id, state FROM allocations_allocation"
+        ).fetchall()
+    return {int(r[0]): (r[1], r[2], str(r[3])) for r in rows}
+
+
 def _discovered(specs: list[Any]) -> list[Any]:
     """What an agent on these simulated GPUs reports in its hello."""
     from hostagent.collector import Collector
@@ -113,6 +138,8 @@ def main(argv: list[str]) -> int:
             api_token="--api-token" in argv[6:],
         )
         Path(out).write_text(json.dumps(result), encoding="utf-8")
+    elif command == "place":
+        place_replicas(argv[1], int(argv[2]))
     elif command == "gpus":
         source, out = argv[1:3]
         host_ids = json.loads(Path(source).read_text(encoding="utf-8"))

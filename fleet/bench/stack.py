@@ -4,8 +4,10 @@ servers, all on loopback, in production mode."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -87,6 +89,33 @@ class Stack:
             )
         for url in self.urls:
             wait_until(lambda u=url: _healthy(u), 30, f"the ASGI server at {url}")  # type: ignore[misc]
+
+    @property
+    def database_url(self) -> str:
+        return f"{self.server_url}/{self.db_name}"
+
+    def start_workers(self) -> None:
+        """A Celery worker and beat: pushes, offline hosts, evictions (what could move a replica
+        when hosts fall silent)."""
+        self.spawn(
+            "worker", [str(BIN / "celery"), "-A", "fleet", "worker", "-l", "warning", "-c", "1"]
+        )
+        schedule = str(self.workdir / "beat-schedule")
+        self.spawn(
+            "beat", [str(BIN / "celery"), "-A", "fleet", "beat", "-l", "warning", "-s", schedule]
+        )
+
+    def restart_servers(self) -> float:
+        """Stop every ASGI server at once (SIGTERM, as ``systemctl restart`` does) and start them
+        again on the same ports; returns when they were told to stop (Unix time)."""
+        names = [n for n in self.processes if n.startswith("daphne")]
+        stopped = time.time()
+        for name in names:
+            self.processes[name].send_signal(signal.SIGTERM)
+        for name in names:
+            terminate(self.processes.pop(name), 15)
+        self.start_servers()
+        return stopped
 
     def spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = (self.workdir / f"{name}.log").open("ab")

@@ -4,6 +4,7 @@ mode, with a few deployments, built through the same services the API uses."""
 from __future__ import annotations
 
 import logging
+import os
 import uuid as uuidlib
 from dataclasses import dataclass
 
@@ -11,6 +12,8 @@ from django.db import transaction
 
 from fleet.allocations.autoplace import deployment_autoplace
 from fleet.allocations.services import DeploymentRequest, deployment_create
+from fleet.core.models import default_team_id
+from fleet.core.policy import team_policy_set
 from fleet.inventory.models import AgentRuntime, Host, HostStatus
 from fleet.inventory.services import gpu_upsert, host_create
 from fleet.mig import Product, product_by_key
@@ -99,10 +102,12 @@ def seed_demo_fleet(*, with_agents: bool = False) -> dict[str, int]:
         assert product is not None, demo.product_key
         host, _ = host_create(name=demo.name, labels={"demo": "true", "product": product.name})
         host.status = HostStatus.READY
-        # What the demo's agents report in their hello: they run process workloads, so
-        # feature-worker's replicas can be placed before the agents first connect.
+        # What the demo's agents report in their hello: they run process workloads (they are
+        # started allowing them), so feature-worker's replicas can be placed before the agents
+        # first connect.
         host.runtime = AgentRuntime.PROCESS
-        host.save(update_fields=["status", "runtime"])
+        host.process_runtime = True
+        host.save(update_fields=["status", "runtime", "process_runtime"])
         for index in range(demo.gpus):
             gpu = gpu_upsert(
                 host=host,
@@ -117,8 +122,30 @@ def seed_demo_fleet(*, with_agents: bool = False) -> dict[str, int]:
             gpu.health = "healthy"
             gpu.save(update_fields=["health"])
             gpu_set_layout(gpu_id=gpu.pk, spec=_layout(product, demo.mode, index))
+    _allow_demo_processes()
     _seed_deployments()
     return {"hosts": Host.objects.count(), "created": len(DEMO_HOSTS)}
+
+
+def demo_process_user() -> str:
+    """The ``uid:gid`` the demo's process workloads run as: the demo's own user (its agents run
+    on this machine as that user), or ``nobody`` when the demo runs as root."""
+    uid, gid = os.getuid(), os.getgid()
+    return f"{uid}:{gid}" if uid != 0 else "65534:65534"
+
+
+def _allow_demo_processes() -> None:
+    """The ``default`` team, which owns the demo's deployments, may run process workloads (the
+    restricted default policy refuses them), as a non-root user; any non-root uid, since a
+    developer's own uid may be below 1000 (macOS: 501)."""
+    team_policy_set(
+        team_id=default_team_id(),
+        policy={
+            "runtimes": ["container", "process"],
+            "process_user": demo_process_user(),
+            "uids": [[1, 2_147_483_647]],
+        },
+    )
 
 
 DEMO_DEPLOYMENTS = (

@@ -56,9 +56,9 @@ class OperationFilter(django_filters.FilterSet):
     host = IdFilter(field_name="host_id")
     gpu = IdFilter(field_name="gpu_id")
     deployment = IdFilter(field_name="deployment_id")
-    requested_by = django_filters.CharFilter(field_name="requested_by__username", max_length=150)
+    requested_by = django_filters.CharFilter(field_name="requested_by_name", max_length=150)
     user = django_filters.CharFilter(
-        field_name="requested_by__username", max_length=150, label="Requested by (username)"
+        field_name="requested_by_name", max_length=150, label="Requested by (username)"
     )
     since = UtcIsoDateTimeFilter(
         field_name="created_at", lookup_expr="gte", label="Created at or after"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -75,6 +76,10 @@ class Team(TimeStampedModel):
     quota_mig_compute_slices = models.PositiveIntegerField(null=True, blank=True)
     quota_mps_memory_mib = models.PositiveBigIntegerField(null=True, blank=True)
     quota_mig_profiles = models.JSONField(default=dict, blank=True)
+    # What the team's workloads may do on a host (runtimes, images, users, capabilities, limits,
+    # host network), set by admins only; ``{}`` is the restricted default. The rules and their
+    # defaults live in fleet.core.policy.
+    policy = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -124,6 +129,29 @@ class TeamMembership(models.Model):
         return f"{self.user} in {self.team} ({self.role})"
 
 
+class TeamSecret(TimeStampedModel):
+    """A named secret of one team, encrypted at rest (fleet.core.secrets): a workload refers to
+    it by name (``"env": {"HF_TOKEN": {"secret": "hf-token"}}``) and only the agents running the
+    team's replicas receive its value. ``version`` grows with each new value."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="secrets")
+    name = models.SlugField(max_length=100)
+    ciphertext = models.TextField()
+    version = models.PositiveIntegerField(default=1)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["team_id", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="team_secret_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team}/{self.name} (v{self.version})"
+
+
 class OperationKind(models.TextChoices):
     SET_LAYOUT = "set_layout", "Set layout"
     PLACE = "place", "Place"
@@ -158,6 +186,11 @@ class OperationKind(models.TextChoices):
     OVER_QUOTA = "over_quota", "Over quota"
     REPACK = "repack", "Repack GPUs"
     FORGET_GPU = "forget_gpu", "Forget GPU"
+    SET_POLICY = "set_policy", "Set team policy"
+    SET_SECRET = "set_secret", "Set team secret"
+    DELETE_SECRET = "delete_secret", "Delete team secret"
+    RESERVE_HOST = "reserve_host", "Reserve host"
+    ROTATE_HOST_TOKEN = "rotate_host_token", "Rotate host token"
 
 
 class OperationStatus(models.TextChoices):
@@ -185,6 +218,9 @@ class Operation(TimeStampedModel):
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Who asked, as their username then: the audit keeps its actor when the user is deleted
+    # (``requested_by`` then becomes NULL). Empty: the system (beat, agents, Fleet itself).
+    requested_by_name = models.CharField(max_length=150, blank=True, db_index=True)
     host = models.ForeignKey(
         "inventory.Host",
         null=True,
@@ -232,6 +268,11 @@ class Operation(TimeStampedModel):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.pk} ({self.status})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self.requested_by_name and self.requested_by_id is not None:
+            self.requested_by_name = self.requested_by.get_username()  # type: ignore[union-attr]
+        super().save(*args, **kwargs)
 
 
 class AlertFormat(models.TextChoices):

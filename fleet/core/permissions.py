@@ -1,4 +1,6 @@
-"""Role-based access for the API: viewers read, operators act, admins manage hosts and tokens."""
+"""Role-based access for the API: any role reads (team members too: :attr:`Role.MEMBER`),
+operators act, admins manage hosts and tokens. Another team's workload specs, logs and replica
+metrics are the views' to withhold (:func:`fleet.core.teams.can_see_spec`)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from fleet.core.teams import operated_teams
 
 
 class RolePermission(BasePermission):
-    """Viewer for reads, operator for writes; a view may raise the bar with ``required_role``."""
+    """Any role for reads (a team member's included), operator for writes; a view may raise the
+    bar with ``required_roles``."""
 
     message = "Your role does not allow this action."
 
@@ -22,12 +25,12 @@ class RolePermission(BasePermission):
             return False
         required = getattr(view, "required_roles", {}).get(getattr(view, "action", None))
         if required is None:
-            required = Role.VIEWER if request.method in SAFE_METHODS else Role.OPERATOR
+            required = Role.MEMBER if request.method in SAFE_METHODS else Role.OPERATOR
         return role >= required
 
 
 class TeamRolePermission(RolePermission):
-    """Deployments: viewers read; fleet operators act on every deployment, a team operator on
+    """Deployments: any role reads; fleet operators act on every deployment, a team operator on
     its team's (the view checks the deployment's team: :func:`fleet.core.teams.can_operate_team`).
     """
 
@@ -50,4 +53,4 @@ class AnyRole(BasePermission):
     """Any role, even for POST: for dry runs that change nothing (``/mig/validate``)."""
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        return role_of(request.user) >= Role.VIEWER
+        return role_of(request.user) >= Role.MEMBER

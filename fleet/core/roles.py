@@ -1,7 +1,12 @@
-"""Roles: viewer (sees), operator (acts on GPUs and deployments), admin (hosts, users, tokens).
+"""Roles: member (sees the fleet, not other teams' specs), viewer (sees everything), operator
+(acts on GPUs and deployments), admin (hosts, users, tokens).
 
 Roles are Django groups so that the admin can assign them; a superuser is always an admin. A
-member of a team (:mod:`fleet.core.teams`) without a fleet role sees the fleet as a viewer.
+member of a team (:mod:`fleet.core.teams`) without a fleet role holds :attr:`Role.MEMBER`: it
+reads what every role reads (hosts, GPUs, every team's deployments as names, requests and
+slices) except another team's workload specs, logs and replica metrics
+(:func:`fleet.core.teams.can_see_spec`). Pages and endpoints any reader opens require
+``Role.MEMBER``; ``Role.VIEWER`` and up is the fleet viewer, who reads every team's specs.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from fleet.core.models import TeamMembership
 
 class Role(IntEnum):
     NONE = 0
-    VIEWER = 1
-    OPERATOR = 2
-    ADMIN = 3
+    MEMBER = 1  # a team member without a fleet role: no group of its own
+    VIEWER = 2
+    OPERATOR = 3
+    ADMIN = 4
 
     @property
     def label(self) -> str:
@@ -41,7 +47,7 @@ def role_of(user: Any) -> Role:
         if group_name in names and candidate > role:
             role = candidate
     if role is Role.NONE and _in_a_team(user):
-        role = Role.VIEWER
+        role = Role.MEMBER
     user._fleet_role = role
     return role
 

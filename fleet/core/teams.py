@@ -4,7 +4,9 @@ Fleet roles (viewer, operator, admin: :mod:`fleet.core.roles`) stay as they are:
 operator acts on every team's deployments, an admin manages teams. A team role adds, for a user
 without the fleet operator role, the right to act on that team's deployments (``operator``).
 Any team member sees the whole fleet read-only (:func:`fleet.core.roles.role_of` gives them the
-viewer role), other teams' deployments included.
+member role), other teams' deployments included as names, requests and slices; what another
+team's deployments run (their workload specs), their logs and their replica metrics only its
+own members and fleet viewers and up read (:func:`can_see_spec`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ def can_operate_team(user: Any, team_id: int) -> bool:
     if role_of(user) >= Role.OPERATOR:
         return True
     return team_roles_of(user).get(team_id) == TeamRole.OPERATOR
+
+
+def can_see_spec(user: Any, team_id: int | None) -> bool:
+    """Whether the user reads what the team's deployments run (image, command, env, ...), their
+    replicas' logs and metrics: fleet viewers and up for every team, a team member for its own
+    teams. ``team_id`` None (a deployment since deleted): fleet viewers and up only.
+
+    The one rule the API, the pages and the exports ask; both lookups are cached on the user,
+    so asking once per row of a list costs no query."""
+    if role_of(user) >= Role.VIEWER:
+        return True
+    return team_id is not None and team_id in team_roles_of(user)
 
 
 def operated_teams(user: Any) -> list[int]:
@@ -117,6 +131,14 @@ def team_create(*, name: Any, slug: Any = None, requested_by: Any = None) -> Tea
             "team.name_taken", f"A team named {checked!r} (or with its slug) already exists."
         ) from None
     _audit(team, f"Created team {team.name}", requested_by)
+    return team
+
+
+def team_get(team_id: int) -> Team:
+    """The team, or 404 ``team.not_found`` (reads; writes lock it: :func:`lock_team`)."""
+    team = Team.objects.filter(pk=team_id).first()
+    if team is None:
+        raise NotFound("team.not_found", f"Team {team_id} does not exist.", {"team": team_id})
     return team
 
 

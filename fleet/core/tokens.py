@@ -9,9 +9,14 @@ import secrets
 PREFIX_LENGTH = 8
 
 
-def new_token(kind: str) -> str:
-    """A new secret such as ``fla_3f9c1a2b_<43 url-safe chars>``; ``kind`` names its use."""
-    return f"{kind}_{secrets.token_hex(PREFIX_LENGTH // 2)}_{secrets.token_urlsafe(32)}"
+def new_token(kind: str, *, prefix: str = "") -> str:
+    """A new secret such as ``fla_3f9c1a2b_<43 url-safe chars>``; ``kind`` names its use.
+
+    ``prefix`` keeps the public part of the token this one replaces (a host token's renewal):
+    the replaced token stays findable by the prefix index while it is still accepted. The
+    secret part is new either way."""
+    prefix = prefix or secrets.token_hex(PREFIX_LENGTH // 2)
+    return f"{kind}_{prefix}_{secrets.token_urlsafe(32)}"
 
 
 def token_prefix(token: str) -> str:

@@ -8,17 +8,29 @@ due ones, and picks up a send whose worker died (``sending`` for longer than a t
 
 Receivers check ``X-Fleet-Signature: sha256=<hex>``, the HMAC-SHA256 with the webhook's secret
 of ``<X-Fleet-Timestamp>.<body>`` (the timestamp is signed so an old body cannot be replayed).
+
+``FLEET_ALERT_TIMEOUT_SECONDS`` bounds a whole attempt (connect, TLS, request and answer), not
+each read: a receiver trickling its answer cannot hold a worker. A webhook never reaches this
+machine, its cloud or its private networks: loopback, link-local (the metadata service
+169.254.169.254), private (RFC 1918, IPv6 ULA, shared 100.64/10), unspecified and multicast
+addresses (every one that is not globally routable) are refused when the URL is given (an IP
+literal, ``localhost``) and again at each send, after DNS, on every address the name resolves
+to; the send connects to the address it checked. ``FLEET_WEBHOOK_ALLOW_PRIVATE`` lifts the
+refusal, for a receiver on the internal network or on the same machine (an admin's choice:
+Kubernetes' admission webhooks and Grafana's alerting make the same one).
 """
 
 from __future__ import annotations
 
 import hmac
 import http.client
+import io
+import ipaddress
 import json
 import logging
+import socket
+import ssl
 import time
-import urllib.error
-import urllib.request
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,6 +58,7 @@ MIN_SECRET_CHARS = 16
 MAX_SECRET_CHARS = 256
 MAX_WEBHOOKS = 50
 MAX_BACKOFF_S = 3600.0
+MAX_ANSWER_BYTES = 1024  # of a receiver's body: read (so the answer is whole), never kept
 USER_AGENT = "fleet-alerts/1"
 
 # ---- configuration ---------------------------------------------------------------------
@@ -67,6 +80,13 @@ def _clean(data: dict[str, Any], *, partial: bool) -> dict[str, Any]:
             or not parts.hostname
         ):
             raise _invalid("url", f"An http:// or https:// URL of at most {MAX_URL_CHARS} chars.")
+        if names_local_address(parts.hostname) and not settings.FLEET_WEBHOOK_ALLOW_PRIVATE:
+            raise _invalid(
+                "url",
+                "A private, loopback, link-local (cloud metadata), unspecified or multicast "
+                "address cannot receive webhooks unless an admin sets "
+                "FLEET_WEBHOOK_ALLOW_PRIVATE.",
+            )
         clean["url"] = url
     if "events" in data or not partial:
         events = data.get("events")
@@ -204,25 +224,164 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
 # ---- sending ---------------------------------------------------------------------------
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect is an answer, not a new destination: it counts as a failed attempt."""
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+# Besides what ipaddress classifies: "this network" (Linux connects 0.x.x.x locally) and the
+# AWS metadata service's IPv6 address.
+_LOCAL_NETWORKS = (ipaddress.ip_network("0.0.0.0/8"), ipaddress.ip_network("fd00:ec2::254/128"))
 
 
-_opener = urllib.request.build_opener(_NoRedirect)
+class RefusedDestination(ValueError):
+    """The webhook's host is, or resolves to, an address that is never a receiver's."""
+
+
+def is_local_address(address: IpAddress) -> bool:
+    """Not a public receiver's: loopback, link-local (169.254.169.254, the cloud metadata
+    service, included), private (RFC 1918, ULA, 100.64/10), unspecified, multicast or any
+    other address that is not globally routable."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return (
+        not address.is_global
+        or address.is_loopback
+        or address.is_link_local
+        or address.is_unspecified
+        or address.is_multicast
+        or any(address in network for network in _LOCAL_NETWORKS)
+    )
+
+
+def names_local_address(host: str) -> bool:
+    """Whether a URL's host is ``localhost`` (or a name under it) or an IP literal that
+    :func:`is_local_address` refuses, in any spelling a resolver takes (``127.1``,
+    ``2130706433``). Other names are checked when sent, once resolved."""
+    host = host.lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return is_local_address(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    try:
+        return is_local_address(ipaddress.IPv4Address(socket.inet_aton(host)))
+    except (OSError, ValueError):
+        return False
+
+
+def _left(deadline: float) -> float:
+    """Seconds left before the deadline; a timeout once none are."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("no complete answer within FLEET_ALERT_TIMEOUT_SECONDS")
+    return left
+
+
+def _addresses(host: str, port: int) -> list[tuple[int, Any]]:
+    """Every address the host resolves to, as ``(family, sockaddr)`` to connect to; refused
+    whole if any is local (a name with a public and a local address could reach the local one
+    when the public one fails). The send connects to these very addresses and never resolves
+    again, so a name that resolves elsewhere the second time (DNS rebinding) cannot slip past
+    the check. The lookup itself is bounded by the system resolver's timeouts, not the deadline.
+    """
+    allow = bool(settings.FLEET_WEBHOOK_ALLOW_PRIVATE)
+    found: list[tuple[int, Any]] = []
+    for family, _, _, _, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        if family not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        if not allow and is_local_address(ipaddress.ip_address(sockaddr[0])):
+            raise RefusedDestination(
+                f"{host} resolves to {sockaddr[0]}: private, loopback, link-local, unspecified "
+                "and multicast addresses cannot receive webhooks (FLEET_WEBHOOK_ALLOW_PRIVATE)"
+            )
+        if (family, sockaddr) not in found:
+            found.append((family, sockaddr))
+    if not found:
+        raise OSError(f"{host} has no IPv4 or IPv6 address")
+    return found
+
+
+def _connect(addresses: list[tuple[int, Any]], deadline: float) -> socket.socket:
+    """A TCP connection to the first address that answers before the deadline."""
+    error: OSError | None = None
+    for family, sockaddr in addresses:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(_left(deadline))
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+    raise error or OSError("no address to connect to")
+
+
+class _DeadlineReader(io.RawIOBase):
+    """Reads from the socket, each read waiting at most until the deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        self._sock.settimeout(_left(self._deadline))
+        return self._sock.recv_into(buffer)
+
+
+class _DeadlineSocket:
+    """What :mod:`http.client` is given as its connection's socket: sends and reads (the
+    status line and headers included) end at the deadline, however slowly bytes come.
+    Closing is the sender's (see :func:`_post`)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def sendall(self, data: bytes) -> None:
+        self._sock.settimeout(_left(self._deadline))  # for the whole sendall, not per chunk
+        self._sock.sendall(data)
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+
+    def close(self) -> None:
+        pass
 
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    timeout = float(settings.FLEET_ALERT_TIMEOUT_SECONDS)
+    """POST the body and return the answer's status, all within FLEET_ALERT_TIMEOUT_SECONDS.
+
+    A redirect is an answer, not a new destination: it counts as a failed attempt. Proxy
+    variables (``HTTPS_PROXY``) are not followed: the checked address is the one connected to.
+    """
+    deadline = time.monotonic() + float(settings.FLEET_ALERT_TIMEOUT_SECONDS)
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    https = parts.scheme == "https"
+    port = parts.port or (443 if https else 80)
+    sock = _connect(_addresses(host, port), deadline)
     try:
-        with _opener.open(request, timeout=timeout) as response:
-            response.read(1024)
-            return int(response.status)
-    except urllib.error.HTTPError as error:
-        return int(error.code)
+        connection: http.client.HTTPConnection
+        if https:
+            context = ssl.create_default_context()
+            sock.settimeout(_left(deadline))  # the handshake as a whole (the ssl module's deadline)
+            sock = context.wrap_socket(sock, server_hostname=host)  # SNI and certificate: the name
+            connection = http.client.HTTPSConnection(host, port, context=context)
+        else:
+            connection = http.client.HTTPConnection(host, port)
+        # Given a connected socket, http.client never connects (nor resolves) itself; the Host
+        # header names the URL's host.
+        connection.sock = _DeadlineSocket(sock, deadline)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        connection.request("POST", path, body=body, headers=headers)
+        response = connection.getresponse()
+        response.read(MAX_ANSWER_BYTES)
+        return int(response.status)
+    finally:
+        sock.close()
 
 
 def backoff_seconds(attempts: int) -> float:

@@ -50,6 +50,19 @@ class Host(TimeStampedModel):
     enrollment_expires_at = models.DateTimeField(null=True, blank=True)
     token_prefix = models.CharField(max_length=16, blank=True, db_index=True)
     token_hash = models.CharField(max_length=64, blank=True)
+    # Host tokens expire (FLEET_HOST_TOKEN_DAYS) and are renewed over the socket before that;
+    # ``None``: a token issued before expiry existed (it expires at its first renewal).
+    token_expires_at = models.DateTimeField(null=True, blank=True)
+    # The token a renewal replaced, still accepted until the agent has used the new one once
+    # (or ``previous_token_expires_at`` passes), so that a renewal lost on the way locks no
+    # host out.
+    previous_token_hash = models.CharField(max_length=64, blank=True)
+    previous_token_expires_at = models.DateTimeField(null=True, blank=True)
+    # Whether the agent was started with --allow-process-runtime (``hello.process_runtime``):
+    # process workloads are placed only on such hosts.
+    process_runtime = models.BooleanField(default=False)
+    # Reserved for these teams only (like a Kubernetes taint): empty means every team may use it.
+    reserved_for = models.ManyToManyField("core.Team", blank=True, related_name="reserved_hosts")
     agent_version = models.CharField(max_length=64, blank=True)
     driver_version = models.CharField(max_length=64, blank=True)
     nvml_version = models.CharField(max_length=64, blank=True)

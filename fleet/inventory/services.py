@@ -130,7 +130,14 @@ def host_revoke_token(*, host_id: int, requested_by: Any = None) -> Host:
     if host is None:
         raise NotFound("host.not_found", f"Host {host_id} does not exist.", {"host": host_id})
     with transaction.atomic():
-        Host.objects.filter(pk=host_id).update(token_prefix="", token_hash="")
+        # The token a renewal replaced goes too: it would otherwise still let the agent in.
+        Host.objects.filter(pk=host_id).update(
+            token_prefix="",
+            token_hash="",
+            token_expires_at=None,
+            previous_token_hash="",
+            previous_token_expires_at=None,
+        )
         operation_record(
             kind=OperationKind.ENROLL_HOST,
             summary=f"Agent token of {host.name} revoked",

@@ -1,23 +1,44 @@
-"""The agent socket: hello, telemetry, events, acks and logs answers up; desired state and logs
-requests down.
+"""The agent socket: hello, telemetry, events, acks and logs answers up; desired state, logs
+requests and pace down.
 
-Agents authenticate with their host token (``Authorization: Token flh_…``) on connect; every
-message is then handled for that host only, and only after :class:`~fleet.agents.guard.AgentGuard`
-has checked it (size, shape, clock, rate): a refused message is answered with an ``error``
-frame and changes nothing, and an agent refused too often is disconnected.
+**Admission** costs O(1) small work on the event loop (:mod:`fleet.live.admission`): the host
+token is checked from a short-lived cache or a batched lookup on the control threads, and the
+socket is accepted at once, or, past capacity, told when to come back (``retry_later``, then
+:data:`~hostagent.protocol.CLOSE_RETRY_LATER`). Joining the host's group, which replaces any
+older socket of the host (closed with :data:`~hostagent.protocol.CLOSE_REPLACED`, on any server),
+happens right after, off the handshake.
 
-A host has one live socket: a new connection replaces the old one (closed with
-:data:`~hostagent.protocol.CLOSE_REPLACED`, recorded as an event). Revoking or rotating the host
-token closes its sockets at once (``agent.revoke`` through the host's group), and each socket
-re-checks its token every :data:`TOKEN_RECHECK_SECONDS` in case that message was lost.
+**Messages** are handled for the authenticated host only, and only after
+:class:`~fleet.agents.guard.AgentGuard` has checked them (size, shape, clock, rate). Every one of
+them is a heartbeat (:mod:`fleet.live.presence`). Telemetry goes straight to the batcher
+(:mod:`fleet.live.ingest`); ticks past the telemetry rate, which is what an honest agent's
+buffered ticks look like when a busy server reads them late, are coalesced away, never refused
+or counted as abuse. Every other message waits in this socket's own queue and is handled in
+order, off the event loop: hellos a few at a time per process, acks, events and desired state on
+the control threads. So a socket's reading never stops behind its own hello, and one agent's slow
+hello never delays another agent's ack or event. A refused message is answered with an ``error``
+frame and changes nothing; an agent refused too often is disconnected.
 
-Messages are handled off the event loop in worker threads (``thread_sensitive=False``): one
-agent's slow hello never delays another agent's ack or event (they used to share one thread).
+**Load.** The process's load level (:mod:`fleet.live.load`) reaches every agent socket as a
+``pace`` message: past capacity, agents report telemetry every 2 s, then 3 s.
+
+Revoking the host token (or enrolling again) closes its sockets at once (``agent.revoke``
+through the host's group), and each socket re-checks its token every
+:data:`TOKEN_RECHECK_SECONDS` in case that message was lost (and right after admission, when it
+was admitted from the cache).
+
+**Token renewal** (:mod:`fleet.agents.host_tokens`): after the hello, and at each re-check, a
+token close to its expiry (or from before tokens expired, or the one a renewal replaced) is
+renewed and the new one sent down as ``host_token``; an admin's rotation reaches the socket as
+``agent.host_token`` and is forwarded the same way. From then on the socket checks the new
+token: the agent keeps this connection and uses the new token for its next one. A socket
+admitted with the new token retires the replaced one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -28,31 +49,39 @@ from channels.db import database_sync_to_async
 
 from fleet.agents.delivery import desired_document
 from fleet.agents.discovery import WrongHost
-from fleet.agents.enrollment import host_authenticate, host_token_current
+from fleet.agents.enrollment import TokenHolder, host_token_previous_forget
 from fleet.agents.guard import AgentGuard, Refused
-from fleet.agents.logs import (
-    SOCKET_REFRESH_S,
-    agent_socket_closed,
-    agent_socket_open,
-    logs_answer_store,
-)
+from fleet.agents.host_tokens import host_token_renew, renewal_due
+from fleet.agents.logs import agent_socket_closed, logs_answer_store
 from fleet.agents.messages import handle_message
 from fleet.agents.reports import agent_socket_replaced
 from fleet.core.events import agent_group, register_home_loop
+from fleet.core.tokens import hash_token
 from fleet.inventory import refusals
+from fleet.live.admission import CONTROL, admission, in_thread
 from fleet.live.base import LoopConsumer
 from fleet.live.ingest import batcher
+from fleet.live.load import Level, monitor
+from fleet.live.presence import presence
 from hostagent import protocol
 
 logger = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = protocol.CLOSE_REVOKED
 CLOSE_WRONG_HOST = 4403
+CLOSE_INTERNAL = 1011
 # Group membership lives in the channel layer (Redis), which may restart and forget it.
 REJOIN_EVERY_MESSAGES = 20
 TOKEN_RECHECK_SECONDS = 60.0
+# A socket admitted from a cache entry older than this is checked against the database again.
+RECHECK_CACHED_AFTER_S = 1.0
 # Refusal counts reach the shared store at most this often from one process's sockets.
 REFUSALS_FLUSH_SECONDS = 1.0
+# Messages other than telemetry waiting in one socket's queue; past it the newest is refused
+# as "busy" (an agent sends a few a second; a queue this long means the server is far behind).
+CONTROL_QUEUE_MAX = 200
+# A database that cannot say whether a token is valid: come back then.
+RETRY_WHEN_UNKNOWN_S = 5.0
 
 
 def _token(scope: dict[str, Any]) -> str:
@@ -71,43 +100,87 @@ def _flush_refusals() -> None:
 class AgentConsumer(LoopConsumer):
     host_id: int | None = None
     host_created = 0.0
+    token = ""
     token_hash = ""
     token_checked_at = 0.0
+    # The token's expiry (Unix seconds; None: from before tokens expired), whether it is the
+    # one a renewal replaced, and whether it is the current one with a replaced one still
+    # accepted (see fleet.agents.enrollment.TokenHolder).
+    token_expires_at: float | None = None
+    token_previous = False
+    token_replaced = False
+    opened_at = 0.0
     received = 0
-    marked_at = 0.0
+    coalesced = 0
     closing = False
     guard: AgentGuard
+    # A renewal and an admin's rotation reaching this socket at once: one at a time, so that
+    # the token the agent is sent last is one the server accepts (see agent_host_token).
+    _token_turn: asyncio.Lock
     _resyncing: asyncio.Task[None] | None = None
+    _controller: asyncio.Task[None] | None = None
+    _control: asyncio.Queue[protocol.UpMessage]
 
     async def connect(self) -> None:
-        # A read, off the shared thread: connecting never waits behind other agents' hellos.
-        host = await database_sync_to_async(host_authenticate, thread_sensitive=False)(
-            _token(self.scope)
-        )
-        if host is None:
+        door = admission()
+        monitor().start()
+        wait = door.come_back_in()
+        if wait is not None:
+            await self._retry_later(wait, "the server is past its capacity")
+            return
+        self.token = _token(self.scope)
+        try:
+            holder, read_at = await door.authenticate(self.token)
+        except Exception as error:  # the database is down: say when to come back
+            logger.warning("agent token not checked: %s", error)
+            await self._retry_later(RETRY_WHEN_UNKNOWN_S, "the server cannot check tokens now")
+            return
+        if holder is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        self.host_id = host.pk
-        self.host_created = host.created_at.timestamp() if host.created_at else 0.0
-        self.token_hash = host.token_hash
-        self.token_checked_at = time.monotonic()
+        self.host_id = holder.host_id
+        self.host_created = holder.created
+        self.token_hash = holder.token_hash
+        self._token_facts(holder)
+        self.token_checked_at = read_at
         self.guard = AgentGuard()
+        self._token_turn = asyncio.Lock()
+        self._control = asyncio.Queue(CONTROL_QUEUE_MAX)
+        self.opened_at = time.time()
         register_home_loop(asyncio.get_running_loop())
-        # One live socket per host: whatever socket of this host is open (on any server) goes.
-        await self.channel_layer.group_send(
-            agent_group(host.pk), {"type": "agent.replaced", "by": self.channel_name}
-        )
-        await self.channel_layer.group_add(agent_group(host.pk), self.channel_name)
+        # Listening for the host's pushes, revocations and replacements from the start (one
+        # round trip); telling an older socket of the host to go waits for the control task.
+        await self.channel_layer.group_add(agent_group(self.host_id), self.channel_name)
         await self.accept()
-        await self._mark_open()
+        monitor().listen(self)
+        if monitor().level.number:
+            await self.send_json(monitor().pace_message())
+        self._controller = asyncio.ensure_future(
+            self._control_loop(recheck=time.monotonic() - read_at > RECHECK_CACHED_AFTER_S)
+        )
+
+    async def _retry_later(self, after_s: float, reason: str) -> None:
+        await self.accept()
+        message: protocol.RetryLater = {
+            "type": "retry_later",
+            "after_s": round(after_s, 1),
+            "reason": reason,
+        }
+        await self.send_json(message)
+        await self.close(code=protocol.CLOSE_RETRY_LATER)
 
     async def disconnect(self, code: int) -> None:
+        if self._controller is not None:
+            self._controller.cancel()
         if self.host_id is not None:
             ingest = batcher()
             ingest.forget(self.host_id, self._resync)
+            presence().gone(self.host_id, self.channel_name)
             await ingest.drain()  # what this socket sent is stored before it is gone
             await self.channel_layer.group_discard(agent_group(self.host_id), self.channel_name)
             await self._in_cache(agent_socket_closed, self.host_id, self.channel_name)
+
+    # -- up ------------------------------------------------------------------------------
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         raw = text_data if text_data is not None else bytes_data
@@ -116,46 +189,95 @@ class AgentConsumer(LoopConsumer):
         try:
             message = self.guard.admit(raw)
         except Refused as refusal:
+            if refusal.reason == "rate_limited" and refusal.refused == "telemetry":
+                # Ticks a busy server read late arrive together: the newest stands for them.
+                self.coalesced += 1
+                return
             await self._refuse(refusal, raw)
             return
         self.received += 1
+        presence().seen(self.host_id, self.host_created, self.channel_name)
         if self.received % REJOIN_EVERY_MESSAGES == 0:
             await self.channel_layer.group_add(agent_group(self.host_id), self.channel_name)
-        recheck = time.monotonic() - self.token_checked_at > TOKEN_RECHECK_SECONDS
-        if recheck and not await self._token_still_valid():
-            return
-        if time.monotonic() - self.marked_at > SOCKET_REFRESH_S:
-            await self._mark_open()
-        if message["type"] == "logs":
-            # Kept for the API view waiting on it (fleet.agents.logs); nothing is written.
-            await self._in_cache(logs_answer_store, self.host_id, message)
-            return
         if message["type"] == "telemetry":
             # The hot path, once a second per host: queued, stored with other hosts' ticks.
             batcher().submit(self.host_id, self.host_created, message, self._resync)
             return
         try:
-            behind = await database_sync_to_async(handle_message, thread_sensitive=False)(
-                self.host_id, message
+            self._control.put_nowait(message)
+        except asyncio.QueueFull:
+            await self.send_json(
+                Refused("busy", "the server is behind: sent again later", message["type"]).frame()
             )
+
+    async def _control_loop(self, *, recheck: bool) -> None:
+        """This socket's messages other than telemetry, in order, off the event loop."""
+        try:
+            await self._join()
+            if recheck and not await self._token_still_valid():
+                return
+            if self.token_replaced:
+                await self._retire_replaced_token()
+            while self.host_id is not None and not self.closing:
+                message = await self._control.get()
+                due = time.monotonic() - self.token_checked_at > TOKEN_RECHECK_SECONDS
+                if due:
+                    if not await self._token_still_valid():
+                        return
+                    await self._renew_token_if_due()
+                await self._handle(message)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("host %s: a message could not be handled", self.host_id)
+            self.closing = True
+            await self.close(code=CLOSE_INTERNAL)
+
+    async def _join(self) -> None:
+        """One live socket per host: whatever older socket of this host is open (on any server)
+        goes. Two sockets opened at once both hear each other: the older one goes."""
+        assert self.host_id is not None
+        await self.channel_layer.group_send(
+            agent_group(self.host_id),
+            {"type": "agent.replaced", "by": self.channel_name, "at": self.opened_at},
+        )
+
+    async def _handle(self, message: protocol.UpMessage) -> None:
+        assert self.host_id is not None
+        if message["type"] == "logs":
+            # Kept for the API view waiting on it (fleet.agents.logs); nothing is written.
+            await self._in_cache(logs_answer_store, self.host_id, message)
+            return
+        try:
+            if message["type"] in ("hello", "workloads"):
+                # The heavy ones (discovery, workflows waiting on replicas): in the default
+                # pool, hellos a few at a time per process.
+                turn = (
+                    admission().hello_turn()
+                    if message["type"] == "hello"
+                    else contextlib.nullcontext()
+                )
+                async with turn:
+                    behind = await database_sync_to_async(handle_message, thread_sensitive=False)(
+                        self.host_id, message
+                    )
+            else:
+                behind = await in_thread(CONTROL, handle_message)(self.host_id, message)
         except WrongHost as error:
             logger.warning("refused agent for host %s: %s", self.host_id, error.message)
+            self.closing = True
             await self.close(code=CLOSE_WRONG_HOST)
             return
         if behind:
             await self._send_desired()
-
-    async def _mark_open(self) -> None:
-        """Tell the API this host has an open socket (logs can be asked for)."""
-        assert self.host_id is not None
-        self.marked_at = time.monotonic()
-        await self._in_cache(agent_socket_open, self.host_id, self.channel_name)
+        if message["type"] == "hello":
+            await self._renew_token_if_due()
 
     async def _in_cache(self, call: Callable[..., object], *args: Any) -> None:
         """A write of :mod:`fleet.agents.logs` to the cache (Redis may be restarting): a failure
         costs a logs request its answer, never the socket."""
         try:
-            await sync_to_async(call, thread_sensitive=False)(*args)
+            await sync_to_async(call, thread_sensitive=False, executor=CONTROL)(*args)
         except Exception as error:
             logger.info("host %s: cache not written (%s)", self.host_id, error)
 
@@ -172,14 +294,57 @@ class AgentConsumer(LoopConsumer):
 
     async def _token_still_valid(self) -> bool:
         assert self.host_id is not None
-        self.token_checked_at = time.monotonic()
-        valid: bool = await database_sync_to_async(host_token_current, thread_sensitive=False)(
-            self.host_id, self.token_hash
+        holder, self.token_checked_at = await admission().authenticate(self.token, fresh=True)
+        valid = holder is not None and (holder.host_id, holder.token_hash) == (
+            self.host_id,
+            self.token_hash,
         )
-        if not valid:
+        if holder is None or not valid:
             self.closing = True
             await self.close(code=protocol.CLOSE_REVOKED)
-        return valid
+            return False
+        self._token_facts(holder)  # an admin's rotation may have made it the previous one
+        return True
+
+    # -- the host token's renewal ----------------------------------------------------------
+
+    def _token_facts(self, holder: TokenHolder) -> None:
+        self.token_expires_at = holder.expires_at
+        self.token_previous = holder.previous
+        self.token_replaced = holder.replaced
+
+    async def _retire_replaced_token(self) -> None:
+        """The agent came with its new token: the one it replaced is no longer accepted."""
+        assert self.host_id is not None
+        await in_thread(CONTROL, host_token_previous_forget)(self.host_id, self.token_hash)
+        admission().forget_host(self.host_id)  # this process's entry of the replaced one
+        self.token_replaced = False
+
+    async def _renew_token_if_due(self) -> None:
+        """Send the agent a new token when this one is close to its expiry (no query unless
+        it is): :func:`fleet.agents.host_tokens.host_token_renew`."""
+        async with self._token_turn:
+            due = renewal_due(self.token_expires_at, previous=self.token_previous, now=time.time())
+            if self.host_id is None or self.closing or not due:
+                return
+            renew = in_thread(CONTROL, host_token_renew)
+            message = await renew(host_id=self.host_id, token=self.token)
+            if message is None or self.host_id is None or self.closing:
+                return
+            admission().forget_host(self.host_id)
+            self._use_token(message)
+            logger.info("host %s: agent token renewed", self.host_id)
+            await self.send_json(message)
+
+    def _use_token(self, message: protocol.HostToken) -> None:
+        """This socket checks the token just sent to the agent from now on: the one the agent
+        will hold (the last sent wins, on both ends)."""
+        self.token = message["token"]
+        self.token_hash = hash_token(self.token)
+        self.token_expires_at = message["expires_at"]
+        self.token_previous = self.token_replaced = False
+
+    # -- down ----------------------------------------------------------------------------
 
     def _resync(self) -> None:
         """The batcher found this agent behind: send it the desired state (once at a time)."""
@@ -195,9 +360,18 @@ class AgentConsumer(LoopConsumer):
     async def _send_desired(self) -> None:
         # Straight down this socket: a group push may be lost (full channel, Redis restart).
         assert self.host_id is not None
-        await self.send_json(
-            await database_sync_to_async(desired_document, thread_sensitive=False)(self.host_id)
-        )
+        await self.send_json(await in_thread(CONTROL, desired_document)(self.host_id))
+
+    def load_changed(self, level: Level) -> None:
+        """The process's load level changed (:mod:`fleet.live.load`): tell the agent its pace."""
+        if self.host_id is not None and not self.closing:
+            task = asyncio.ensure_future(self._send_quietly(monitor().pace_message()))
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+
+    async def _send_quietly(self, message: dict[str, Any]) -> None:
+        with contextlib.suppress(Exception):  # closed meanwhile: the next socket hears it
+            await self.send_json(message)
 
     async def agent_desired_state(self, event: dict[str, Any]) -> None:
         """A push from a worker (through the group): forward it to the agent."""
@@ -209,23 +383,45 @@ class AgentConsumer(LoopConsumer):
             await self.send_json(event["message"])
 
     async def agent_replaced(self, event: dict[str, Any]) -> None:
-        """Another socket of this host connected: it is the live one now."""
-        if self.host_id is None or self.closing or event.get("by") == self.channel_name:
+        """Another socket of this host connected: the newer one is the live one."""
+        by, at = event.get("by"), event.get("at")
+        if self.host_id is None or self.closing or by == self.channel_name:
             return
+        if isinstance(at, int | float) and (at, str(by)) < (self.opened_at, self.channel_name):
+            return  # that one is older: it goes when it hears this socket's message
         host_id, self.host_id = self.host_id, None  # nothing more is handled on this socket
+        if self._controller is not None:
+            self._controller.cancel()
+        presence().gone(host_id, self.channel_name)
         await self.close(code=protocol.CLOSE_REPLACED)
-        await database_sync_to_async(agent_socket_replaced, thread_sensitive=False)(host_id)
+        await in_thread(CONTROL, agent_socket_replaced)(host_id)
         await self.channel_layer.group_discard(agent_group(host_id), self.channel_name)
+
+    async def agent_host_token(self, event: dict[str, Any]) -> None:
+        """An admin rotated the host token (through the group): hand the agent the new one,
+        unless a renewal of this socket replaced it meanwhile (the agent has that one)."""
+        if self.host_id is None or self.closing:
+            return
+        message: protocol.HostToken = event["message"]
+        async with self._token_turn:
+            admission().forget_host(self.host_id)
+            holder, _ = await admission().authenticate(message["token"], fresh=True)
+            if holder is None or holder.previous or holder.host_id != self.host_id:
+                return
+            self._use_token(message)
+            await self.send_json(message)
 
     async def agent_revoke(self, event: dict[str, Any]) -> None:
         """The host token was revoked or rotated: close unless this socket's token still holds
         (it connected with the new one)."""
         if self.host_id is not None:
+            admission().forget_host(self.host_id)
             await self._token_still_valid()
 
 
 _flush_pending = False
 _flush_tasks: set[asyncio.Task[None]] = set()
+_background: set[asyncio.Future[None]] = set()
 
 
 def _schedule_refusals_flush() -> None:
@@ -240,7 +436,7 @@ def _schedule_refusals_flush() -> None:
         global _flush_pending
         await asyncio.sleep(REFUSALS_FLUSH_SECONDS)
         _flush_pending = False
-        await database_sync_to_async(_flush_refusals, thread_sensitive=False)()
+        await in_thread(CONTROL, _flush_refusals)()
 
     task = loop.create_task(flush_later())
     _flush_tasks.add(task)

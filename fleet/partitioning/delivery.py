@@ -76,15 +76,13 @@ def operations_expire(now: Any = None) -> list[int]:
     """Expire operations an agent never completed, with a reason a person can act on."""
     now = now or timezone.now()
     deadline = now - timedelta(seconds=float(settings.FLEET_OPERATION_TIMEOUT_SECONDS))
-    stuck = (
-        Operation.objects.filter(
-            status__in=[OperationStatus.PENDING, OperationStatus.DISPATCHED],
-            created_at__lt=deadline,
-        )
-        # These have their own deadline and rollback.
-        .exclude(kind__in=["drain", "move", "rollout", "defrag", "drain_host", "layout_rollout"])
-        .select_related("host")
-    )
+    stuck = Operation.objects.filter(
+        status__in=[OperationStatus.PENDING, OperationStatus.DISPATCHED],
+        created_at__lt=deadline,
+        # Only an operation that waits for an agent's ack carries the host's generation;
+        # long-running workflows (moves, drains, repacks...) keep their own deadlines.
+        generation__isnull=False,
+    ).select_related("host")
     expired = []
     for operation in stuck:
         host = operation.host

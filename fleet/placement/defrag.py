@@ -100,13 +100,15 @@ def plan_moves(
     strategy: Strategy = DEFAULT_STRATEGY,
     demand: Demand | None = None,
     requests: Mapping[tuple[str, int], PlacementRequest] | None = None,
+    demands: Mapping[tuple[str, int], Demand] | None = None,
 ) -> MovePlan:
     """The fewest moves (at most ``max_moves``) after which ``request`` fits somewhere.
 
     Tries every set of allocations on one GPU the request could use, smallest sets first; a set
     works when the request fits on that GPU without them and each can be placed elsewhere in
     turn. Among the smallest working sets, the fewest workload moves win, then snapshot order.
-    ``demand`` applies to ``request`` only (the replicas moved out of its way carry none);
+    ``demand`` applies to ``request``; ``demands``: what each replica moved out of its way
+    needs beside its share, by ``(kind, allocation_id)`` (default: none);
     ``requests``: the moved replicas' requests as their deployments declare them, by
     ``(kind, allocation_id)`` (default: the MIG profile id each holds, which names another
     profile on another product).
@@ -122,7 +124,7 @@ def plan_moves(
     for size in range(1, max_moves + 1):
         found: list[tuple[int, int, MovePlan]] = []
         for order, gpu in enumerate(sources):
-            plan = _first_plan(snapshot, gpu, request, size, strategy, demand, requests)
+            plan = _first_plan(snapshot, gpu, request, size, strategy, demand, requests, demands)
             if plan is not None:
                 workload = sum(1 for m in plan.moves if m.occupied)
                 found.append((workload, order, plan))
@@ -211,6 +213,7 @@ def _first_plan(
     strategy: Strategy,
     demand: Demand | None,
     requests: Mapping[tuple[str, int], PlacementRequest] | None = None,
+    demands: Mapping[tuple[str, int], Demand] | None = None,
 ) -> MovePlan | None:
     allocations = _allocations(gpu)
     # Idle partitions first: among sets of one size, the first to work moves the fewest workloads.
@@ -220,7 +223,7 @@ def _first_plan(
         alone = FleetSnapshot(snapshot.hosts, (without,))
         if rank(alone, request, strategy=strategy, demand=demand).best is None:
             continue
-        evacuated = _evacuate(snapshot, gpu.id, list(chosen), {gpu.id}, strategy, requests=requests)
+        evacuated = _evacuate(snapshot, gpu.id, list(chosen), {gpu.id}, strategy, demands, requests)
         if evacuated is None:
             continue
         moves, after = evacuated

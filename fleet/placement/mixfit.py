@@ -202,7 +202,9 @@ def _demand_key(demand: Demand | None) -> tuple[Any, ...]:
         demand.host_memory_mib,
         demand.products,
         demand.runtimes,
+        demand.process_runtime,
         demand.host_labels,
+        demand.team,
     )
 
 

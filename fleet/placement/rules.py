@@ -73,8 +73,12 @@ def demand_problems(
         )
     if host is not None and not _runtime_ok(host, demand):
         violations.append(runtime_violation(host, demand))
+    elif host is not None and not _process_ok(host, demand):
+        violations.append(process_runtime_violation(host))
     if host is not None and not _labels_ok(host, demand):
         violations.append(labels_violation(host, demand))
+    if host is not None and not _reservation_ok(host, demand):
+        violations.append(reserved_violation(host, demand))
     if host is not None and host.id in demand.avoid_hosts:
         violations.append(port_violation(host, demand))
     if demand.products and gpu.product_key not in demand.products:
@@ -100,6 +104,17 @@ def runtime_violation(host: HostState, demand: Demand) -> Violation:
     )
 
 
+def process_runtime_violation(host: HostState) -> Violation:
+    """The host's agent does not run process workloads (``placement.process_runtime``)."""
+    label = host.name or f"Host {host.id}"
+    return Violation(
+        "placement.process_runtime",
+        f"{label} does not run process workloads: its agent was not started with "
+        "--allow-process-runtime.",
+        {"host": host.id},
+    )
+
+
 def labels_violation(host: HostState, demand: Demand) -> Violation:
     """The host lacks a label the replica requires (``placement.host_labels``)."""
     label = host.name or f"Host {host.id}"
@@ -110,6 +125,18 @@ def labels_violation(host: HostState, demand: Demand) -> Violation:
         "placement.host_labels",
         f"{label} does not carry the label(s) this deployment requires: {wanted}.",
         {"missing": missing, "required": dict(demand.host_labels), "labels": have},
+    )
+
+
+def reserved_violation(host: HostState, demand: Demand) -> Violation:
+    """The host is reserved for other teams than the replica's (``placement.host_reserved``)."""
+    label = host.name or f"Host {host.id}"
+    teams = [slug for _, slug in host.reserved_for]
+    return Violation(
+        "placement.host_reserved",
+        f"{label} is reserved for team(s) {', '.join(teams)}: it takes only their "
+        "deployments' replicas.",
+        {"host": host.id, "reserved_for": teams, "team": demand.team},
     )
 
 
@@ -138,14 +165,17 @@ def blocked(snapshot: FleetSnapshot, gpu: GpuState, demand: Demand | None) -> tu
 
 def host_takes(host: HostState | None, demand: Demand | None) -> bool:
     """Whether ``host`` is healthy, not cordoned, has the CPU and memory of ``demand``, a
-    runtime that runs its workload and the labels it requires."""
+    runtime that runs its workload (process workloads allowed, for a process) and the labels
+    it requires, and is not reserved for other teams."""
     if host is None or not host.healthy or host.cordoned:
         return False
     return demand is None or (
         _cpu_ok(host, demand)
         and _memory_ok(host, demand)
         and _runtime_ok(host, demand)
+        and _process_ok(host, demand)
         and _labels_ok(host, demand)
+        and _reservation_ok(host, demand)
     )
 
 
@@ -168,11 +198,21 @@ def _runtime_ok(host: HostState, demand: Demand) -> bool:
     return not demand.runtimes or host.runtime is None or host.runtime in demand.runtimes
 
 
+def _process_ok(host: HostState, demand: Demand) -> bool:
+    return not demand.process_runtime or host.process_runtime is not False
+
+
 def _labels_ok(host: HostState, demand: Demand) -> bool:
     if not demand.host_labels:
         return True
     have = dict(host.labels)
     return all(have.get(key) == value for key, value in demand.host_labels)
+
+
+def _reservation_ok(host: HostState, demand: Demand) -> bool:
+    if not host.reserved_for:
+        return True
+    return any(team == demand.team for team, _ in host.reserved_for)
 
 
 def mode_mismatch(gpu: GpuState, wanted: str) -> Violation:

@@ -42,7 +42,11 @@ class HostState:
     workloads with (``docker``, ``process``, ``none``), checked against
     :attr:`Demand.runtimes`; ``None``: not tracked (the benchmarks). ``name``: for messages.
     ``labels``: the host's labels as sorted ``(key, value)`` pairs, checked against
-    :attr:`Demand.host_labels`.
+    :attr:`Demand.host_labels`. ``process_runtime``: the host's agent runs process workloads
+    (an operator started it with ``--allow-process-runtime``), checked against
+    :attr:`Demand.process_runtime`; ``None``: not tracked. ``reserved_for``: the teams the host
+    is reserved for, as sorted ``(team id, slug)`` pairs (a taint that only their deployments
+    tolerate), checked against :attr:`Demand.team`; empty: every team's replicas.
     """
 
     id: int
@@ -53,6 +57,8 @@ class HostState:
     runtime: str | None = None
     name: str = ""
     labels: tuple[tuple[str, str], ...] = ()
+    process_runtime: bool | None = None
+    reserved_for: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -273,8 +279,10 @@ class WholeGpuRequest:
 
 @dataclass(frozen=True)
 class Demand:
-    """What a replica needs beside its GPU share (optional; the product sets only ``runtimes``
-    and ``host_labels``).
+    """What a replica needs beside its GPU share (optional; the product sets the host facts,
+    never ``cpu_milli`` and ``host_memory_mib``). ``None`` instead of a demand asks nothing of
+    a host, a reservation included (free capacity counts reserved hosts): the product gives
+    every deployment's replicas a demand with its ``team``.
 
     Attributes:
         cpu_milli: host CPU, checked against :attr:`HostState.cpu_free_milli` where tracked.
@@ -283,8 +291,12 @@ class Demand:
         runtimes: the host runtimes that can run its workload (:attr:`HostState.runtime`);
             empty: any.
         workload: the workload's own runtime (``container``, ``process``), for messages.
+        process_runtime: it runs on the host itself (a process), so only on hosts whose agent
+            allows process workloads (:attr:`HostState.process_runtime`).
         host_labels: ``(key, value)`` pairs every host it runs on must carry
             (:attr:`HostState.labels`); empty: any host.
+        team: the deployment's team (id): a host reserved for other teams refuses it
+            (:attr:`HostState.reserved_for`); ``None``: no team, which no reserved host takes.
         port: a port the workload listens on in its host's network (its health check's), or
             0; ``avoid_hosts``: the hosts that already run a copy of it, where a second copy
             could not bind that port.
@@ -295,7 +307,9 @@ class Demand:
     products: tuple[str, ...] = ()
     runtimes: tuple[str, ...] = ()
     workload: str = ""
+    process_runtime: bool = False
     host_labels: tuple[tuple[str, str], ...] = ()
+    team: int | None = None
     port: int = 0
     avoid_hosts: frozenset[int] = frozenset()
 

@@ -14,8 +14,8 @@ import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
-from fleet.settings.env import env, env_bool, env_float, env_int, env_list, require
-from fleet.settings.secret_key import embedded_secret_key
+from fleet.settings.env import env, env_bool, env_float, env_floats, env_int, env_list, require
+from fleet.settings.secret_key import embedded_secret_key, embedded_secrets_key, fernet_keys
 
 # Lets admin.ModelAdmin[Model] and friends be subscripted at run time, as the type stubs expect.
 django_stubs_ext.monkeypatch()
@@ -29,6 +29,7 @@ PRODUCTION = FLEET_MODE == "production"
 
 if PRODUCTION:
     SECRET_KEY = require("FLEET_SECRET_KEY")
+    _secrets_key = require("FLEET_SECRETS_KEY")
     DATABASE_URL = require("FLEET_DATABASE_URL")
     REDIS_URL = require("FLEET_REDIS_URL")
     ALLOWED_HOSTS = env_list("FLEET_ALLOWED_HOSTS", []) or require("FLEET_ALLOWED_HOSTS").split(",")
@@ -42,6 +43,7 @@ if PRODUCTION:
 else:
     # Generated once per data directory (below) unless FLEET_SECRET_KEY is set.
     SECRET_KEY = env("FLEET_SECRET_KEY", "")
+    _secrets_key = env("FLEET_SECRETS_KEY", "")
     DATABASE_URL = env("FLEET_DATABASE_URL", "")
     REDIS_URL = env("FLEET_REDIS_URL", "")
     ALLOWED_HOSTS = env_list(
@@ -52,6 +54,11 @@ else:
 FLEET_DATA_DIR = Path(env("FLEET_DATA_DIR", str(BASE_DIR / "var")))
 if not SECRET_KEY:
     SECRET_KEY = embedded_secret_key(FLEET_DATA_DIR)
+# Team secrets at rest (fleet.core.secrets): Fernet keys, the first encrypts, all decrypt (add a
+# new key first, re-encrypt with `manage.py secrets_key --rotate`, then drop the old one).
+FLEET_SECRETS_KEYS = (
+    fernet_keys(_secrets_key) if _secrets_key else embedded_secrets_key(FLEET_DATA_DIR)
+)
 
 INSTALLED_APPS = [
     "daphne",
@@ -370,8 +377,15 @@ FLEET_PUSH_RETRY_SECONDS = env_float("FLEET_PUSH_RETRY_SECONDS", 5.0)
 FLEET_OPERATION_TIMEOUT_SECONDS = env_float("FLEET_OPERATION_TIMEOUT_SECONDS", 300.0)
 # A move's new copy must run within this, or the move is rolled back (the old copy stays).
 FLEET_MOVE_TIMEOUT_SECONDS = env_float("FLEET_MOVE_TIMEOUT_SECONDS", 300.0)
+# A rolling update's new copy counts once it has stayed running this long (minReadySeconds).
+FLEET_ROLLOUT_MIN_READY_SECONDS = env_int("FLEET_ROLLOUT_MIN_READY_SECONDS", 10)
 # CP-SAT's wall-clock limit for a repack proposal (the greedy plan answers past it).
 FLEET_REPACK_TIME_LIMIT_SECONDS = env_float("FLEET_REPACK_TIME_LIMIT_SECONDS", 3.0)
+# The layout advisor (GET /api/v1/capacity/advice, operators) runs CP-SAT for up to 10 s: one
+# solve per user per this many seconds (0: no limit), and one at a time per server process.
+FLEET_ADVICE_MIN_INTERVAL_SECONDS = env_float("FLEET_ADVICE_MIN_INTERVAL_SECONDS", 30.0)
+# How many layout-advisor solves may run at once in one server process (each uses 8 threads).
+FLEET_ADVISOR_CONCURRENCY = env_int("FLEET_ADVISOR_CONCURRENCY", 1)
 FLEET_HEARTBEAT_SECONDS = env_float("FLEET_HEARTBEAT_SECONDS", 1.0)
 FLEET_OFFLINE_AFTER_MISSED = env_int("FLEET_OFFLINE_AFTER_MISSED", 10)
 FLEET_XID_RECOVERY_SECONDS = env_float("FLEET_XID_RECOVERY_SECONDS", 300.0)
@@ -390,7 +404,28 @@ FLEET_EVICT_RATE_WINDOW_SECONDS = env_float("FLEET_EVICT_RATE_WINDOW_SECONDS", 6
 FLEET_TELEMETRY_RAW_SECONDS = env_int("FLEET_TELEMETRY_RAW_SECONDS", 3600)
 FLEET_TELEMETRY_KEEP_SECONDS = env_int("FLEET_TELEMETRY_KEEP_SECONDS", 7 * 86400)
 FLEET_TELEMETRY_GPU_CACHE_SECONDS = env_float("FLEET_TELEMETRY_GPU_CACHE_SECONDS", 60.0)
-FLEET_LIVE_BATCH_SECONDS = env_float("FLEET_LIVE_BATCH_SECONDS", 0.1)
+FLEET_LIVE_BATCH_SECONDS = env_float("FLEET_LIVE_BATCH_SECONDS", 0.25)
+# Past its capacity an ASGI process coarsens telemetry instead of falling behind
+# (fleet.live.load): agents are asked to report every N s at the "busy" and "overloaded" levels.
+FLEET_LIVE_DEGRADE = env_bool("FLEET_LIVE_DEGRADE", True)
+FLEET_LIVE_DEGRADED_INTERVALS = env_floats(
+    "FLEET_LIVE_DEGRADED_INTERVALS", (2.0, 3.0), low=1.0, high=10.0
+)
+# The ASGI server's young-generation collection threshold (fleet.asgi; Python's default: 700).
+FLEET_GC_THRESHOLD = env_int("FLEET_GC_THRESHOLD", 10_000)
+# How long an ASGI process trusts a host token it has checked (new sockets skip the database).
+FLEET_AGENT_AUTH_CACHE_SECONDS = env_float("FLEET_AGENT_AUTH_CACHE_SECONDS", 10.0)
+# Host tokens (fleet.agents.host_tokens) expire FLEET_HOST_TOKEN_DAYS after they are issued; an
+# agent that connects (or reports over REST) with less than FLEET_HOST_TOKEN_RENEW_DAYS left is
+# sent a new one. Fractions of a day are allowed.
+FLEET_HOST_TOKEN_DAYS = env_float("FLEET_HOST_TOKEN_DAYS", 90.0)
+FLEET_HOST_TOKEN_RENEW_DAYS = env_float("FLEET_HOST_TOKEN_RENEW_DAYS", 30.0)
+if not 0 <= FLEET_HOST_TOKEN_RENEW_DAYS < FLEET_HOST_TOKEN_DAYS:
+    # A window as long as the lifetime would renew the token at every connection.
+    raise ImproperlyConfigured(
+        "FLEET_HOST_TOKEN_RENEW_DAYS must be at least 0 and less than FLEET_HOST_TOKEN_DAYS, "
+        f"got {FLEET_HOST_TOKEN_RENEW_DAYS} and {FLEET_HOST_TOKEN_DAYS}"
+    )
 
 # What one agent may send (fleet.agents.guard): GPUs per host, bytes per message (daphne's own
 # WebSocket limit is the same 1 MiB by default: --websocket-max-message-size), and how long
@@ -400,10 +435,14 @@ FLEET_AGENT_MAX_MESSAGE_BYTES = env_int("FLEET_AGENT_MAX_MESSAGE_BYTES", 1024 * 
 DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE = FLEET_AGENT_MAX_MESSAGE_BYTES  # manage.py runserver
 FLEET_HEALTH_EVENTS_KEEP_DAYS = env_int("FLEET_HEALTH_EVENTS_KEEP_DAYS", 30)
 
-# Alert webhooks (fleet.core.alerts): one POST per attempt with this timeout; a failed attempt
-# is tried again after FLEET_ALERT_RETRY_SECONDS, doubling each time (at most an hour), until
+# Alert webhooks (fleet.core.webhooks): one POST per attempt within this timeout (the whole
+# attempt: connect, TLS, request and answer); a failed attempt is tried again after
+# FLEET_ALERT_RETRY_SECONDS, doubling each time (at most an hour), until
 # FLEET_ALERT_MAX_ATTEMPTS; the delivery log is kept FLEET_ALERT_DELIVERIES_KEEP_DAYS.
+# Private, loopback, link-local (cloud metadata), unspecified and multicast destinations are
+# refused unless FLEET_WEBHOOK_ALLOW_PRIVATE (a receiver on the internal network).
 FLEET_ALERT_TIMEOUT_SECONDS = env_float("FLEET_ALERT_TIMEOUT_SECONDS", 5.0)
+FLEET_WEBHOOK_ALLOW_PRIVATE = env_bool("FLEET_WEBHOOK_ALLOW_PRIVATE", False)
 FLEET_ALERT_RETRY_SECONDS = env_float("FLEET_ALERT_RETRY_SECONDS", 10.0)
 FLEET_ALERT_MAX_ATTEMPTS = env_int("FLEET_ALERT_MAX_ATTEMPTS", 8)
 FLEET_ALERT_DELIVERIES_KEEP_DAYS = env_int("FLEET_ALERT_DELIVERIES_KEEP_DAYS", 30)

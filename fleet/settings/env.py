@@ -6,6 +6,7 @@ secret (Docker/Kubernetes secrets), as healthchecks does.
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -57,6 +58,27 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if not raw:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_floats(
+    name: str, default: tuple[float, ...], *, low: float, high: float
+) -> tuple[float, ...]:
+    """A comma-separated list of as many numbers as ``default``, each within ``[low, high]``
+    and not decreasing."""
+    raw = env_list(name, [])
+    if not raw:
+        return default
+    try:
+        values = tuple(float(v) for v in raw)
+    except ValueError:
+        values = ()
+    ordered = all(a <= b for a, b in itertools.pairwise(values))
+    if len(values) != len(default) or not ordered or not all(low <= v <= high for v in values):
+        raise ImproperlyConfigured(
+            f"{name} must be {len(default)} comma-separated numbers from {low:g} to {high:g}, "
+            f"not decreasing, e.g. {','.join(f'{v:g}' for v in default)}; got {','.join(raw)!r}"
+        )
+    return values
 
 
 def require(name: str) -> str:

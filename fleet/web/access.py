@@ -16,7 +16,7 @@ from fleet.core.roles import Role, role_of
 View = TypeVar("View", bound=Callable[..., HttpResponseBase])
 
 
-def no_access(request: HttpRequest, required: Role = Role.VIEWER) -> HttpResponse:
+def no_access(request: HttpRequest, required: Role = Role.MEMBER) -> HttpResponse:
     """The 403 page: signed in, but the role does not open this page."""
     context = {"required": required.label, "role": role_of(request.user).label}
     return render(request, "web/no_access.html", context, status=403)

@@ -31,7 +31,7 @@ def _ids(request: HttpRequest, name: str) -> list[int]:
 
 @never_cache
 @require_GET
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def cards(request: HttpRequest) -> HttpResponse:
     """GPU cards (and their host headers) for changed GPUs, partitions, allocations or hosts;
     ``?all=1`` for every card (the re-sync after a reconnect). ``?drawn=`` (a page that draws
@@ -59,7 +59,7 @@ def cards(request: HttpRequest) -> HttpResponse:
 
 @never_cache
 @require_GET
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def host_groups(request: HttpRequest) -> HttpResponse:
     """The fleet view's host groups for the GPU filters in the query, as the page draws them:
     what a search or a filter shows, matched by the server across the whole fleet."""
@@ -70,7 +70,7 @@ def host_groups(request: HttpRequest) -> HttpResponse:
 
 @never_cache
 @require_GET
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def tray(request: HttpRequest) -> HttpResponse:
     context = {**page_context(request, "fleet"), **tray_context(request)}
     return render(request, "web/fragments/tray.html", context)
@@ -78,7 +78,7 @@ def tray(request: HttpRequest) -> HttpResponse:
 
 @never_cache
 @require_GET
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def operation_rows(request: HttpRequest) -> HttpResponse:
     ids = _ids(request, "id")
     context = {"operations": selectors.operations_feed(ids=ids, limit=len(ids) or 1)}
@@ -87,7 +87,7 @@ def operation_rows(request: HttpRequest) -> HttpResponse:
 
 @never_cache
 @require_GET
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def gpu_panel(request: HttpRequest, gpu_id: int) -> HttpResponse:
     """The GPU detail's header, partitions, events and operations, re-rendered after a change."""
     gpu = _gpu_or_404(gpu_id)
@@ -97,7 +97,7 @@ def gpu_panel(request: HttpRequest, gpu_id: int) -> HttpResponse:
 
 @never_cache
 @require_GET
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def gpu_history(request: HttpRequest, gpu_id: int) -> JsonResponse:
     """The last hour of the GPU's telemetry in 5-second means (``null`` where NVML had none)."""
     gpu = _gpu_or_404(gpu_id)
@@ -107,7 +107,7 @@ def gpu_history(request: HttpRequest, gpu_id: int) -> JsonResponse:
 
 @never_cache
 @require_GET
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def gpu_editor_model(request: HttpRequest, gpu_id: int) -> JsonResponse:
     """The layout editor's model (profiles, current instances and their workloads, presets)."""
     gpu = _gpu_or_404(gpu_id)

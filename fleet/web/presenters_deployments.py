@@ -102,6 +102,7 @@ class DeploymentRow:
     deleting: bool
     team: str = ""  # its team's slug
     team_id: int = 0
+    spec_hidden: bool = False  # another team's, for a reader who may not see what it runs
 
     @property
     def signature(self) -> str:
@@ -120,8 +121,10 @@ class DeploymentRow:
         )
 
 
-def deployment_row(deployment: Deployment) -> DeploymentRow:
-    """``deployment`` from :func:`fleet.web.selectors.deployments_with_replicas`."""
+def deployment_row(deployment: Deployment, *, sees_spec: bool = True) -> DeploymentRow:
+    """``deployment`` from :func:`fleet.web.selectors.deployments_with_replicas`; without
+    ``sees_spec`` (:func:`fleet.core.teams.can_see_spec`) its runtime only, not its image or
+    command line."""
     held = list(deployment.allocations.all())
     placed = [a for a in held if a.state != AllocationState.RELEASING]
     runtime = str((deployment.workload or {}).get("runtime", "none"))
@@ -142,7 +145,7 @@ def deployment_row(deployment: Deployment) -> DeploymentRow:
         kind=deployment.kind,
         request=describe_request(deployment),
         runtime=runtime,
-        workload=workload_summary(deployment.workload),
+        workload=workload_summary(deployment.workload) if sees_spec else "",
         wanted=deployment.replicas,
         placed=len(replicas),
         running=len(running),
@@ -153,6 +156,7 @@ def deployment_row(deployment: Deployment) -> DeploymentRow:
         deleting=deployment.deleting,
         team=deployment.team.slug,
         team_id=deployment.team_id,
+        spec_hidden=not sees_spec,
     )
 
 

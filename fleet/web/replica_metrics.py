@@ -18,8 +18,9 @@ from django.views.decorators.http import require_GET
 from fleet.allocations.models import Allocation, AllocationState, Deployment
 from fleet.allocations.telemetry import WINDOWS, replica_series
 from fleet.core.roles import Role
+from fleet.core.teams import can_see_spec
 from fleet.web import charts, selectors
-from fleet.web.access import role_required
+from fleet.web.access import no_access, role_required
 from fleet.web.presenters_deployments import slice_label
 
 WINDOW_CHOICES = (("1h", "1 hour"), ("24h", "24 hours"), ("7d", "7 days"))
@@ -133,11 +134,14 @@ def _charts(allocation: Allocation, window: str, now: float) -> dict[str, Any]:
 
 @never_cache
 @require_GET
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def deployment_metrics(request: HttpRequest, deployment_id: int) -> HttpResponse:
-    """The panel's body for ``?allocation=&window=`` (any role)."""
+    """The panel's body for ``?allocation=&window=`` (the deployment's team's members and
+    fleet viewers and up)."""
     deployment = selectors.deployment_detail(deployment_id)
     if deployment is None:
         raise Http404("No such deployment.")
+    if not can_see_spec(request.user, deployment.team_id):
+        return no_access(request, Role.VIEWER)
     context = {"deployment": deployment, **metrics_context(deployment, request.GET)}
     return render(request, "web/fragments/deployment_metrics_body.html", context)

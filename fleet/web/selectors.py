@@ -14,6 +14,7 @@ from django.db.models.fields.json import KT
 from fleet.allocations.models import Allocation, Deployment
 from fleet.core.filters import OperationFilter
 from fleet.core.models import FINAL_STATUSES, Operation
+from fleet.core.redaction import urls_redacted
 from fleet.inventory import selectors as inventory_selectors
 from fleet.inventory.models import Gpu, HealthEvent, HealthEventKind, Host
 from fleet.partitioning.models import Partition, PartitionKind
@@ -217,7 +218,16 @@ def operations_feed(
         queryset = queryset.filter(deployment_id=deployment_id)
     if host_id is not None:
         queryset = queryset.filter(host_id=host_id)
-    return list(queryset.order_by("-created_at", "-id")[:limit])
+    return _shown(queryset.order_by("-created_at", "-id")[:limit])
+
+
+def _shown(operations: Iterable[Operation]) -> list[Operation]:
+    """The rows as the pages show them: URLs in summaries and reasons without credentials or
+    query strings (a webhook's URL). Changed in memory only; never saved."""
+    rows = list(operations)
+    for op in rows:
+        op.summary, op.reason = urls_redacted(op.summary), urls_redacted(op.reason)
+    return rows
 
 
 def gpu_events(gpu: Gpu, *, limit: int = 30) -> list[HealthEvent]:
@@ -288,4 +298,4 @@ def operations_page(params: Mapping[str, Any], *, size: int) -> OperationsPage:
             queryset = queryset.filter(Q(created_at__lt=at) | Q(created_at=at, pk__lt=int(before)))
     rows = list(queryset[: size + 1])
     older = rows[size - 1].pk if len(rows) > size else None
-    return OperationsPage(rows=rows[:size], older=older, errors={})
+    return OperationsPage(rows=_shown(rows[:size]), older=older, errors={})

@@ -81,7 +81,7 @@ def page_context(request: HttpRequest, section: str, **config: Any) -> dict[str,
     }
 
 
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def fleet(request: HttpRequest) -> HttpResponse:
     """Every host and GPU, and the deployments tray. The GPU filters narrow the GPUs shown (the
     same FilterSet as the API's); the summary and the product list describe the whole fleet.
@@ -138,7 +138,7 @@ def detail_context(gpu: Any) -> dict[str, Any]:
     }
 
 
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def gpu_detail(request: HttpRequest, gpu_id: int) -> HttpResponse:
     """Live charts, partitions with their workloads and processes, events and operations."""
     gpu = _gpu_or_404(gpu_id)
@@ -158,7 +158,7 @@ def gpu_detail(request: HttpRequest, gpu_id: int) -> HttpResponse:
     return render(request, "web/gpu_detail.html", context)
 
 
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def layout_editor(request: HttpRequest, gpu_id: int) -> HttpResponse:
     """The MIG layout editor of one GPU (and its MPS / dedicated modes)."""
     gpu = _gpu_or_404(gpu_id)
@@ -180,7 +180,7 @@ OPERATIONS_PAGE = 200
 OPERATION_FILTERS = ("status", "kind", "user", "since", "until")
 
 
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def operations(request: HttpRequest) -> HttpResponse:
     """The audit trail: who asked for what, when, and how it ended; filtered as the API filters,
     200 rows a page (older pages by a ``before`` cursor), and the same rows as CSV."""

@@ -81,7 +81,7 @@ def _advice_products(payload: CapacityPayload) -> list[dict[str, str]]:
     return found
 
 
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def capacity(request: HttpRequest) -> HttpResponse:
     """What fits now, what would fit after a reshape, and what is stranded; when replicas wait,
     the layout advisor (asked from the page: the solver takes seconds)."""
@@ -99,7 +99,7 @@ def capacity(request: HttpRequest) -> HttpResponse:
 
 @never_cache
 @require_GET
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def capacity_panel(request: HttpRequest) -> HttpResponse:
     """The page's live panel, re-rendered after a change."""
     return render(request, "web/fragments/capacity_panel.html", panel_context(fleet_capacity()))

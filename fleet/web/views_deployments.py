@@ -16,7 +16,7 @@ from fleet.allocations.models import Deployment
 from fleet.allocations.scaling import MAX_REPLICAS, MIN_REPLICAS
 from fleet.core.models import Team
 from fleet.core.roles import Role, role_of
-from fleet.core.teams import can_operate_team, operated_teams
+from fleet.core.teams import can_operate_team, can_see_spec, operated_teams
 from fleet.web import presenters_deployments as presenters
 from fleet.web import selectors
 from fleet.web.access import role_required
@@ -31,13 +31,16 @@ def _list_context(request: HttpRequest) -> dict[str, Any]:
     if team:
         deployments = deployments.filter(team__slug=team)
     return {
-        "rows": [presenters.deployment_row(d) for d in deployments],
+        "rows": [
+            presenters.deployment_row(d, sees_spec=can_see_spec(request.user, d.team_id))
+            for d in deployments
+        ],
         "team": team,
         "teams": list(Team.objects.order_by("name").values_list("slug", "name")),
     }
 
 
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def deployment_list(request: HttpRequest) -> HttpResponse:
     """Every deployment (or one team's): its team, request, what it runs, its replicas and its
     state."""
@@ -52,11 +55,12 @@ def _deployment_or_404(deployment_id: int) -> Deployment:
     return deployment
 
 
-def detail_context(deployment: Deployment) -> dict[str, Any]:
+def detail_context(deployment: Deployment, *, sees_spec: bool) -> dict[str, Any]:
     rows = presenters.replica_rows(deployment, now=timezone.now())
-    row = presenters.deployment_row(deployment)
+    row = presenters.deployment_row(deployment, sees_spec=sees_spec)
     return {
         "deployment": deployment,
+        "sees_spec": sees_spec,
         "row": row,
         "runtime": row.runtime,
         "replicas": rows,
@@ -66,24 +70,26 @@ def detail_context(deployment: Deployment) -> dict[str, Any]:
     }
 
 
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def deployment_detail(request: HttpRequest, deployment_id: int) -> HttpResponse:
     """The spec, the replica count (operators change it), every replica with its slice and
-    workload, and the deployment's operations and events."""
+    workload, and the deployment's operations and events. What it runs (its workload), its
+    logs and its replica metrics only for its team's members and fleet viewers and up."""
     deployment = _deployment_or_404(deployment_id)
+    sees_spec = can_see_spec(request.user, deployment.team_id)
     context = {
         **page_context(request, "deployments", deployment=deployment.pk),
-        **detail_context(deployment),
+        **detail_context(deployment, sees_spec=sees_spec),
         # Its team's operators act on it too (scale, roll out, delete); making room moves other
         # deployments' replicas: fleet operators only.
         "can_operate": can_operate_team(request.user, deployment.team_id),
         "can_defrag": role_of(request.user) >= Role.OPERATOR,
         "handoff_teams": _handoff_teams(request.user, deployment),
         "request_items": presenters.request_items(deployment),
-        "workload_json": presenters.workload_json(deployment.workload),
+        "workload_json": presenters.workload_json(deployment.workload) if sees_spec else "",
         "min_replicas": MIN_REPLICAS,
         "max_replicas": MAX_REPLICAS,
-        **metrics_context(deployment, request.GET),
+        **(metrics_context(deployment, request.GET) if sees_spec else {}),
     }
     return render(request, "web/deployment_detail.html", context)
 
@@ -100,7 +106,7 @@ def _handoff_teams(user: Any, deployment: Deployment) -> list[Team]:
 
 @never_cache
 @require_GET
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def deployment_rows(request: HttpRequest) -> HttpResponse:
     """Every row of the deployments list, re-rendered after a change."""
     return render(request, "web/fragments/deployment_rows.html", _list_context(request))
@@ -108,13 +114,13 @@ def deployment_rows(request: HttpRequest) -> HttpResponse:
 
 @never_cache
 @require_GET
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def deployment_panel(request: HttpRequest, deployment_id: int) -> HttpResponse:
     """The deployment page's live parts, re-rendered after a change."""
     deployment = _deployment_or_404(deployment_id)
     context = {
         **page_context(request, "deployments"),
-        **detail_context(deployment),
+        **detail_context(deployment, sees_spec=can_see_spec(request.user, deployment.team_id)),
         "can_operate": can_operate_team(request.user, deployment.team_id),
     }
     return render(request, "web/fragments/deployment_panel.html", context)

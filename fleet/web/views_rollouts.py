@@ -54,7 +54,7 @@ def _row(operation: Operation) -> RolloutRow:
         draining=draining,
         total=total,
         created_at=operation.created_at,
-        requested_by=operation.requested_by.get_username() if operation.requested_by else "—",
+        requested_by=operation.requested_by_name or "—",
         reason=operation.reason,
         last_note=str(log[-1].get("note", "")) if log and isinstance(log[-1], dict) else "",
     )
@@ -67,7 +67,7 @@ def _rows() -> list[RolloutRow]:
     return [_row(operation) for operation in query.order_by("-id")[:100]]
 
 
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def rollouts(request: HttpRequest) -> HttpResponse:
     context = {**page_context(request, "rollouts"), "rows": _rows()}
     return render(request, "web/rollouts.html", context)
@@ -75,7 +75,7 @@ def rollouts(request: HttpRequest) -> HttpResponse:
 
 @never_cache
 @require_GET
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def rollout_rows(request: HttpRequest) -> HttpResponse:
     context = {**page_context(request, "rollouts"), "rows": _rows()}
     return render(request, "web/fragments/rollout_rows.html", context)

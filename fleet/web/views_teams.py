@@ -77,7 +77,7 @@ def limit_rows(team: Team, usage: Usage) -> list[LimitRow]:
     return rows
 
 
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 @require_http_methods(["GET", "POST"])
 def team_list(request: HttpRequest) -> HttpResponse:
     """Every team: members, deployments, and each limit with its usage. Admins create teams."""
@@ -146,7 +146,7 @@ def _post(request: HttpRequest, team: Team) -> None:
         raise ServiceError("malformed_request", "Unknown form.")
 
 
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 @require_http_methods(["GET", "POST"])
 def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
     """One team: members with their roles, each limit beside its usage, its deployments."""

@@ -63,7 +63,7 @@ def stacked_bands(
     return bands, y_max
 
 
-@role_required(Role.VIEWER)
+@role_required(Role.MEMBER)
 def usage(request: HttpRequest) -> HttpResponse:
     """Chargeback over the last 24 h, 7 or 30 days, grouped by team, deployment or product."""
     span = request.GET.get("window", "24h")

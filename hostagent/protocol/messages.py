@@ -37,7 +37,14 @@ from hostagent.protocol.bounds import (
     UuidOrEmpty,
 )
 from hostagent.protocol.logs import Logs, LogsRequest
-from hostagent.protocol.workloads import AgentRuntime, Workload, WorkloadStatus
+from hostagent.protocol.workloads import (
+    MAX_ENV,
+    AgentRuntime,
+    EnvName,
+    Security,
+    Workload,
+    WorkloadStatus,
+)
 
 PROTOCOL_VERSION = 1
 """Bumped on any incompatible change of the messages below."""
@@ -225,6 +232,9 @@ class ItemResult(TypedDict):
 class _HelloOptional(TypedDict, total=False):
     # Absent from agents that run no workloads: "none".
     runtime: AgentRuntime
+    # Whether the agent runs process workloads (started with --allow-process-runtime); absent:
+    # it does not.
+    process_runtime: bool
 
 
 class Hello(_HelloOptional):
@@ -327,6 +337,11 @@ class _DesiredAllocationOptional(TypedDict, total=False):
     # allocation carries the workload and ``devices``, every GPU of the replica in slot order
     # (on this host); the other GPUs' allocations run nothing (runtime ``none``).
     devices: Annotated[list[Uuid], Meta(min_length=2, max_length=MAX_GPUS_HARD)]
+    # How the workload is confined (the team's policy, applied); absent: the restricted defaults.
+    security: Security
+    # The names in ``workload.env`` whose values are team secrets: the agent keeps them in
+    # memory only and masks their values in the replica's logs.
+    secret_env: Annotated[list[EnvName], Meta(max_length=MAX_ENV)]
 
 
 class DesiredAllocation(_DesiredAllocationOptional):
@@ -385,8 +400,37 @@ class ServerError(TypedDict):
     refused: Text | None
 
 
+class Pace(TypedDict):
+    """The server is past its capacity: report telemetry every ``interval_s`` seconds (never
+    faster than the agent's own interval) until a new ``pace`` says otherwise. Heartbeats ride
+    on telemetry, so ``interval_s`` stays well under the server's offline limit."""
+
+    type: Literal["pace"]
+    interval_s: Annotated[float, Meta(ge=0.1, le=60.0)]
+    reason: Text
+
+
+class RetryLater(TypedDict):
+    """Sent just before the server closes a new socket with :data:`CLOSE_RETRY_LATER`: it cannot
+    admit the agent now; connect again after ``after_s`` seconds (plus jitter)."""
+
+    type: Literal["retry_later"]
+    after_s: Annotated[float, Meta(ge=0.0, le=600.0)]
+    reason: Text
+
+
+class HostToken(TypedDict):
+    """The host's renewed token (sent before the current one expires): the agent stores it in
+    its state file and uses it from the next connection on; the old one stops working once the
+    new one has been used, or at ``expires_at`` of the old one at the latest."""
+
+    type: Literal["host_token"]
+    token: Annotated[str, Meta(min_length=16, max_length=256)]
+    expires_at: Timestamp
+
+
 UpMessage = Hello | Telemetry | Event | Ack | Pong | WorkloadReport | Logs
-DownMessage = DesiredState | Ping | ServerError | LogsRequest
+DownMessage = DesiredState | Ping | ServerError | LogsRequest | Pace | RetryLater | HostToken
 Message = UpMessage | DownMessage
 
 # --------------------------------------------------------------------------------------------
@@ -456,6 +500,9 @@ CLOSE_REVOKED = 4401
 """WebSocket close code: the host token is not (or no longer) valid."""
 CLOSE_ABUSE = 4429
 """WebSocket close code: the agent kept sending refused or too many messages."""
+CLOSE_RETRY_LATER = 4503
+"""WebSocket close code: the server is past its capacity and did not admit the socket; a
+``retry_later`` message sent just before says when to come back."""
 
 
 MESSAGE_TYPES: dict[str, type[Any]] = {
@@ -470,8 +517,13 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
     "ping": Ping,
     "error": ServerError,
     "logs_request": LogsRequest,
+    "pace": Pace,
+    "retry_later": RetryLater,
+    "host_token": HostToken,
 }
-DOWN_TYPES = frozenset({"desired_state", "ping", "error", "logs_request"})
+DOWN_TYPES = frozenset(
+    {"desired_state", "ping", "error", "logs_request", "pace", "retry_later", "host_token"}
+)
 """The message types only the server sends."""
 
 

@@ -130,6 +130,40 @@ class Workload(TypedDict):
     health: HealthCheck | None
 
 
+class Security(TypedDict):
+    """How the agent confines one replica's workload: the team's policy (fleet.core.policy)
+    applied by the control plane, so the agent needs no policy of its own.
+
+    * ``user``: ``uid[:gid]`` (or a name) the workload runs as; ``None`` keeps the image's user
+      for a container (the agent then refuses an image whose user is root unless
+      ``allow_root``). A process always has a ``user``.
+    * ``allow_root``: uid 0 may run (an admin's policy said so).
+    * ``cap_add``: capabilities added back after dropping all of them.
+    * ``pids_limit`` / ``memory_mib``: the replica's PID and host-memory limits.
+    * ``host_network``: the container uses the host's network (an admin's policy said so).
+    """
+
+    user: Text | None
+    allow_root: bool
+    cap_add: Annotated[list[Annotated[str, Meta(pattern=r"^[A-Z_]{1,32}$")]], Meta(max_length=16)]
+    pids_limit: Annotated[int, Meta(ge=16, le=1_048_576)]
+    memory_mib: Annotated[int, Meta(ge=16, le=16 * 1024 * 1024)] | None
+    host_network: bool
+
+
+def default_security() -> Security:
+    """What a replica gets when the control plane sends no ``security`` (an older server): the
+    restricted defaults."""
+    return {
+        "user": None,
+        "allow_root": False,
+        "cap_add": [],
+        "pids_limit": 4096,
+        "memory_mib": None,
+        "host_network": False,
+    }
+
+
 class WorkloadStatus(TypedDict):
     """One replica's workload as the agent sees it. ``pids`` are its host PIDs (the container's
     or the process group's), so the processes NVML reports can be named by replica."""

@@ -12,7 +12,9 @@ Layout, kept apart like :mod:`hostagent.gpu`:
 
 Which runtime an agent uses (``--runtime``): ``docker`` runs containers and processes,
 ``process`` processes only, ``none`` nothing (the slices are only reserved). By default,
-``docker`` when a Docker daemon answers, else ``process``.
+``docker`` when a Docker daemon answers, else ``process``. Either way, process workloads
+start only on an agent started with ``--allow-process-runtime`` (review H1, as Nomad's
+``raw_exec`` is off by default); the others report them ``failed`` and say so.
 """
 
 from __future__ import annotations
@@ -21,14 +23,18 @@ from pathlib import Path
 
 from hostagent.protocol import AgentRuntime, WorkloadRuntime
 from hostagent.runtime.base import (
+    IMAGE_PULLS,
+    PROCESS_RUNTIME_OFF,
     Exit,
     Found,
+    ImagePull,
     ReplicaSpec,
     Running,
     Runtime,
     RuntimeUnavailable,
     StartError,
 )
+from hostagent.runtime.cgroups import Cgroups
 from hostagent.runtime.policy import Timing
 from hostagent.runtime.process import ProcessRuntime
 from hostagent.runtime.supervisor import Supervisor
@@ -49,27 +55,45 @@ def default_runtime() -> AgentRuntime:
 
 
 def build_runtimes(
-    agent_runtime: AgentRuntime, *, hostname: str, state_dir: Path
+    agent_runtime: AgentRuntime,
+    *,
+    hostname: str,
+    state_dir: Path,
+    allow_process: bool = False,
+    process_as_agent_user: bool = False,
+    cgroups: Cgroups | None = None,
+    image_pull: ImagePull = "always",
 ) -> dict[WorkloadRuntime, Runtime]:
     """The runtimes of an agent: containers and processes with ``docker``, processes with
-    ``process``, nothing with ``none``.
+    ``process``, nothing with ``none``. Without ``allow_process`` the process runtime starts
+    nothing (it still finds and stops what an earlier agent started).
 
     Raises:
         RuntimeUnavailable: ``docker`` was asked for and no Docker daemon answers.
     """
     if agent_runtime == "none":
         return {}
-    runtimes: dict[WorkloadRuntime, Runtime] = {"process": ProcessRuntime(state_dir)}
+    process = ProcessRuntime(
+        state_dir,
+        allow_start=allow_process,
+        as_agent_user=process_as_agent_user,
+        cgroups=cgroups,
+    )
+    runtimes: dict[WorkloadRuntime, Runtime] = {"process": process}
     if agent_runtime == "docker":
         from hostagent.runtime.docker import DockerRuntime  # see docker_answers
 
-        runtimes["container"] = DockerRuntime(hostname)
+        runtimes["container"] = DockerRuntime(hostname, image_pull=image_pull)
     return runtimes
 
 
 __all__ = [
+    "IMAGE_PULLS",
+    "PROCESS_RUNTIME_OFF",
+    "Cgroups",
     "Exit",
     "Found",
+    "ImagePull",
     "ProcessRuntime",
     "ReplicaSpec",
     "Running",

@@ -35,7 +35,7 @@ def unsupported(
         )
     if kind not in runtimes:
         return f"the agent's {agent_runtime} runtime is not available for a {kind}"
-    return None
+    return runtimes[kind].refusal
 
 
 def adopt_found(

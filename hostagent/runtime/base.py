@@ -13,14 +13,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from hostagent.protocol import Workload
+from hostagent.protocol import Security, Workload, default_security
 from hostagent.runtime.output import Output
 
 RuntimeName = Literal["docker", "process"]
+ImagePull = Literal["always", "if-not-present"]
+"""When the Docker runtime pulls an image: before every create, or only when it is missing."""
+IMAGE_PULLS: tuple[ImagePull, ...] = ("always", "if-not-present")
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """``PATH`` of a process workload (the workload's ``env`` may override it)."""
 BASE_LANG = "C.UTF-8"
+PROCESS_RUNTIME_OFF = (
+    "this host does not run process workloads: start the agent with --allow-process-runtime"
+)
 
 
 class RuntimeUnavailable(RuntimeError):
@@ -47,6 +53,13 @@ class ReplicaSpec:
             (containers get it mounted and ``ipc=host``).
         gpu_request: ask Docker for the device (``--gpus device=<uuid>``): true on the NVML
             backend, false on the simulated one (there is no such device to hand over).
+        security: how the workload is confined (the desired allocation's ``security``);
+            ``None`` from a server that sends none: see :meth:`confinement`.
+        secret_env: the names in the workload's ``env`` whose values are team secrets (the
+            desired allocation's ``secret_env``): kept in memory only (the replica store
+            drops their values), masked in the replica's logs, and left out of
+            :meth:`fingerprint` (a new value reaches a replica when it starts again, as a
+            Kubernetes secret in env does; the control plane rolls it out on request).
     """
 
     allocation_id: int
@@ -59,19 +72,45 @@ class ReplicaSpec:
     environment: dict[str, str] = field(default_factory=dict)
     mps_pipe_directory: str | None = None
     gpu_request: bool = False
+    security: Security | None = None
+    secret_env: tuple[str, ...] = ()
+
+    def confinement(self) -> Security:
+        """The ``security`` to apply: the one sent, else the restricted defaults with the
+        workload's own ``user`` (what a server older than ``security`` meant)."""
+        if self.security is not None:
+            return self.security
+        return {**default_security(), "user": self.workload["user"]}
 
     def fingerprint(self) -> str:
         """What a launch depends on: a replica whose fingerprint changes is started again."""
         return json.dumps(
             [
-                self.workload,
+                self._workload_without_secrets(),
                 self.device_uuid,
                 self.environment,
                 self.mps_pipe_directory,
                 self.gpu_request,
+                *([self.security] if self.security is not None else []),
             ],
             sort_keys=True,
         )
+
+    def _workload_without_secrets(self) -> Workload:
+        if not self.secret_env:
+            return self.workload
+        env = {k: v for k, v in self.workload["env"].items() if k not in self.secret_env}
+        return {**self.workload, "env": env}
+
+    def secret_values(self) -> list[str]:
+        """The values of the secrets in the workload's env (those it still holds)."""
+        env = self.workload["env"]
+        return [env[name] for name in self.secret_env if name in env]
+
+    def secrets_missing(self) -> bool:
+        """A secret's value is not here (a spec read back from the store): it cannot start
+        until the control plane sends the replica again."""
+        return any(name not in self.workload["env"] for name in self.secret_env)
 
     def full_environment(self) -> dict[str, str]:
         """The workload's ``env`` with Fleet's variables over it (Fleet's always win)."""
@@ -122,6 +161,9 @@ class Runtime(Protocol):
     :class:`RuntimeUnavailable` when the runtime itself fails."""
 
     name: RuntimeName
+    refusal: str | None
+    """Why this runtime starts no workload on this host (``None``: it does); it still finds,
+    watches and stops the ones an earlier agent started."""
 
     def start(self, spec: ReplicaSpec) -> Running:
         """Start the replica's workload; raises :class:`StartError` saying why not."""

@@ -5,12 +5,28 @@ so), as :mod:`hostagent.gpu.nvml` is for NVML. What every container gets, and wh
 
 * the labels ``fleet.allocation``, ``fleet.deployment`` and ``fleet.host`` (plus the GPU and
   the stop grace period): a restarted agent finds its containers by label, never by name;
-* the host's network (a health check on ``127.0.0.1:<port>`` reaches the workload) and no
-  restart policy of Docker's own: the agent counts restarts, backs off and says ``crashloop``;
+* Kubernetes' ``restricted`` profile (review H3), from the replica's ``security``: every
+  capability dropped (``cap_add`` adds back what the team's policy allows),
+  ``no-new-privileges``, a PID limit and the host memory limit, a non-root user (uid 0 only
+  when ``allow_root``; with no ``user``, the image's own user, refused when it is root);
+* no network (``none``) unless the policy gives the host's (``host_network``): per-replica
+  published ports come later; a private IPC namespace; no restart policy of Docker's own: the
+  agent counts restarts, backs off and says ``crashloop``;
+* the image pulled before every create (``--image-pull always``, Kubernetes'
+  ``AlwaysPullImages``): an image pulled once for one team does not run for another without
+  the registry's say. When the pull fails, a local image is used only if the reference pins
+  its digest (``@sha256:``) and the local image has it. ``if-not-present`` (tests, air-gapped
+  hosts with locally built images) pulls only what is missing;
 * on the NVML backend, the device request ``docker run --gpus device=<uuid>`` sends (driver
   ``nvidia``, capabilities ``[["gpu"]]``, the MIG or GPU UUID); none on the simulated backend;
-* for an MPS share, ``ipc=host`` and the daemon's pipe directory mounted at the same path, as
-  the MPS client inside must reach the host's daemon (MPS doc, "Containers").
+* for an MPS share, ``ipc=host`` and the daemon's pipe directory mounted read-only at the same
+  path, as the MPS client inside must reach the host's daemon (MPS doc, "Containers").
+  Read-only is enough: a client ``connect()``s to the daemon's Unix sockets, which needs write
+  permission on the socket inode (its mode), not a writable mount: the kernel's read-only
+  check (``sb_permission``, ``EROFS``) covers regular files, directories and links only, and
+  a read-only bind mount is enforced where something is created or written
+  (``mnt_want_write``), which ``connect()`` never calls. What it stops is the container
+  creating, replacing or removing the daemon's sockets and log.
 """
 
 from __future__ import annotations
@@ -31,6 +47,7 @@ from hostagent.protocol import LABEL_ALLOCATION, LABEL_DEPLOYMENT, LABEL_HOST
 from hostagent.runtime.base import (
     Exit,
     Found,
+    ImagePull,
     ReplicaSpec,
     Running,
     RuntimeName,
@@ -53,6 +70,10 @@ LOG_OPTIONS = {"max-size": "10m", "max-file": "2"}
 _EXEC_POLL_S = 0.05
 _NAME = re.compile(r"[^a-zA-Z0-9_.-]")
 _RUNNING_STATES = ("running", "restarting", "paused")
+_ROOT_USERS = ("", "root", "0")
+ROOT_IMAGE = (
+    "the image runs as root; set workload.user to a non-root uid, or ask an admin to allow root"
+)
 
 
 def docker_answers(base_url: str | None = None, timeout_s: float = 2.0) -> bool:
@@ -96,8 +117,30 @@ def gpu_request(device_uuid: str) -> dict[str, Any]:
 
 
 def container_config(spec: ReplicaSpec, hostname: str) -> dict[str, Any]:
-    """The create parameters of one replica's container (pure: tests read them)."""
-    workload = spec.workload
+    """The create parameters of one replica's container (pure: tests read them).
+
+    Raises:
+        StartError: the replica's ``user`` is root and its policy does not allow root, or it
+            has an http or tcp health check and no network of the host's.
+    """
+    workload, security = spec.workload, spec.confinement()
+    user = security["user"] or ""
+    if user and is_root_user(user) and not security["allow_root"]:
+        raise StartError(
+            f"refusing to run the container as root ({user!r}): set workload.user to a "
+            "non-root uid, or ask an admin to allow root"
+        )
+    health = workload["health"]
+    if (
+        health is not None
+        and not security["host_network"]
+        and ("http" in health or "tcp" in health)
+    ):
+        raise StartError(
+            "an http or tcp health check needs the host's network, which this replica does "
+            "not have (no network until per-replica ports come): use an exec check, or ask "
+            "an admin for host_network"
+        )
     labels = {
         LABEL_ALLOCATION: str(spec.allocation_id),
         LABEL_DEPLOYMENT: spec.deployment,
@@ -106,24 +149,48 @@ def container_config(spec: ReplicaSpec, hostname: str) -> dict[str, Any]:
         LABEL_REPLICA: str(spec.replica),
         LABEL_STOP_GRACE: str(workload["stop_grace_s"]),
     }
-    host: dict[str, Any] = {"network_mode": "host", "restart_policy": {"Name": "no"}}
+    host: dict[str, Any] = {
+        "network_mode": "host" if security["host_network"] else "none",
+        "ipc_mode": "private",
+        "restart_policy": {"Name": "no"},
+        "cap_drop": ["ALL"],
+        "cap_add": list(security["cap_add"]),
+        "security_opt": ["no-new-privileges"],
+        "pids_limit": security["pids_limit"],
+    }
+    if security["memory_mib"] is not None:
+        host["mem_limit"] = security["memory_mib"] * 2**20
+        host["memswap_limit"] = host["mem_limit"]  # no swap beyond the limit
     if spec.gpu_request and spec.device_uuid:
         host["device_requests"] = [
             docker.types.DeviceRequest(**_snake(gpu_request(spec.device_uuid)))
         ]
     if spec.mps_pipe_directory:
-        host["ipc_mode"] = "host"
-        host["binds"] = {spec.mps_pipe_directory: {"bind": spec.mps_pipe_directory, "mode": "rw"}}
+        host["ipc_mode"] = "host"  # the MPS client and server share memory through host IPC
+        host["binds"] = {spec.mps_pipe_directory: {"bind": spec.mps_pipe_directory, "mode": "ro"}}
     return {
         "image": workload["image"],
         "command": list(workload["command"]) or None,
         "name": container_name(hostname, spec.allocation_id),
         "labels": labels,
         "environment": spec.full_environment(),
-        "user": workload["user"] or "",
+        "user": user,
         "working_dir": workload["cwd"],
         "host": host,
     }
+
+
+def is_root_user(user: str) -> bool:
+    """Whether a Docker ``user`` (``name``, ``uid``, ``name:group``, ``uid:gid``; empty: the
+    image's default) means uid 0: empty, ``root`` or ``0``, whatever the group."""
+    name = user.partition(":")[0].strip()
+    return name in _ROOT_USERS or (name.isdecimal() and int(name) == 0)
+
+
+def pinned_digest(image: str) -> str | None:
+    """The ``sha256:…`` an image reference pins (``repo@sha256:…``), else ``None``."""
+    _, at, digest = image.partition("@")
+    return digest if at and digest.startswith("sha256:") else None
 
 
 def _snake(request: dict[str, Any]) -> dict[str, Any]:
@@ -137,12 +204,20 @@ def _snake(request: dict[str, Any]) -> dict[str, Any]:
 
 
 class DockerRuntime:
-    """Runs container workloads through the Docker Engine API (see the module docstring)."""
+    """Runs container workloads through the Docker Engine API (see the module docstring).
+
+    ``image_pull``: ``always`` (the default) pulls before every create; ``if-not-present``
+    only when the image is not on this host (tests and locally built images).
+    """
 
     name: RuntimeName = "docker"
+    refusal: str | None = None
 
-    def __init__(self, hostname: str, base_url: str | None = None) -> None:
+    def __init__(
+        self, hostname: str, base_url: str | None = None, image_pull: ImagePull = "always"
+    ) -> None:
         self.hostname = hostname
+        self.image_pull = image_pull
         try:
             self._docker = _client(base_url, API_TIMEOUT_S)
             self._api = self._docker.api
@@ -163,15 +238,17 @@ class DockerRuntime:
     # -- start and stop -------------------------------------------------------------------
 
     def start(self, spec: ReplicaSpec) -> Running:
-        """Create and start the container, pulling the image when it is not here."""
+        """Pull the image (see ``image_pull``), check its user, create and start the
+        container."""
         config = container_config(spec, self.hostname)
         self._remove_leftover(config["name"])
+        image = self._image(config["image"])
+        if not config["user"] and not spec.confinement()["allow_root"]:
+            configured = str((image.get("Config") or {}).get("User") or "")
+            if is_root_user(configured):
+                raise StartError(ROOT_IMAGE)
         try:
-            try:
-                container_id = self._create(config)
-            except docker.errors.ImageNotFound:
-                self._pull(config["image"])
-                container_id = self._create(config)
+            container_id = self._create(config)
         except (docker.errors.DockerException, OSError) as exc:
             raise StartError(f"cannot create the container: {_explain(exc)}") from exc
         try:
@@ -182,6 +259,33 @@ class DockerRuntime:
                 self._api.remove_container(container_id, force=True)
             raise StartError(f"cannot start the container: {_explain(exc)}") from exc
         return self._running(container_id, config["labels"], state)
+
+    def _image(self, image: str) -> dict[str, Any]:
+        """The image to run, inspected, as the pull policy says (see the module docstring)."""
+        local = self._inspect_image(image)
+        if local is not None and self.image_pull == "if-not-present":
+            return local
+        try:
+            self._pull(image)
+        except StartError:
+            digest = pinned_digest(image)
+            if local is None or digest is None or not _has_digest(local, digest):
+                raise
+            logger.warning("cannot pull %s; its pinned digest is here: using it", image)
+            return local
+        pulled = self._inspect_image(image)
+        if pulled is None:
+            raise StartError(f"the image {image} was pulled but cannot be found")
+        return pulled
+
+    def _inspect_image(self, image: str) -> dict[str, Any] | None:
+        try:
+            inspected: dict[str, Any] = self._api.inspect_image(image)
+        except docker.errors.NotFound:  # ImageNotFound included
+            return None
+        except (docker.errors.DockerException, OSError) as exc:
+            raise StartError(f"cannot inspect the image {image}: {_explain(exc)}") from exc
+        return inspected
 
     def _create(self, config: dict[str, Any]) -> str:
         host_config = self._api.create_host_config(log_config=self._log_config, **config["host"])
@@ -202,9 +306,7 @@ class DockerRuntime:
         try:
             self._docker.images.pull(image)
         except (docker.errors.DockerException, OSError) as exc:
-            raise StartError(
-                f"the image {image} is not on this host and cannot be pulled: {_explain(exc)}"
-            ) from exc
+            raise StartError(f"cannot pull the image {image}: {_explain(exc)}") from exc
 
     def _remove_leftover(self, name: str) -> None:
         """A container of this name that is not running is a leftover (an ended run, or one
@@ -340,6 +442,15 @@ class DockerRuntime:
 
     def maintain(self) -> None:
         """Nothing: Docker rotates the containers' logs (``LOG_OPTIONS``)."""
+
+
+def _has_digest(image: dict[str, Any], digest: str) -> bool:
+    """Whether an inspected image is the one ``digest`` names (its ``RepoDigests`` carry the
+    registry manifest's digest, ``Id`` the local config's)."""
+    repo_digests = image.get("RepoDigests") or []
+    return image.get("Id") == digest or any(
+        str(d).partition("@")[2] == digest for d in repo_digests
+    )
 
 
 def _explain(exc: BaseException) -> str:

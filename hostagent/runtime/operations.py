@@ -148,6 +148,8 @@ class Reconciler:
             return  # ended for good (until its spec changes)
         if r.hold or runtime.name not in self._adopted or spec.device_uuid is None:
             return
+        if spec.secrets_missing():  # read back from the store: the values were never written
+            return
         if now >= r.not_before:
             self._start(r, runtime, spec)
 

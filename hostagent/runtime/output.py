@@ -4,13 +4,14 @@ Engine API (:meth:`hostagent.runtime.docker.DockerRuntime.logs`).
 
 Reading never loads a whole log: at most :data:`READ_MAX_BYTES` from the end, which is more than
 one answer may carry anyway (:data:`hostagent.protocol.MAX_LOG_BYTES`). Lines are decoded as
-UTF-8 with replacement characters: a workload's bytes are not the agent's to refuse.
+UTF-8 with replacement characters: a workload's bytes are not the agent's to refuse. A team
+secret's value in them is masked (:func:`mask_secrets`) before the lines leave the agent.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,9 @@ from hostagent.protocol import MAX_LOG_BYTES
 
 READ_MAX_BYTES = 2 * MAX_LOG_BYTES
 """Bytes read from the end of the log files for one request, all files together."""
+MASK = "***"
+MIN_MASKED_CHARS = 4
+"""Shorter secret values are not masked: ``1`` or ``yes`` would mask half of every line."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,28 @@ class Output:
 
 class NoOutput(LookupError):
     """There is nothing to read; ``str(error)`` says why, in words for the operator."""
+
+
+def mask_secrets(output: Output, values: Iterable[str]) -> Output:
+    """``output`` with each of ``values`` (of :data:`MIN_MASKED_CHARS` or more; each line of a
+    value of several lines too) replaced by :data:`MASK`, the longest first (a value inside
+    another is not left half shown)."""
+    pieces = {
+        piece
+        for value in values
+        for piece in (value, *value.splitlines())
+        if len(piece) >= MIN_MASKED_CHARS
+    }
+    if not pieces:
+        return output
+    ordered = sorted(pieces, key=len, reverse=True)
+    lines = []
+    for line in output.lines:
+        for piece in ordered:
+            if piece in line:
+                line = line.replace(piece, MASK)
+        lines.append(line)
+    return Output(lines, output.truncated)
 
 
 def split_lines(raw: bytes) -> list[str]:

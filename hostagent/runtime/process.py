@@ -10,6 +10,17 @@ Why it is built this way:
   ``SIGPIPE`` the workload) the moment the agent restarts. The log is bounded by copy and
   truncate (logrotate's ``copytruncate``): the file is opened ``O_APPEND``, so the workload
   writes on at the new end.
+* **Never root, never the agent's own user** (review H1): the workload runs as ``security.user``
+  (:func:`resolve_user` refuses uid 0 without ``allow_root``, the agent's uid, no user at all),
+  with that user's groups only, its environment built from scratch. The agent's state
+  directory (0700) and token file (0600) are then out of its reach. ``as_agent_user`` (the
+  agent's ``--process-as-agent-user``, for development and demos on one's own machine) keeps
+  the old way: a workload without a user runs as the agent's user.
+* **Limits**: a cgroup v2 child per replica (:mod:`hostagent.runtime.cgroups`: ``memory.max``,
+  ``pids.max``) entered before the command runs; where the agent cannot write cgroups,
+  ``RLIMIT_NPROC`` for the workload's user, and a line in the replica's log saying that its
+  memory is not confined. The cgroup entry and the user switch happen in the forked child, in
+  that order (a ``preexec_fn``: once switched, the child could not enter the cgroup).
 * **A state file** (``processes.json``, 0600, written atomically) holds each replica's PID and
   start time: a restarted agent finds its processes again and never mistakes a reused PID for
   one of them. Its exit status is known only to the agent process that started it (its
@@ -24,21 +35,24 @@ import json
 import logging
 import os
 import pwd
+import resource
 import shutil
 import signal
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hostagent.protocol import Security
 from hostagent.runtime import procfs
 from hostagent.runtime.base import (
     BASE_LANG,
     BASE_PATH,
+    PROCESS_RUNTIME_OFF,
     Exit,
     Found,
     ReplicaSpec,
@@ -46,6 +60,7 @@ from hostagent.runtime.base import (
     RuntimeName,
     StartError,
 )
+from hostagent.runtime.cgroups import Cgroups
 from hostagent.runtime.output import NoOutput, Output, tail_lines
 
 logger = logging.getLogger(__name__)
@@ -57,11 +72,13 @@ LOG_MAX_BYTES = 10 * 2**20
 UNKNOWN_EXIT = "ended after an agent restart: its exit code is unknown"
 _KILL_WAIT_S = 5.0
 _POLL_S = 0.02
+_CAP_SETGID, _CAP_SETUID = 6, 7
 
 
 @dataclass(frozen=True)
 class Identity:
-    """Who a process workload runs as, and its home."""
+    """Who a process workload runs as, and its home; ``uid`` ``None``: the agent's own user
+    (no switch, ``as_agent_user`` only)."""
 
     uid: int | None
     gid: int | None
@@ -69,14 +86,26 @@ class Identity:
     home: str
 
 
-def resolve_user(user: str | None) -> Identity:
-    """``name``, ``uid``, ``name:group`` or ``uid:gid`` → ids; ``None``: the agent's own user.
+def resolve_user(
+    user: str | None, *, allow_root: bool = False, as_agent_user: bool = False
+) -> Identity:
+    """``name``, ``uid``, ``name:group`` or ``uid:gid`` → ids (``pwd``/``grp``).
+
+    ``as_agent_user``: a workload without a user, or with the agent's own, runs as the agent's
+    user (development only: it can read the agent's token).
 
     Raises:
-        StartError: no such user or group, or the agent may not switch to it (not root).
+        StartError: no user, no such user or group, root without ``allow_root``, the agent's
+            own user, or an agent that cannot switch users (neither root nor ``CAP_SETUID``).
     """
+    agent = os.geteuid()
     if user is None:
-        return Identity(None, None, None, os.environ.get("HOME") or _home_of(os.geteuid()))
+        if as_agent_user:
+            return Identity(None, None, None, _home_of(agent))
+        raise StartError(
+            "a process workload needs a user to run as (never the agent's own): ask an admin "
+            "to set the team's process_user"
+        )
     name, _, group = user.partition(":")
     try:
         entry = pwd.getpwuid(int(name)) if name.isdecimal() else pwd.getpwnam(name)
@@ -90,13 +119,42 @@ def resolve_user(user: str | None) -> Identity:
             gid = int(group) if group.isdecimal() else grp.getgrnam(group).gr_gid
         except KeyError:
             raise StartError(f"no such group on this host: {group!r}") from None
-    if os.geteuid() != 0 and uid != os.geteuid():
+    if uid == 0 and not allow_root:
         raise StartError(
-            f"the agent runs as uid {os.geteuid()} and cannot start a workload as {user!r} "
-            "(run the agent as root)"
+            f"refusing to run a process workload as root ({user!r}): set the team's "
+            "process_user to a non-root uid, or ask an admin to allow root"
         )
+    if uid == agent and uid != 0:
+        if as_agent_user:
+            return Identity(None, None, None, home)
+        raise StartError(
+            f"refusing to run a process workload as the agent's own user (uid {agent}, "
+            f"{user!r}): it could read the agent's token; use another user"
+        )
+    if not can_switch_users():
+        raise StartError(
+            f"the agent runs as uid {agent} without CAP_SETUID and CAP_SETGID and cannot "
+            f"start a workload as {user!r}: run the agent as root (the packaged service does)"
+        )
+    # Only the target user's own groups: none of the agent's (root's) supplementary groups.
     groups = os.getgrouplist(name, gid) if not name.isdecimal() else [gid]
-    return Identity(uid, gid, groups if os.geteuid() == 0 else None, home)
+    return Identity(uid, gid, groups, home)
+
+
+def can_switch_users(status: str | None = None) -> bool:
+    """Root, or ``CAP_SETUID`` and ``CAP_SETGID`` in the effective set (``CapEff`` of
+    ``/proc/self/status``)."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        text = Path("/proc/self/status").read_text(encoding="ascii") if status is None else status
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith("CapEff:"):
+            caps = int(line.split()[1], 16)
+            return bool(caps >> _CAP_SETUID & 1 and caps >> _CAP_SETGID & 1)
+    return False
 
 
 def _home_of(uid: int) -> str:
@@ -106,13 +164,23 @@ def _home_of(uid: int) -> str:
         return "/"
 
 
-def _credentials(identity: Identity) -> dict[str, Any]:
-    if identity.uid is None:
-        return {}
-    creds: dict[str, Any] = {"user": identity.uid, "group": identity.gid}
-    if identity.groups is not None:
-        creds["extra_groups"] = identity.groups
-    return creds
+def _preexec(identity: Identity, cgroup_procs: int | None, nproc: int | None) -> Callable[[], None]:
+    """What the forked child does before ``exec``: enter the replica's cgroup (``0`` moves the
+    writer), drop to the workload's user and groups, cap its processes. Only system calls: the
+    agent has threads, and a ``preexec_fn`` must not take a lock another thread held at fork
+    time (Python's warning), so no logging, no imports here."""
+
+    def enter() -> None:
+        if cgroup_procs is not None:
+            os.write(cgroup_procs, b"0")
+        if identity.uid is not None and identity.gid is not None:
+            os.setgroups(identity.groups or [identity.gid])
+            os.setgid(identity.gid)
+            os.setuid(identity.uid)
+        if nproc is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+    return enter
 
 
 def workload_env(spec: ReplicaSpec, identity: Identity) -> dict[str, str]:
@@ -123,14 +191,34 @@ def workload_env(spec: ReplicaSpec, identity: Identity) -> dict[str, str]:
 
 
 class ProcessRuntime:
-    """Runs process workloads (see the module docstring). Thread-safe."""
+    """Runs process workloads (see the module docstring). Thread-safe.
+
+    Args:
+        state_dir: the state file and the logs (made 0700).
+        allow_start: the agent runs process workloads (``--allow-process-runtime``); without
+            it, :attr:`refusal` says why none starts, and the ones an earlier agent started are
+            still found and stopped.
+        as_agent_user: a workload without a user runs as the agent's (development only).
+        cgroups: the replicas' cgroups; ``None`` or unavailable: ``RLIMIT_NPROC`` only.
+    """
 
     name: RuntimeName = "process"
 
-    def __init__(self, state_dir: Path, *, log_max_bytes: int = LOG_MAX_BYTES) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        log_max_bytes: int = LOG_MAX_BYTES,
+        allow_start: bool = True,
+        as_agent_user: bool = False,
+        cgroups: Cgroups | None = None,
+    ) -> None:
         self.state_dir = state_dir
         self.log_dir = state_dir / "logs"
         self.log_max_bytes = log_max_bytes
+        self.refusal: str | None = None if allow_start else PROCESS_RUNTIME_OFF
+        self.as_agent_user = as_agent_user
+        self.cgroups = cgroups
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._table: dict[str, dict[str, Any]] = {}
         self._lock = threading.RLock()
@@ -143,19 +231,30 @@ class ProcessRuntime:
         """``<state dir>/logs/<allocation id>.log``."""
         return self.log_dir / f"{allocation_id}.log"
 
+    def identity(self, security: Security) -> Identity:
+        """Who a workload with this ``security`` runs as (:func:`resolve_user`)."""
+        return resolve_user(
+            security["user"], allow_root=security["allow_root"], as_agent_user=self.as_agent_user
+        )
+
     # -- start and stop -------------------------------------------------------------------
 
     def start(self, spec: ReplicaSpec) -> Running:
-        """Start the command in a new session; raises :class:`StartError` saying why not."""
-        workload = spec.workload
+        """Start the command in a new session, in its cgroup, as its user; raises
+        :class:`StartError` saying why not."""
+        if self.refusal is not None:
+            raise StartError(self.refusal)
+        workload, security = spec.workload, spec.confinement()
         if not workload["command"]:
             raise StartError("a process workload needs a command")
-        identity = resolve_user(workload["user"])
+        identity = self.identity(security)
         cwd = workload["cwd"] or "/"
         log = os.open(
             self.log_path(spec.allocation_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600
         )
+        procs = None
         try:
+            procs, nproc = self._limits(spec.allocation_id, security, identity, log)
             child = subprocess.Popen(
                 workload["command"],
                 stdin=subprocess.DEVNULL,
@@ -165,12 +264,18 @@ class ProcessRuntime:
                 cwd=cwd,
                 start_new_session=True,
                 close_fds=True,
-                **_credentials(identity),
+                preexec_fn=_preexec(identity, procs, nproc),  # see _preexec
             )
         except OSError as exc:
             raise StartError(_start_failure(exc, workload["command"][0], cwd)) from exc
+        except subprocess.SubprocessError as exc:  # the preexec failed
+            raise StartError(
+                f"cannot confine the workload or switch to user {security['user']!r}: {exc}"
+            ) from exc
         finally:
             os.close(log)
+            if procs is not None:
+                os.close(procs)
         ticks = procfs.start_ticks(child.pid) or 0
         running = Running(
             allocation_id=spec.allocation_id,
@@ -187,6 +292,39 @@ class ProcessRuntime:
             self._table[str(spec.allocation_id)] = _entry(running, ticks)
             self._save()
         return running
+
+    def _limits(
+        self, allocation_id: int, security: Security, identity: Identity, log: int
+    ) -> tuple[int | None, int | None]:
+        """The replica's cgroup (an open ``cgroup.procs``) or, where there is none, the
+        ``RLIMIT_NPROC`` to set; when the agent has cgroups but cannot give this replica one,
+        what is not confined is said in the replica's log (an agent built without cgroups, as
+        the simulated swarm's, says nothing)."""
+        why = ""
+        if self.cgroups is not None and self.cgroups.available:
+            try:
+                path = self.cgroups.create(
+                    allocation_id,
+                    memory_mib=security["memory_mib"],
+                    pids_limit=security["pids_limit"],
+                )
+                return os.open(path / "cgroup.procs", os.O_WRONLY), None
+            except OSError as exc:
+                why = f"cannot write its cgroup: {exc.strerror or exc}"
+        elif self.cgroups is not None:
+            why = self.cgroups.problem or "no cgroup"
+        # RLIMIT_NPROC counts every process of the user, and root ignores it: it means
+        # something only for a user of the workload's own (Nomad's exec driver has the same).
+        nproc = security["pids_limit"] if identity.uid not in (None, 0) else None
+        if not why:
+            return None, nproc
+        pids = f"PIDs capped by RLIMIT_NPROC={nproc} for uid {identity.uid}" if nproc else ""
+        note = f"fleet: {why}: the workload's memory is not confined" + (
+            f"; {pids}" if pids else "; its PIDs are not limited"
+        )
+        logger.warning("allocation %s: %s", allocation_id, note)
+        os.write(log, (note + "\n").encode())
+        return None, nproc
 
     def stop(self, running: Running, grace_s: float) -> Exit:
         """SIGTERM to the group, up to ``grace_s`` for it to end, then SIGKILL."""
@@ -280,6 +418,8 @@ class ProcessRuntime:
             child = self._children.get(running.pid or 0)
             if child is not None and child.returncode is not None:
                 del self._children[running.pid or 0]
+        if self.cgroups is not None and self.cgroups.available:
+            self.cgroups.remove(running.allocation_id)
 
     # -- health and housekeeping -------------------------------------------------------------
 
@@ -288,7 +428,9 @@ class ProcessRuntime:
     ) -> int:
         """Run ``command`` as the workload's user, with its environment and directory."""
         try:
-            identity = resolve_user(spec.workload["user"])
+            security = spec.confinement()
+            identity = self.identity(security)
+            nproc = security["pids_limit"] if identity.uid not in (None, 0) else None
             done = subprocess.run(
                 command,
                 stdin=subprocess.DEVNULL,
@@ -299,11 +441,11 @@ class ProcessRuntime:
                 timeout=timeout_s,
                 check=False,
                 start_new_session=True,
-                **_credentials(identity),
+                preexec_fn=_preexec(identity, None, nproc),  # see _preexec
             )
         except subprocess.TimeoutExpired as exc:
             raise TimeoutError(f"no answer within {timeout_s:g} s") from exc
-        except (OSError, StartError):
+        except (OSError, StartError, subprocess.SubprocessError):
             return 127
         return done.returncode
 

@@ -3,7 +3,8 @@
 A restarted agent must go on supervising the workloads it finds (restarts, health checks) before
 the control plane answers, and must tell the workloads it was given from those it was not: the
 specs of the last desired state, with each replica's restart count, are written here (0600,
-atomically) whenever they change.
+atomically) whenever they change. The values of team secrets are not (``secret_env`` names them):
+a replica read back with a secret missing waits for the control plane to send it again.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hostagent.protocol import ProtocolError, Workload, validate
+from hostagent.protocol import ProtocolError, Security, Workload, validate
 from hostagent.runtime.base import ReplicaSpec
 from hostagent.runtime.process import write_json_atomic
 
@@ -33,17 +34,21 @@ class Stored:
 
 def _to_json(stored: Stored) -> dict[str, Any]:
     s = stored.spec
+    secret = set(s.secret_env)
+    env = {k: v for k, v in s.workload["env"].items() if k not in secret}
     return {
         "allocation_id": s.allocation_id,
         "key": s.key,
         "gpu_uuid": s.gpu_uuid,
         "deployment": s.deployment,
         "replica": s.replica,
-        "workload": s.workload,
+        "workload": {**s.workload, "env": env},
+        "secret_env": sorted(secret),
         "device_uuid": s.device_uuid,
         "environment": s.environment,
         "mps_pipe_directory": s.mps_pipe_directory,
         "gpu_request": s.gpu_request,
+        "security": s.security,
         "restarts": stored.restarts,
     }
 
@@ -62,6 +67,10 @@ def _from_json(data: dict[str, Any]) -> Stored:
         environment=environment,
         mps_pipe_directory=data.get("mps_pipe_directory"),
         gpu_request=bool(data.get("gpu_request", False)),
+        secret_env=tuple(str(name) for name in data.get("secret_env", [])),
+        # How it was confined: part of the fingerprint, so that a restarted agent adopts the
+        # replica it left running instead of starting it again.
+        security=None if data.get("security") is None else validate(data["security"], Security),
     )
     return Stored(spec, int(data.get("restarts", 0)))
 

@@ -27,7 +27,7 @@ from hostagent.runtime import procfs
 from hostagent.runtime.adoption import unsupported
 from hostagent.runtime.base import ReplicaSpec, Runtime
 from hostagent.runtime.operations import Reconciler, reportable, status_of
-from hostagent.runtime.output import NoOutput, Output
+from hostagent.runtime.output import NoOutput, Output, mask_secrets
 from hostagent.runtime.policy import Replica
 
 
@@ -194,7 +194,8 @@ class Supervisor(Reconciler):
 
     def logs(self, allocation_id: int, tail: int) -> Output:
         """The newest ``tail`` lines of a replica's output, from the runtime that runs (or ran)
-        it. Blocks on the runtime (a file read, a Docker request): call from a worker thread.
+        it, its secrets' values masked. Blocks on the runtime (a file read, a Docker request):
+        call from a worker thread.
 
         Raises:
             NoOutput: the replica is not on this host, runs nothing, or has no output (why).
@@ -202,11 +203,12 @@ class Supervisor(Reconciler):
         with self._lock:
             r = self._replicas.get(allocation_id)
             runtime = None if r is None else self._runtime_of(r)
+            secrets = r.spec.secret_values() if r is not None and r.spec is not None else []
         if r is None:
             raise NoOutput(f"allocation {allocation_id} is not on this host")
         if runtime is None:
             raise NoOutput(f"allocation {allocation_id} runs no workload on this host")
-        return runtime.logs(allocation_id, tail)
+        return mask_secrets(runtime.logs(allocation_id, tail), secrets)
 
     def _runtime_of(self, r: Replica) -> Runtime | None:
         if r.spec is not None:

@@ -134,6 +134,8 @@ def _spec(
         environment=environment,
         mps_pipe_directory=pipe,
         gpu_request=gpu_request,
+        security=alloc.get("security"),
+        secret_env=tuple(alloc.get("secret_env", ())),
     )
 
 

@@ -1,8 +1,9 @@
 // @ts-check
 // The capacity page: the panel is re-rendered by the server after a change (debounced), and the
 // "what would fit" form asks the REST API (GET /api/v1/capacity/?kind=…) and says its answer.
-// When replicas wait, the layout advisor (GET /api/v1/capacity/advice?product=…) proposes
-// layouts; operators apply the proposal as a rollout (POST /api/v1/rollouts/, its exact body).
+// When replicas wait, operators ask the layout advisor (GET /api/v1/capacity/advice?product=…,
+// rate-limited: a 429 says when to ask again) for layouts and apply the proposal as a rollout
+// (POST /api/v1/rollouts/, its exact body); other roles see no form.
 import { api, debounce, fragment, live, toast, toastError } from "./core.js";
 
 const form = /** @type {HTMLFormElement} */ (document.getElementById("cap-form"));

@@ -21,6 +21,7 @@ live.on("frame", (frame) => {
     if (paint(gpuId, values)) changes.add("gpu", [Number(gpuId)]); // its health changed
   }
   if (frame.fleet) setText(document.getElementById("fleet-util"), fmtPct(frame.fleet.utilization_percent));
+  if (frame.load) showLoad(frame.load);
   const changed = frame.changed || {};
   for (const kind of CARD_KINDS) {
     if (changed[kind]) changes.add(kind, changed[kind]);
@@ -31,6 +32,24 @@ live.on("frame", (frame) => {
     changes.flush();
   }
 });
+/**
+ * Says when the servers are past their capacity and telemetry is delayed and coarsened
+ * (fleet/live/load.py): the frame's `load` level, 0 when all is well.
+ * @param {{level: number, name: string, telemetry_interval_s: number | null}} load
+ */
+function showLoad(load) {
+  const banner = /** @type {HTMLElement} */ (document.getElementById("telemetry-load"));
+  if (!banner) return;
+  if (!load.level) {
+    banner.hidden = true;
+    return;
+  }
+  const every = load.telemetry_interval_s ? `every ${load.telemetry_interval_s} s` : "less often";
+  setText(banner, `Telemetry delayed and coarsened: the servers are ${load.name}, so hosts report ${every} `
+    + "and this page updates every second. Heartbeats and changes still go through.");
+  banner.hidden = false;
+}
+
 live.on("resync", () => { changes.all = true; changes.flush(); });
 
 hostsBox.addEventListener("hostsdrawn", () => { applyFilters(false); announceVisible(); });

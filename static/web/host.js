@@ -1,7 +1,7 @@
 // @ts-check
 // One host: its head, maintenance, GPUs, labels and operations re-rendered by the server after
-// a change; cordon, uncordon, drain (now or at a time) and labels (operators) through the REST
-// API, the API's message shown when it refuses.
+// a change; cordon, uncordon, drain (now or at a time) and labels (operators) and the
+// reservation (admins) through the REST API, the API's message shown when it refuses.
 import { api, debounce, live, toast } from "./core.js";
 
 const page = /** @type {HTMLElement} */ (document.getElementById("host-page"));
@@ -104,6 +104,28 @@ if (labelsForm) {
       return;
     }
     toast("Labels saved", { kind: "ok" });
+    refresh();
+  });
+}
+
+const reserveForm = /** @type {HTMLFormElement | null} */ (document.getElementById("reserve-form"));
+if (reserveForm) {
+  const input = /** @type {HTMLInputElement} */ (reserveForm.elements.namedItem("teams"));
+  const reserveError = /** @type {HTMLElement} */ (document.getElementById("reserve-error"));
+  reserveForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    // The server judges the teams (and says which it does not know): send what was typed.
+    const teams = input.value.split(",").map((team) => team.trim()).filter(Boolean);
+    reserveError.hidden = true;
+    input.removeAttribute("aria-invalid");
+    const result = await api("PUT", `/api/v1/hosts/${hostId}/reservation`, { teams });
+    if (!result.ok) {
+      reserveError.textContent = (result.data && result.data.message) || `The request failed (${result.status}).`;
+      reserveError.hidden = false;
+      input.setAttribute("aria-invalid", "true");
+      return;
+    }
+    toast(teams.length ? "Reservation saved" : "Reservation lifted", { kind: "ok" });
     refresh();
   });
 }

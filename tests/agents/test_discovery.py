@@ -105,3 +105,19 @@ def test_a_gpu_its_host_still_reports_or_that_holds_replicas_is_not_forgotten(
     assert_error(admin_client.post(forget), 409, "gpu.in_use")
     assert snapshot_rows() == before
     assert_error(admin_client.post("/api/v1/gpus/999999/forget"), 404, "gpu.not_found")
+
+
+def test_the_hello_says_whether_the_agent_runs_process_workloads(mem_store):
+    host, _ = host_create(name="node-p")
+    host_issue_token(host)
+    Host.objects.filter(pk=host.pk).update(hostname="sim-7")
+    agent = SimAgent(["h100-sxm5-80gb"], seed=7)
+    hello = {**agent.hello(), "runtime": "docker", "process_runtime": True}
+
+    agent_hello(host=Host.objects.get(pk=host.pk), hello=hello)
+    assert Host.objects.get(pk=host.pk).process_runtime is True
+
+    # Restarted without --allow-process-runtime: the key is absent, and so is the permission.
+    del hello["process_runtime"]
+    agent_hello(host=Host.objects.get(pk=host.pk), hello=hello)
+    assert Host.objects.get(pk=host.pk).process_runtime is False

@@ -55,12 +55,18 @@ def world(django_capture_on_commit_callbacks):
     return agent, gpus, sync, chat, running
 
 
+@pytest.fixture(autouse=True)
+def _no_advice_interval(settings):
+    """These tests ask the advisor several times in a row as one user."""
+    settings.FLEET_ADVICE_MIN_INTERVAL_SECONDS = 0
+
+
 def _held(agent, gpu):
     return sorted((i.profile_id, i.start) for i in agent.backend.mig_instances(gpu.uuid))
 
 
 def test_an_applied_proposal_lets_the_waiting_replicas_be_placed(
-    world, viewer_client, operator_client, django_capture_on_commit_callbacks
+    world, operator_client, django_capture_on_commit_callbacks
 ):
     agent, gpus, sync, chat, running = world
     big = deployment_create(
@@ -69,7 +75,7 @@ def test_an_applied_proposal_lets_the_waiting_replicas_be_placed(
     small = deployment_create(
         name="small", request=DeploymentRequest(kind="mps", memory_mib=8000), replicas=4
     )
-    answer = viewer_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"})
+    answer = operator_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"})
     assert answer.status_code == 200, answer.json()
     advice = answer.json()
     assert advice["solver"]["status"] == "optimal" and advice["solver"]["gap_percent"] == 0.0
@@ -111,20 +117,20 @@ def test_an_applied_proposal_lets_the_waiting_replicas_be_placed(
     assert not Operation.objects.filter(kind="drain", gpu=gpus[0]).exists()
     assert all(_held(agent, gpu) for gpu in gpus)
     # Nothing waits any more: nothing to propose.
-    again = viewer_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}).json()
+    again = operator_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}).json()
     assert again["waiting_replicas"] == 0 and again["rollout"] is None
 
 
-def test_bad_advice_queries_are_refused_and_change_nothing(world, viewer_client):
+def test_bad_advice_queries_are_refused_and_change_nothing(world, operator_client):
     before = snapshot_rows()
-    assert_error(viewer_client.get("/api/v1/capacity/advice"), 400)
+    assert_error(operator_client.get("/api/v1/capacity/advice"), 400)
     assert_error(
-        viewer_client.get("/api/v1/capacity/advice", {"product": "nope"}),
+        operator_client.get("/api/v1/capacity/advice", {"product": "nope"}),
         400,
         "advice.unknown_product",
     )
     assert_error(
-        viewer_client.get(
+        operator_client.get(
             "/api/v1/capacity/advice", {"product": "h100-sxm5-80gb", "time_limit_s": 99}
         ),
         400,
@@ -132,12 +138,14 @@ def test_bad_advice_queries_are_refused_and_change_nothing(world, viewer_client)
     assert snapshot_rows() == before
 
 
-def test_anyone_signed_in_may_ask_and_nobody_else(world, client):
+def test_operators_may_ask_and_nobody_else(world, client, viewer_client):
+    """The solver runs for seconds: operators only (limits: tests/api/test_capacity_advice.py)."""
     assert_error(client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}), 401)
+    assert_error(viewer_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}), 403)
 
 
 def test_a_deployment_that_requires_host_labels_is_advised_only_onto_those_hosts(
-    viewer_client, django_capture_on_commit_callbacks
+    operator_client, django_capture_on_commit_callbacks
 ):
     """Two idle hosts, zone a and zone b: the waiting replicas of a deployment that requires
     zone b are proposed on zone b's GPU only, and those of one without labels wherever."""
@@ -156,7 +164,7 @@ def test_a_deployment_that_requires_host_labels_is_advised_only_onto_those_hosts
         replicas=2,
         host_labels={"zone": "b"},
     )
-    answer = viewer_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"})
+    answer = operator_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"})
     assert answer.status_code == 200, answer.json()
     advice = answer.json()
     assert advice["placed_replicas"] == 2 and advice["solver"]["status"] == "optimal"
@@ -166,7 +174,7 @@ def test_a_deployment_that_requires_host_labels_is_advised_only_onto_those_hosts
     deployment_create(
         name="anywhere", request=DeploymentRequest(kind="mig", profile="7g.80gb"), replicas=1
     )
-    advice = viewer_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}).json()
+    advice = operator_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}).json()
     # Zone b's GPU is the zonal one's; the 7g takes zone a's, where it may go too.
     assert advice["solver"]["status"] == "sequential" and advice["placed_replicas"] == 3
     serves = {g["gpu"]: {p["serves"] for p in g["places"]} for g in advice["gpus"]}
@@ -174,7 +182,7 @@ def test_a_deployment_that_requires_host_labels_is_advised_only_onto_those_hosts
 
 
 def test_a_gpu_is_not_drained_for_a_proposal_when_its_replicas_may_not_go_elsewhere(
-    viewer_client, django_capture_on_commit_callbacks
+    operator_client, django_capture_on_commit_callbacks
 ):
     """Zone a's GPU runs a replica that requires zone a, zone b's one that requires zone b; each
     GPU has a free 3g beside it. A waiting 7g fits only by draining one GPU and moving its
@@ -205,14 +213,37 @@ def test_a_gpu_is_not_drained_for_a_proposal_when_its_replicas_may_not_go_elsewh
     deployment_create(
         name="big", request=DeploymentRequest(kind="mig", profile="7g.80gb"), replicas=1
     )
-    advice = viewer_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}).json()
+    advice = operator_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}).json()
     assert advice["moved_replicas"] == 0 and advice["placed_replicas"] == 0
     assert advice["gpus"] == [] and advice["rollout"] is None
 
     # Zone b's replica may go anywhere once its deployment stops requiring zone b: zone b's GPU
     # is drained into zone a's free 3g, and the 7g takes it.
     Deployment.objects.filter(name="zone-b").update(host_labels={})
-    advice = viewer_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}).json()
+    advice = operator_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"}).json()
     assert advice["moved_replicas"] == 1 and advice["placed_replicas"] == 1
     drained = {g["gpu"] for g in advice["gpus"] if g["drained"]}
     assert drained == {Gpu.objects.get(host__name="node-b").pk}
+
+
+def test_replicas_their_team_quota_refuses_are_not_counted_as_placed(world, operator_client):
+    """Issue 22, defect 4: the advisor counted as placed a replica its team's quota refuses."""
+    from fleet.core.models import Team
+
+    capped = Team.objects.create(name="capped", slug="capped", quota_mig_compute_slices=0)
+    deployment_create(
+        name="refused",
+        request=DeploymentRequest(kind="mig", profile="4g.40gb"),
+        replicas=2,
+        team_id=capped.pk,
+    )
+    free = deployment_create(
+        name="free", request=DeploymentRequest(kind="mig", profile="4g.40gb"), replicas=1
+    )
+    answer = operator_client.get("/api/v1/capacity/advice", {"product": "h100-sxm5-80gb"})
+    assert answer.status_code == 200, answer.json()
+    advice = answer.json()
+    assert [w["deployment"] for w in advice["waiting"]] == ["free"]
+    assert advice["waiting_replicas"] == 1 and advice["placed_replicas"] == 1
+    if advice["rollout"] is not None:
+        assert advice["rollout"]["place_waiting"] == [free.pk]

@@ -167,9 +167,10 @@ def test_a_drain_of_running_replicas_never_drops_the_running_count(
     import time
 
     from fleet.agents.messages import handle_message
-    from tests.factories import GpuFactory, HostFactory
+    from tests.factories import GpuFactory, HostFactory, allow_process
 
-    host = HostFactory(runtime="process")
+    allow_process()
+    host = HostFactory(runtime="process", process_runtime=True)
     source, spare = (GpuFactory(host=host, product_key="h100-sxm5-80gb") for _ in range(2))
     for gpu in (source, spare):
         gpu_set_layout(gpu_id=gpu.pk, spec=TWO_3G)
@@ -276,3 +277,41 @@ def test_a_reshape_moves_only_the_replicas_whose_partitions_it_destroys(
         ("3g.40gb", 0),
     ]
     assert not Gpu.objects.get(pk=source.pk).cordoned
+
+
+def test_a_gpu_drain_moves_every_replica_of_a_team_at_its_quota_on_the_record(
+    django_capture_on_commit_callbacks,
+):
+    """The fleet's drain is not the team's move: all three replicas move at once though the
+    team is at its quota; the first is the team's surge replica, the two others pass the quota
+    and each is recorded as an ``over_quota`` operation."""
+    from fleet.core.models import OperationKind
+    from fleet.core.teams import team_create, team_quota_set
+    from fleet.mps import MpsPolicy
+    from tests.factories import GpuFactory, HostFactory, allow_process
+
+    team = team_create(name="search")
+    allow_process(team)
+    team_quota_set(team_id=team.pk, quota={"mps_memory_mib": 3 * 4096})
+    host = HostFactory(runtime="process", process_runtime=True)
+    source, spare = (GpuFactory(host=host, product_key="h100-sxm5-80gb") for _ in range(2))
+    for gpu in (source, spare):
+        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="mps", mps=MpsPolicy()))
+    deployment = deployment_create(
+        name="asr",
+        request=DeploymentRequest(kind="mps", memory_mib=4096),
+        replicas=3,
+        team_id=team.pk,
+        workload={"runtime": "process", "command": ["/opt/serve"]},
+    )
+    for _ in range(3):
+        deployment_place(deployment_id=deployment.pk, gpu_id=source.pk)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        op = gpu_drain(gpu_id=source.pk)
+
+    assert Operation.objects.get(pk=op.pk).payload["step"] == "wait_moves"
+    assert Allocation.objects.filter(gpu=spare, replaces__isnull=False).count() == 3
+    over = Operation.objects.filter(kind=OperationKind.OVER_QUOTA)
+    assert over.count() == 2
+    assert all(f"draining {source}" in o.reason for o in over)

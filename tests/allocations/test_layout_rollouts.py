@@ -194,3 +194,24 @@ def test_replicas_leaving_a_gpu_avoid_the_gpus_the_rollout_drains_later(
     operation = run_rollout(sync, operation)
     assert operation.status == "succeeded", operation.payload
     assert Operation.objects.filter(kind="move", deployment__name="leaving").count() == 1
+
+
+def test_turning_on_mps_inside_the_existing_instances_is_a_change_to_roll_out(world):
+    """Issue 22, defect 4: the advice that only turns on MPS inside existing MIG instances
+    could not be applied (the comparison looked at profiles and starts only)."""
+    from fleet.mps.values import MpsPolicy
+    from fleet.partitioning.services import LayoutSpec, MigInstanceSpec
+    from tests.allocations.rollout_world import TWO_3G
+
+    with_mps = LayoutSpec(
+        mode="mig",
+        instances=tuple(
+            MigInstanceSpec(i.profile, i.start, MpsPolicy() if n == 0 else None)
+            for n, i in enumerate(TWO_3G.instances)
+        ),
+    )
+    plan = layout_rollout_start(selector=Selector(product=H100), layout=with_mps, dry_run=True)
+    assert len(plan["gpus"]) == 3 and not plan["problems"]
+    with pytest.raises(Conflict) as same:  # the same layout, MPS included, is nothing to do
+        layout_rollout_start(selector=Selector(product=H100), layout=TWO_3G)
+    assert same.value.code == "rollout.nothing_to_do"

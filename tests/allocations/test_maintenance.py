@@ -25,15 +25,25 @@ from fleet.core.models import Operation, OperationStatus
 from fleet.inventory.models import Host, HostStatus
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
-from tests.factories import GpuFactory, HostFactory, dedicated_gpus
+from tests.factories import GpuFactory, HostFactory, allow_process, dedicated_gpus
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _processes_allowed(db):
+    """Replicas here run processes: the default team's policy allows them."""
+    allow_process()
+
 
 PROCESS = {"runtime": "process", "command": ["/opt/models/serve.sh"]}
 
 
 def _mig_host(name: str, instances: int = 2):
-    gpu = GpuFactory(host=HostFactory(name=name, runtime="process"), product_key="h100-sxm5-80gb")
+    gpu = GpuFactory(
+        host=HostFactory(name=name, runtime="process", process_runtime=True),
+        product_key="h100-sxm5-80gb",
+    )
     starts = (4, 0)[:instances]
     gpu_set_layout(
         gpu_id=gpu.pk,
@@ -301,7 +311,7 @@ def test_a_stuck_replica_is_tried_again_once_room_appears():
 
 
 def test_a_drain_moves_a_replica_of_two_gpus_before_break_as_one_copy():
-    hosts = [HostFactory(name=f"pair-{n}", runtime="process") for n in "ab"]
+    hosts = [HostFactory(name=f"pair-{n}", runtime="process", process_runtime=True) for n in "ab"]
     gpus = {h.pk: dedicated_gpus(h, 2) for h in hosts}
     deployment = deployment_create(
         name="train",

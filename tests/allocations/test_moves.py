@@ -25,16 +25,25 @@ from fleet.core.models import Operation, OperationStatus
 from fleet.inventory.models import Host
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
-from tests.factories import GpuFactory, HostFactory, dedicated_gpus
+from tests.factories import GpuFactory, HostFactory, allow_process, dedicated_gpus
 from tests.helpers import assert_error
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _processes_allowed(db):
+    """Replicas here run processes: the default team's policy allows them."""
+    allow_process()
+
 
 PROCESS = {"runtime": "process", "command": ["/opt/models/serve.sh"]}
 
 
 def _mig_gpu(runtime: str = "process", profiles: tuple[str, ...] = ("3g.40gb",)):
-    gpu = GpuFactory(host=HostFactory(runtime=runtime), product_key="h100-sxm5-80gb")
+    gpu = GpuFactory(
+        host=HostFactory(runtime=runtime, process_runtime=True), product_key="h100-sxm5-80gb"
+    )
     starts = iter((4, 0))
     gpu_set_layout(
         gpu_id=gpu.pk,
@@ -238,7 +247,9 @@ def test_a_releasing_replica_cannot_move(two_gpus):
 
 def test_an_mps_share_moves_onto_another_gpus_daemon():
     def mps_gpu():
-        gpu = GpuFactory(host=HostFactory(runtime="process"), product_key="h100-sxm5-80gb")
+        gpu = GpuFactory(
+            host=HostFactory(runtime="process", process_runtime=True), product_key="h100-sxm5-80gb"
+        )
         gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="mps"))
         return gpu
 
@@ -300,7 +311,7 @@ def test_moving_an_unknown_allocation_is_a_404(operator_client):
 @pytest.fixture
 def two_hosts_of_two():
     """A replica of 2 whole GPUs running on host a; host b has 2 free dedicated GPUs."""
-    hosts = [HostFactory(runtime="process") for _ in range(2)]
+    hosts = [HostFactory(runtime="process", process_runtime=True) for _ in range(2)]
     gpus = [dedicated_gpus(host, 2) for host in hosts]
     deployment = deployment_create(
         name="train",

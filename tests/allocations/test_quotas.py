@@ -1,5 +1,9 @@
 """Team quotas on every path that places a replica: place, auto-placement, scale, rolling update
-(its copies are moves), moves, and a fault's re-placement, which may pass the quota but says so."""
+(its copies are moves), moves, and a fault's re-placement, which may pass the quota but says so.
+
+Moves: a team's first move in flight is its one surge replica (not counted); every other move's
+new copy counts against the quota until its move ends. The fleet's own moves (drains) pass the
+quota on the record."""
 
 from __future__ import annotations
 
@@ -7,9 +11,11 @@ import pytest
 
 from fleet.allocations.autoplace import deployment_create_placed, deployment_place_all
 from fleet.allocations.health import replace_allocations
+from fleet.allocations.maintenance import host_drain, host_drain_advance
 from fleet.allocations.models import Allocation
-from fleet.allocations.moves import allocation_move
+from fleet.allocations.moves import allocation_move, move_advance
 from fleet.allocations.quotas import QuotaExceeded, quota_refusal, team_usage
+from fleet.allocations.rollouts import deployment_roll, rollout_advance
 from fleet.allocations.scaling import deployment_scale
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.models import Operation, OperationKind
@@ -18,8 +24,8 @@ from fleet.inventory.models import Gpu
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from fleet.placement.quota import Usage
-from tests.factories import GpuFactory, HostFactory
-from tests.helpers import snapshot_rows
+from tests.factories import GpuFactory, HostFactory, allow_process
+from tests.helpers import assert_error, snapshot_rows
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +44,7 @@ def quota(team, **limits):
 
 
 def whole_gpus(n, runtime="none"):
-    host = HostFactory(runtime=runtime)
+    host = HostFactory(runtime=runtime, process_runtime=runtime == "process")
     gpus = [GpuFactory(host=host) for _ in range(n)]
     for gpu in gpus:
         gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
@@ -178,6 +184,7 @@ def test_scaling_an_auto_placed_deployment_past_the_quota_changes_nothing(team):
 
 
 def test_a_move_at_the_quota_is_not_refused_and_its_new_copy_is_not_counted(team):
+    allow_process(team)
     gpus = whole_gpus(2, runtime="process")
     quota(team, gpus=1)
     d = deployment_create(
@@ -256,3 +263,134 @@ def test_webhooks_hear_when_a_team_reaches_90_and_100_percent_of_a_limit(team):
         "limit": "mps_memory_mib",
         "share": 1.0,
     }
+
+
+PROCESS = {"runtime": "process", "command": ["/opt/serve"]}
+
+
+def team_at_quota(team, *, gpus: int, quota_gpus: int, replicas: int, placed: int | None = None):
+    """A team's deployment of whole-GPU process replicas (their moves wait for the new copy to
+    run) on one host of ``gpus`` GPUs, the first ``placed`` (default: all) in place."""
+    allow_process(team)
+    host_gpus = whole_gpus(gpus, runtime="process")
+    quota(team, gpus=quota_gpus)
+    d = deployment_create(
+        name="train", request=WHOLE, replicas=replicas, team_id=team.pk, workload=PROCESS
+    )
+    for gpu in host_gpus[: replicas if placed is None else placed]:
+        deployment_place(deployment_id=d.pk, gpu_id=gpu.pk)
+    return d, host_gpus, list(Allocation.objects.filter(deployment=d).order_by("replica"))
+
+
+def finish(move) -> None:
+    """The move's new copy runs: the move ends (its old copy stops)."""
+    Allocation.objects.filter(pk=move.payload["to_allocation"]).update(workload_state="running")
+    assert move_advance(operation_id=move.pk) == "done"
+
+
+def test_a_team_at_its_quota_moves_one_replica_and_a_second_move_waits_for_it(team):
+    d, gpus, olds = team_at_quota(team, gpus=4, quota_gpus=2, replicas=2)
+
+    first = allocation_move(allocation_id=olds[0].pk, gpu_id=gpus[2].pk)
+    assert first.status == "dispatched"  # the team's surge replica: not counted
+    assert team_usage(team.pk) == Usage(gpus=2)
+
+    details = refused(lambda: allocation_move(allocation_id=olds[1].pk, gpu_id=gpus[3].pk))
+    assert {k: details[k] for k in ("limit", "quota", "in_use", "requested", "team")} == {
+        "limit": "gpus",
+        "quota": 2,
+        "in_use": 2,
+        "requested": 1,
+        "team": team.pk,
+    }
+    assert details["surge_in_use"] is True
+    assert details["moving"] == [{"deployment": d.pk, "replica": 0, "operation": first.pk}]
+
+    finish(first)
+    second = allocation_move(allocation_id=olds[1].pk, gpu_id=gpus[3].pk)
+    assert second.status == "dispatched"
+    assert team_usage(team.pk) == Usage(gpus=2)
+    assert not Operation.objects.filter(kind=OperationKind.OVER_QUOTA).exists()
+
+
+def test_the_refusal_says_the_surge_is_in_use_through_the_api(team, operator_client):
+    _, gpus, olds = team_at_quota(team, gpus=4, quota_gpus=2, replicas=2)
+    first = operator_client.post(
+        f"/api/v1/allocations/{olds[0].pk}/move", {"gpu": gpus[2].pk}, format="json"
+    )
+    assert first.status_code == 202, first.json()
+
+    before = snapshot_rows()
+    second = operator_client.post(
+        f"/api/v1/allocations/{olds[1].pk}/move", {"gpu": gpus[3].pk}, format="json"
+    )
+    body = assert_error(second, 422, "quota.exceeded")
+    assert body["details"]["surge_in_use"] is True
+    assert "surge replica is in use by the move of train[0]" in body["message"]
+    assert snapshot_rows() == before
+
+
+def test_with_headroom_moves_run_while_their_new_copies_fit_the_quota(team):
+    d, gpus, olds = team_at_quota(team, gpus=5, quota_gpus=3, replicas=3, placed=2)
+
+    allocation_move(allocation_id=olds[0].pk, gpu_id=gpus[2].pk)  # the surge
+    allocation_move(allocation_id=olds[1].pk, gpu_id=gpus[3].pk)  # counted: 2 + 1 of 3
+    assert team_usage(team.pk) == Usage(gpus=3)
+
+    # The counted copy holds the team's headroom: a new replica must wait too.
+    details = refused(lambda: deployment_place(deployment_id=d.pk, gpu_id=gpus[4].pk))
+    assert (details["limit"], details["in_use"]) == ("gpus", 3)
+
+
+def test_a_host_drain_moves_past_the_quota_on_the_record(team):
+    """The team's surge replica is in use by its own move; the fleet's drain still moves its
+    other replica, recorded as an ``over_quota`` operation."""
+    allow_process(team)
+    quota(team, gpus=2)
+    (drained,) = whole_gpus(1, runtime="process")
+    others = whole_gpus(3, runtime="process")
+    d = deployment_create(
+        name="train", request=WHOLE, replicas=2, team_id=team.pk, workload=PROCESS
+    )
+    deployment_place(deployment_id=d.pk, gpu_id=drained.pk)
+    deployment_place(deployment_id=d.pk, gpu_id=others[0].pk)
+    on_drained, elsewhere = (
+        Allocation.objects.get(deployment=d, gpu=g) for g in (drained, others[0])
+    )
+    allocation_move(allocation_id=elsewhere.pk, gpu_id=others[1].pk)  # the team's own move
+
+    drain = host_drain(host_id=drained.host_id)
+    assert host_drain_advance(operation_id=drain.pk) == "move"
+
+    moved = Allocation.objects.get(replaces=on_drained)
+    assert moved.gpu_id == others[2].pk
+    over = Operation.objects.get(kind=OperationKind.OVER_QUOTA)
+    assert f"draining host {drained.host.name}" in over.reason
+    assert over.payload["violations"][0]["details"]["limit"] == "gpus"
+    assert "moved over team search's quota" in over.summary
+
+
+def test_a_rolling_update_at_the_quota_surges_one_replica_at_a_time(team, settings):
+    settings.FLEET_ROLLOUT_MIN_READY_SECONDS = 0
+    d, _, olds = team_at_quota(team, gpus=4, quota_gpus=2, replicas=2)
+    rollout = deployment_roll(
+        deployment_id=d.pk, workload={**PROCESS, "command": ["/opt/serve", "--v2"]}, max_surge=2
+    )
+
+    assert rollout_advance(operation_id=rollout.pk) == "rolling"
+    (first,) = Allocation.objects.filter(deployment=d, replaces__isnull=False)
+    rollout.refresh_from_db()
+    assert "surge replica is in use" in rollout.payload["waiting_for"]
+    assert rollout.payload["pending"] == [1]  # waits, does not fail
+
+    finish(Operation.objects.get(kind=OperationKind.MOVE, payload__to_allocation=first.pk))
+    rollout_advance(operation_id=rollout.pk)
+    (second,) = Allocation.objects.filter(deployment=d, replaces__isnull=False)
+    assert second.replica == 1
+    finish(Operation.objects.get(kind=OperationKind.MOVE, payload__to_allocation=second.pk))
+    assert rollout_advance(operation_id=rollout.pk) == "done"
+    rollout.refresh_from_db()
+    assert rollout.status == "succeeded", rollout.payload
+    placed = Allocation.objects.placed().filter(deployment=d)
+    assert sorted(placed.values_list("pk", flat=True)) == [first.pk, second.pk]
+    assert not placed.filter(pk__in=[a.pk for a in olds]).exists()

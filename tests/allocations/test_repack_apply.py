@@ -20,7 +20,7 @@ from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from tests.agent_sim import SimAgent
 from tests.allocations.test_moves import PROCESS, _report
-from tests.factories import GpuFactory, HostFactory
+from tests.factories import GpuFactory, HostFactory, allow_process
 
 pytestmark = pytest.mark.django_db
 
@@ -137,7 +137,8 @@ def _dedicated(host, product_key: str):
 def test_a_whole_gpu_replica_moves_to_a_free_gpu_of_another_product(
     django_capture_on_commit_callbacks,
 ):
-    host = HostFactory(runtime="process")
+    allow_process()
+    host = HostFactory(runtime="process", process_runtime=True)
     h100 = _dedicated(host, H100)
     a100 = _dedicated(host, "a100-sxm4-80gb")
     whole = deployment_create(
@@ -181,3 +182,41 @@ def test_gpus_running_a_multi_gpu_replica_are_not_emptied():
     assert not plan.feasible
     assert {g for g, _ in plan.unmovable} == {first.pk, second.pk}
     assert all("spans 2 GPUs" in why for _, why in plan.unmovable)
+
+
+def test_a_running_repack_is_not_expired_by_the_beat(world, settings):
+    """Only operations that wait for an agent's ack (they carry a generation) expire: a repack
+    older than the operation timeout keeps running (issue 22, defect 1)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from fleet.partitioning.delivery import operations_expire
+
+    operation = capacity_repack_apply(product_key=H100, count=1)
+    settings.FLEET_OPERATION_TIMEOUT_SECONDS = 0
+    expired = operations_expire(timezone.now() + timedelta(hours=1))
+    operation.refresh_from_db()
+    assert operation.pk not in expired
+    assert operation.status in ("pending", "dispatched")
+
+
+def test_a_failed_repack_raises_an_alert(world, django_capture_on_commit_callbacks):
+    """A repack that fails tells the webhooks that subscribe, like every other operation
+    (issue 22, defect 2)."""
+    from fleet.core import alerts
+    from fleet.core.models import AlertDelivery, AlertWebhook
+
+    AlertWebhook.objects.create(url="https://hooks.example/", events=[alerts.OPERATION_FAILED])
+    with django_capture_on_commit_callbacks(execute=True):
+        operation = capacity_repack_apply(product_key=H100, count=1)
+    operation.refresh_from_db()
+    payload = operation.payload
+    payload["deadline"] = "2000-01-01T00:00:00+00:00"  # past: the repack runs out of time
+    Operation.objects.filter(pk=operation.pk).update(payload=payload)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert repack_advance(operation_id=operation.pk) == "failed"
+    operation.refresh_from_db()
+    assert operation.status == "failed" and "did not finish in time" in operation.reason
+    events = AlertDelivery.objects.filter(event=alerts.OPERATION_FAILED)
+    assert [d.payload["subject"]["operation"]["id"] for d in events] == [operation.pk]

@@ -18,7 +18,7 @@ from fleet.core.models import Operation, OperationStatus
 from fleet.inventory.models import Host
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
-from tests.factories import GpuFactory, HostFactory
+from tests.factories import GpuFactory, HostFactory, allow_process
 
 pytestmark = pytest.mark.django_db
 
@@ -27,9 +27,22 @@ V2 = {"runtime": "process", "command": ["/opt/serve", "--v2"]}
 FOUR_1G = LayoutSpec(mode="mig", instances=tuple(MigInstanceSpec("1g.10gb", s) for s in range(4)))
 
 
+@pytest.fixture(autouse=True)
+def _no_probation(settings):
+    """These tests follow the surge and rollback logic: a copy counts as soon as it runs
+    (min_ready_s 0), unless a test sets its own."""
+    settings.FLEET_ROLLOUT_MIN_READY_SECONDS = 0
+
+
+@pytest.fixture(autouse=True)
+def _processes_allowed():
+    """The replicas run processes: the default team's policy allows them."""
+    allow_process()
+
+
 @pytest.fixture
 def host():
-    host = HostFactory(runtime="process")
+    host = HostFactory(runtime="process", process_runtime=True)
     for _ in range(2):
         gpu = GpuFactory(host=host, product_key="h100-sxm5-80gb")
         gpu_set_layout(gpu_id=gpu.pk, spec=FOUR_1G)
@@ -39,7 +52,7 @@ def host():
 @pytest.fixture
 def full_host():
     """One H100 cut into seven 1g.10gb instances: no room for any new one."""
-    host = HostFactory(runtime="process")
+    host = HostFactory(runtime="process", process_runtime=True)
     gpu = GpuFactory(host=host, product_key="h100-sxm5-80gb")
     seven = LayoutSpec(mode="mig", instances=tuple(MigInstanceSpec("1g.10gb", s) for s in range(7)))
     gpu_set_layout(gpu_id=gpu.pk, spec=seven)
@@ -194,3 +207,74 @@ def test_one_rollout_at_a_time_and_the_same_workload_changes_nothing(host):
         deployment_roll(deployment_id=deployment.pk, workload=V1, max_surge=0)
     assert bad.value.code == "rollout.invalid"
     assert Operation.objects.filter(kind="rollout").count() == 2
+
+
+def _probation_over(operation: Operation) -> None:
+    """Pretend the copies on probation have been running for an hour."""
+    operation.refresh_from_db()
+    payload = operation.payload
+    for entry in payload["moving"].values():
+        if "ready_since" in entry:
+            entry["ready_since"] = "2000-01-01T00:00:00+00:00"
+    Operation.objects.filter(pk=operation.pk).update(payload=payload)
+
+
+def test_a_new_copy_counts_only_once_it_has_stayed_running_for_min_ready_s(host):
+    deployment = _deployment(host, replicas=1)
+    operation = deployment_roll(deployment_id=deployment.pk, workload=V2, min_ready_s=30)
+    rollout_advance(operation_id=operation.pk)
+    copy = _new_copy(deployment)
+    _report(host, {copy: "running"})  # the move is done; the copy is on probation
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.DISPATCHED
+    assert operation.payload["updated"] == [] and operation.payload["min_ready_s"] == 30
+    _probation_over(operation)
+    assert rollout_advance(operation_id=operation.pk) == "done"
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.SUCCEEDED and operation.payload["updated"] == [0]
+
+
+def test_a_version_that_starts_then_crashes_fails_the_rollout_and_rolls_back(host):
+    """Issue 22, defect 3: a command that exits at once was reported running for a moment, the
+    rollout was marked succeeded and the deployment ended with nothing running."""
+    deployment = _deployment(host, replicas=2)
+    operation = deployment_roll(deployment_id=deployment.pk, workload=V2, min_ready_s=10)
+    rollout_advance(operation_id=operation.pk)
+    copy = _new_copy(deployment)
+    _report(host, {copy: "running"})
+    _report(host, {copy: "exited"})  # v2 ran for a moment, then exited
+    operation.refresh_from_db()
+    assert operation.payload["step"] == "rolling_back", operation.payload
+    assert "exited after it started" in operation.payload["failure"]
+    assert Deployment.objects.get(pk=deployment.pk).workload["command"] == V1["command"]
+    back = _new_copy(deployment)  # replica 0 goes back to v1, make before break
+    assert _commands(host)[back] == V1["command"]
+    _report(host, {back: "running"})
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.FAILED
+    assert _running(deployment) == 2
+
+
+def test_min_ready_s_is_bounded():
+    with pytest.raises(ServiceError) as refused:
+        deployment_roll(deployment_id=1, workload=V2, min_ready_s=-1)
+    assert refused.value.code == "rollout.invalid"
+
+
+def test_a_rollout_whose_deployment_is_gone_ends_and_blocks_no_other(host):
+    """A deployment deleted mid-rollout (its operation's deployment set to null) ended every
+    advance with an AssertionError: the moves, the other rollouts and the agents' reports
+    stopped there (CI's browser tests, after a delete during a rollout's probation)."""
+    from fleet.allocations.rollouts import rollouts_advance
+
+    deployment = _deployment(host)
+    operation = deployment_roll(deployment_id=deployment.pk, workload=V2)
+    Allocation.objects.filter(deployment=deployment).delete()
+    Deployment.objects.filter(pk=deployment.pk).delete()
+
+    rollouts_advance()
+
+    operation.refresh_from_db()
+    assert operation.deployment_id is None
+    assert operation.status == OperationStatus.FAILED
+    assert "deleted" in operation.reason

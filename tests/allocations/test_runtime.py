@@ -1,7 +1,10 @@
 """A replica is placed only where its workload can run: the drop, the preview, auto-placement and
-health re-placement all refuse a host whose agent lacks the runtime (``placement.runtime``)."""
+health re-placement all refuse a host whose agent lacks the runtime (``placement.runtime``), and
+a process only goes where the agent allows processes (``placement.process_runtime``)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -13,7 +16,7 @@ from fleet.inventory.models import Gpu
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
 from fleet.placement import Demand
-from tests.factories import GpuFactory, HostFactory
+from tests.factories import GpuFactory, HostFactory, allow_process
 from tests.helpers import assert_error, snapshot_rows
 
 pytestmark = pytest.mark.django_db
@@ -22,8 +25,11 @@ CONTAINER = {"runtime": "container", "image": "registry.example/llm:1.2"}
 PROCESS = {"runtime": "process", "command": ["serve"]}
 
 
-def mps_gpu(name: str, runtime: str) -> Gpu:
-    gpu = GpuFactory(host=HostFactory(name=name, runtime=runtime), product_key="a30-24gb")
+def mps_gpu(name: str, runtime: str, *, process_runtime: bool = True) -> Gpu:
+    """An A30 in MPS mode on its own host, whose agent runs ``runtime`` (and, unless told
+    otherwise, was started with --allow-process-runtime)."""
+    host = HostFactory(name=name, runtime=runtime, process_runtime=process_runtime)
+    gpu = GpuFactory(host=host, product_key="a30-24gb")
     gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="mps", mps=MpsPolicy()))
     return gpu
 
@@ -43,20 +49,25 @@ def create(client, name: str, workload: dict[str, object], *, replicas: int = 1,
 @pytest.mark.parametrize(
     ("workload", "demand"),
     [
-        (None, None),
-        ({"runtime": "none"}, None),
-        (PROCESS, Demand(runtimes=("docker", "process"), workload="process")),
+        (None, Demand()),
+        ({"runtime": "none"}, Demand()),
+        (
+            PROCESS,
+            Demand(runtimes=("docker", "process"), workload="process", process_runtime=True),
+        ),
         (CONTAINER, Demand(runtimes=("docker",), workload="container")),
     ],
 )
 def test_the_demand_names_the_host_runtimes_that_run_the_workload(workload, demand):
+    allow_process()
     deployment = deployment_create(
         name="d",
         request=DeploymentRequest(kind="mps", memory_mib=1024),
         replicas=1,
         workload=workload,
     )
-    assert placement_demand(deployment) == demand
+    # Every demand names the deployment's team (rule ``placement.host_reserved``).
+    assert placement_demand(deployment) == replace(demand, team=deployment.team_id)
 
 
 def test_a_container_replica_dropped_on_a_process_host_is_422_and_writes_nothing(
@@ -113,6 +124,7 @@ def test_auto_placement_with_no_host_that_runs_the_workload_is_422(operator_clie
 
 
 def test_a_process_replica_runs_on_docker_and_process_hosts_not_on_none():
+    allow_process()
     mps_gpu("a-none", "none")
     process = mps_gpu("b-proc", "process")
     deployment = deployment_create(
@@ -125,6 +137,43 @@ def test_a_process_replica_runs_on_docker_and_process_hosts_not_on_none():
     deployment_place(deployment_id=deployment.pk, gpu_id=process.pk)
 
     assert Allocation.objects.get().gpu_id == process.pk
+
+
+def test_a_process_replica_skips_hosts_whose_agent_does_not_allow_processes(operator_client):
+    allow_process()
+    mps_gpu("a-docker", "docker", process_runtime=False)
+    allowed = mps_gpu("b-docker", "docker")
+
+    response = create(operator_client, "worker", PROCESS, replicas=2, auto=True)
+
+    assert response.status_code == 201, response.json()
+    assert set(Allocation.objects.values_list("gpu_id", flat=True)) == {allowed.pk}
+
+
+def test_a_process_replica_dropped_on_a_host_without_the_process_runtime_is_422(
+    operator_client,
+):
+    allow_process()
+    gpu = mps_gpu("gpu-docker", "docker", process_runtime=False)
+    deployment = create(operator_client, "worker", PROCESS).json()
+    before = snapshot_rows()
+
+    response = operator_client.post(
+        f"/api/v1/deployments/{deployment['id']}/place", {"gpu": gpu.pk}, format="json"
+    )
+
+    body = assert_error(response, 422, "placement.process_runtime")
+    assert "--allow-process-runtime" in body["message"]
+    assert snapshot_rows() == before
+
+
+def test_a_container_replica_goes_to_a_host_without_the_process_runtime(operator_client):
+    docker = mps_gpu("a-docker", "docker", process_runtime=False)
+
+    response = create(operator_client, "llm", CONTAINER, auto=True)
+
+    assert response.status_code == 201, response.json()
+    assert Allocation.objects.get().gpu_id == docker.pk
 
 
 def test_health_re_placement_moves_a_container_only_to_a_host_that_runs_it(

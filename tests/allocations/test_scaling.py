@@ -21,10 +21,17 @@ from fleet.core.models import Operation, OperationKind
 from fleet.inventory.models import Host
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
-from tests.factories import GpuFactory, HostFactory
+from tests.factories import GpuFactory, HostFactory, allow_process
 from tests.helpers import race, snapshot_rows
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _processes_allowed(db):
+    """Replicas here run processes: the default team's policy allows them."""
+    allow_process()
+
 
 PROCESS = {"runtime": "process", "command": ["/bin/sh", "-c", "sleep 1000"], "stop_grace_s": 5}
 SHARE = DeploymentRequest(kind="mps", memory_mib=2048, max_compute_percent=10)
@@ -32,7 +39,9 @@ SHARE = DeploymentRequest(kind="mps", memory_mib=2048, max_compute_percent=10)
 
 @pytest.fixture
 def mps_gpu():
-    gpu = GpuFactory(host=HostFactory(runtime="process"), product_key="h100-sxm5-80gb")
+    gpu = GpuFactory(
+        host=HostFactory(runtime="process", process_runtime=True), product_key="h100-sxm5-80gb"
+    )
     gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="mps", mps=MpsPolicy()))
     return gpu
 

@@ -15,7 +15,7 @@ from fleet.allocations.services import (
 from fleet.core.models import Operation
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
-from tests.factories import GpuFactory, HostFactory
+from tests.factories import GpuFactory, HostFactory, allow_process
 from tests.helpers import assert_error, snapshot_rows
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +26,9 @@ PROCESS = {"runtime": "process", "command": ["/bin/sh", "-c", "sleep 1000"], "st
 @pytest.fixture
 def worker():
     """A demo-like deployment: two MPS replicas placed, their processes running."""
-    gpu = GpuFactory(host=HostFactory(runtime="process"), product_key="h100-sxm5-80gb")
+    allow_process()
+    host = HostFactory(runtime="process", process_runtime=True)
+    gpu = GpuFactory(host=host, product_key="h100-sxm5-80gb")
     gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="mps", mps=MpsPolicy()))
     deployment = deployment_create(
         name="feature-worker",

@@ -15,17 +15,26 @@ from fleet.allocations.services import DeploymentRequest, deployment_create, dep
 from fleet.inventory.models import HostStatus
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
-from tests.factories import GpuFactory, HostFactory, dedicated_gpus
+from tests.factories import GpuFactory, HostFactory, allow_process, dedicated_gpus
 from tests.helpers import assert_error
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _processes_allowed(db):
+    """Replicas here run processes: the default team's policy allows them."""
+    allow_process()
+
 
 PROCESS = {"runtime": "process", "command": ["/bin/sh", "-c", "sleep 1000"], "stop_grace_s": 5}
 
 
 @pytest.fixture
 def replica() -> Allocation:
-    gpu = GpuFactory(host=HostFactory(runtime="process"), product_key="h100-sxm5-80gb")
+    gpu = GpuFactory(
+        host=HostFactory(runtime="process", process_runtime=True), product_key="h100-sxm5-80gb"
+    )
     gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="mps", mps=MpsPolicy()))
     deployment = deployment_create(
         name="worker",
@@ -156,7 +165,7 @@ def test_a_closed_socket_leaves_a_newer_sockets_marker_alone(replica):
 def test_the_logs_of_any_gpu_of_a_replica_of_several_are_its_workloads(viewer_client, monkeypatch):
     """A replica of 2 whole GPUs runs from its first GPU's allocation: asking for the second's
     logs asks the agent for the first's."""
-    host = HostFactory(runtime="process")
+    host = HostFactory(runtime="process", process_runtime=True)
     gpus = dedicated_gpus(host, 2)
     deployment = deployment_create(
         name="train",

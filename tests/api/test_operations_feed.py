@@ -8,6 +8,7 @@ import io
 from datetime import timedelta
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from fleet.core.models import Operation, OperationKind
@@ -70,7 +71,25 @@ def test_csv_export_has_every_matching_row_with_a_header(viewer_client, operator
     assert {r["kind"] for r in rows} == {"cordon"}
     everything = viewer_client.get("/api/v1/operations/?format=csv")
     text = b"".join(everything.streaming_content).decode()
-    assert "'=HYPERLINK(evil)" in text  # never a live formula in a spreadsheet
+    assert '"\'=HYPERLINK(evil)"' in text  # never a live formula in a spreadsheet
+
+
+@pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
+def test_csv_cells_are_quoted_and_formulas_made_text_but_numbers_stay_numbers(viewer_client, start):
+    summary = f"{start}cmd|' /C calc'!A0"
+    pk = operation_record(
+        kind=OperationKind.PLACE, summary="a;b", reason=summary, status="failed"
+    ).pk
+    text = b"".join(viewer_client.get("/api/v1/operations/?format=csv").streaming_content).decode()
+    # A ';'-splitting spreadsheet keeps a quoted cell whole.
+    assert '"a;b"' in text
+    # Quoted: text; bare: numbers (the reader turns these into floats, and fails on bare text).
+    header, *rows = csv.reader(io.StringIO(text, newline=""), quoting=csv.QUOTE_NONNUMERIC)
+    (cells,) = (dict(zip(header, row, strict=True)) for row in rows if row[0] == pk)
+    assert isinstance(cells["id"], float)
+    assert cells["summary"] == "a;b"
+    assert cells["reason"] == "'" + summary
+    assert cells["kind"] == "place" and cells["host"] == ""
 
 
 def test_a_bad_filter_with_csv_asked_is_still_the_json_error_envelope(viewer_client):
@@ -80,3 +99,19 @@ def test_a_bad_filter_with_csv_asked_is_still_the_json_error_envelope(viewer_cli
 
 def test_csv_needs_a_role(anon_client):
     assert_error(anon_client.get("/api/v1/operations/?format=csv"), 401)
+
+
+def test_deleting_a_user_keeps_who_made_their_changes(viewer_client, make_user):
+    """The audit keeps its actor: the username at the time, in the API, the filter, the CSV
+    and the pages, after the user is deleted (issue 22, defect 5)."""
+    gone = make_user("operator", "gone-user")
+    [pk] = record(1, user=gone)
+    gone.delete()
+    assert Operation.objects.get(pk=pk).requested_by is None
+    row = viewer_client.get("/api/v1/operations/?requested_by=gone-user").json()["results"]
+    assert [(r["id"], r["requested_by"]) for r in row] == [(pk, "gone-user")]
+    exported = viewer_client.get("/api/v1/operations/?format=csv&requested_by=gone-user")
+    assert "gone-user" in b"".join(exported.streaming_content).decode()
+    page = Client()
+    page.force_login(make_user("viewer", "reader"))
+    assert "gone-user" in page.get("/operations/").content.decode()

@@ -227,10 +227,10 @@ def test_a_missing_team_is_a_404(operator_client):
     )
 
 
-def test_a_team_member_sees_the_fleet_as_a_viewer(admin_client):
+def test_a_team_member_sees_the_fleet_as_a_member(admin_client):
     team = new_team(admin_client)
     client = _token_client(member(team["id"], "viewer"))
-    assert client.get("/api/v1/me").json()["role"] == "viewer"
+    assert client.get("/api/v1/me").json()["role"] == "member"
     assert client.get("/api/v1/gpus/").status_code == 200
     assert_error(client.post(f"/api/v1/gpus/{GpuFactory().pk}/cordon"), 403, "auth.forbidden")
 

@@ -114,6 +114,13 @@ def test_an_operator_hands_a_deployment_to_another_team_from_its_page(new_sessio
     admin = new_session("admin")
     status, team = admin.api("POST", "/api/v1/teams/", {"name": "handoff-research"})
     assert status == 201, team
+    # The new team's policy must allow what the deployment runs (a process, as the demo's).
+    _, teams = admin.api("GET", "/api/v1/teams/?limit=100")
+    default = next(t for t in teams["results"] if t["slug"] == "default")
+    status, policy = admin.api("GET", f"/api/v1/teams/{default['id']}/policy")
+    assert status == 200, policy
+    status, policy = admin.api("PUT", f"/api/v1/teams/{team['id']}/policy", policy)
+    assert status == 200, policy
     session = new_session("operator")
     page = session.page
     deployment_id = _deploy(session, "hand-me", ["/bin/sleep", "3600"])

@@ -70,6 +70,13 @@ class Receiver:
         self.server.server_close()
 
 
+@pytest.fixture(autouse=True)
+def _loopback_receivers(settings: Any) -> None:
+    """The receivers here listen on loopback, which webhooks may not reach unless allowed
+    (the refusal itself: tests/core/test_webhooks.py)."""
+    settings.FLEET_WEBHOOK_ALLOW_PRIVATE = True
+
+
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     with Receiver([500, 200]) as r:

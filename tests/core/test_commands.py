@@ -56,3 +56,22 @@ def test_each_demo_account_gets_a_password_of_its_own():
     again = demo_accounts_reset()
     assert authenticate(username="viewer", password=passwords["viewer"]) is None
     assert authenticate(username="viewer", password=again["viewer"]) is not None
+
+
+def test_the_demo_fleet_runs_its_process_workload_under_a_policy_as_a_non_root_user():
+    from fleet.allocations.models import Allocation, Deployment
+    from fleet.commands.demo_fleet import demo_process_user, seed_demo_fleet
+    from fleet.core.models import Operation
+    from fleet.core.policy import effective_policy
+    from fleet.inventory.models import Host
+
+    seed_demo_fleet()
+
+    worker = Deployment.objects.get(name="feature-worker")
+    policy = effective_policy(worker.team.policy)
+    assert "process" in policy["runtimes"]
+    assert policy["process_user"] == demo_process_user()
+    assert not demo_process_user().startswith("0:")
+    assert Allocation.objects.filter(deployment=worker).count() == 2
+    assert not Host.objects.filter(process_runtime=False).exists()
+    assert Operation.objects.filter(kind="set_policy").count() == 1

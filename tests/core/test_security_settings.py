@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION = {
     "FLEET_MODE": "production",
     "FLEET_SECRET_KEY": "k" * 10 + "ZmFrZS1idXQtbG9uZy1lbm91Z2gtc2VjcmV0LWtleS1mb3ItdGVzdHM",
+    "FLEET_SECRETS_KEY": "dGVzdHMtb25seS1mZXJuZXQta2V5LTMyLWJ5dGVzLSE=",
     "FLEET_DATABASE_URL": "postgres://fleet:x@db.invalid:5432/fleet",
     "FLEET_REDIS_URL": "redis://redis.invalid:6379/0",
     "FLEET_ALLOWED_HOSTS": "fleet.example.com",

@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,3 +26,13 @@ def stack(tmp_path_factory):
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """A directory the tests' workloads can write to: they run as ``nobody``
+    (:data:`tests.e2e.stack.NOBODY`), as a team policy wants, not as the test's user."""
+    path = Path(tempfile.mkdtemp(prefix="fleet-e2e-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -28,6 +28,8 @@ from fleet.mig import product_by_key
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+# The user the tests' workloads run as (processes and containers): non-root, as a policy wants.
+NOBODY = "65534:65534"
 
 
 def wait_until(
@@ -101,6 +103,9 @@ class Agent:
         args += ["--transport", transport]
         if runtime is not None:
             args += ["--runtime", runtime, "--state-dir", str(self.dir / "workloads")]
+            # The tests' processes run as the test's user; their images are built locally.
+            args += ["--allow-process-runtime", "--process-as-agent-user"]
+            args += ["--image-pull", "if-not-present"]
         log = (self.dir / "agent.log").open("ab")
         self.process = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, env=self.stack.env
@@ -202,7 +207,26 @@ class Stack:
                 30,
                 what=f"the ASGI server {url}",
             )
+        self.allow_workloads()
         return self
+
+    def allow_workloads(self, team: str = "default") -> None:
+        """The tests' team may run processes (as ``nobody``) and containers on the host's
+        network (their health checks reach 127.0.0.1), as an admin's policy would allow;
+        the restricted default is what tests/e2e/test_tenancy.py checks."""
+        status, teams = self.request("GET", "/api/v1/teams/", token="admin")
+        assert status == 200, teams
+        found = next((t for t in teams["results"] if t["slug"] == team), None)
+        if found is None:
+            status, found = self.request("POST", "/api/v1/teams/", {"name": team}, token="admin")
+            assert status == 201, found
+        status, policy = self.request(
+            "PUT",
+            f"/api/v1/teams/{found['id']}/policy",
+            {"runtimes": ["container", "process"], "process_user": NOBODY, "host_network": True},
+            token="admin",
+        )
+        assert status == 200, policy
 
     def stop(self) -> None:
         for agent in self.agents:
@@ -300,10 +324,9 @@ class Stack:
         base: str | None = None,
     ) -> tuple[int, Any]:
         headers = {"Content-Type": "application/json"}
-        if token:
-            headers["Authorization"] = (
-                f"Token {self.admin_token if token == 'admin' else self.operator_token}"
-            )
+        if token:  # "operator", "admin", or a token of its own (a team member's, say)
+            named = {"admin": self.admin_token, "operator": self.operator_token}
+            headers["Authorization"] = f"Token {named.get(token, token)}"
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(
             (base or self.url) + path, data=data, method=method, headers=headers
@@ -314,6 +337,29 @@ class Stack:
                 return response.status, json.loads(raw) if raw else None
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read() or b"null")
+
+    def team_user(self, username: str) -> tuple[int, str]:
+        """A user with no fleet role (only a team's role, once an admin gives one): its id and
+        an API token."""
+        made = self.manage(
+            "shell",
+            "-c",
+            "from django.contrib.auth import get_user_model; "
+            f"print(get_user_model().objects.create_user({username!r}).pk)",
+        )
+        user_id = int(made.strip().splitlines()[-1])
+        return user_id, self.manage("create_api_token", username).strip()
+
+    def raw(self, method: str, path: str, token: str = "operator") -> bytes:
+        """The answer's bytes (a CSV export, say)."""
+        named = {"admin": self.admin_token, "operator": self.operator_token}
+        req = urllib.request.Request(
+            self.url + path,
+            method=method,
+            headers={"Authorization": f"Token {named.get(token, token)}"},
+        )
+        with urllib.request.urlopen(req, timeout=15) as response:
+            return bytes(response.read())
 
     def get(self, path: str, token: str | None = "operator", base: str | None = None) -> Any:
         status, body = self.request("GET", path, token=token, base=base)

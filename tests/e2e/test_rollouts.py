@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fleet.bench.runtime import ensure_image
-from tests.e2e.stack import Agent, Stack, Watch, running, wait_until
+from tests.e2e.stack import NOBODY, Agent, Stack, Watch, running, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -47,7 +47,13 @@ def fleet(stack: Stack) -> tuple[Stack, Agent, list[dict[str, Any]]]:
 
 
 def container(command: list[str], image: str = IMAGE) -> dict[str, Any]:
-    return {"runtime": "container", "image": image, "command": command, "stop_grace_s": 1}
+    return {
+        "runtime": "container",
+        "user": NOBODY,
+        "image": image,
+        "command": command,
+        "stop_grace_s": 1,
+    }
 
 
 def copies(stack: Stack, deployment_id: int) -> list[dict[str, Any]]:
@@ -58,7 +64,7 @@ def roll(stack: Stack, deployment_id: int, workload: dict[str, Any]) -> dict[str
     status, op = stack.request(
         "PATCH",
         f"/api/v1/deployments/{deployment_id}/",
-        {"workload": workload, "rollout": {"max_surge": 1, "timeout_s": 30}},
+        {"workload": workload, "rollout": {"max_surge": 1, "timeout_s": 30, "min_ready_s": 3}},
     )
     assert status == 202, op
     return stack.wait_operation(op["id"], timeout=120)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from fleet.bench.runtime import ensure_image
-from tests.e2e.stack import Agent, Stack, wait_until
+from tests.e2e.stack import NOBODY, Agent, Stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -134,6 +134,7 @@ def test_a_container_runs_on_its_mig_slice_and_stops_within_its_grace(fleet):
         {"kind": "mig", "profile": "3g.40gb"},
         {
             "runtime": "container",
+            "user": NOBODY,
             "image": IMAGE,
             "command": ["sh", "-c", "sleep 3600"],  # PID 1 ignores SIGTERM: SIGKILL after grace
             "env": {"MODEL": "qwen-7b"},
@@ -167,6 +168,7 @@ def test_a_process_runs_with_its_slice_in_its_environment(fleet, tmp_path: Path)
     slice_ = partition(stack, gpus["h100"]["id"], "2g.20gb", 0)
     out = tmp_path / "proc"
     out.mkdir()
+    out.chmod(0o777)  # the process runs as nobody
     deployment_id = deploy(
         stack,
         "proc",
@@ -240,11 +242,18 @@ def test_an_agent_killed_with_sigkill_adopts_every_workload_exactly_once(fleet, 
     stack, agent, gpus = fleet
     out = tmp_path / "adopt"
     out.mkdir()
+    out.chmod(0o777)  # the process runs as nobody
     container = deploy(
         stack,
         "adopt-c",
         {"kind": "mig", "profile": "3g.40gb"},
-        {"runtime": "container", "image": IMAGE, "command": ["sleep", "3600"], "stop_grace_s": 1},
+        {
+            "runtime": "container",
+            "user": NOBODY,
+            "image": IMAGE,
+            "command": ["sleep", "3600"],
+            "stop_grace_s": 1,
+        },
     )
     process = deploy(
         stack,
@@ -292,6 +301,7 @@ def test_a_replica_whose_health_check_fails_is_not_running(fleet):
         {"kind": "mig", "profile": "1g.10gb"},
         {
             "runtime": "container",
+            "user": NOBODY,
             "image": IMAGE,
             "command": ["sleep", "3600"],
             "stop_grace_s": 1,
@@ -316,7 +326,13 @@ def test_an_mps_share_runs_with_its_memory_and_compute_limits(fleet):
         stack,
         "share",
         {"kind": "mps", "memory_mib": 4096, "max_compute_percent": 25},
-        {"runtime": "container", "image": IMAGE, "command": ["sleep", "3600"], "stop_grace_s": 1},
+        {
+            "runtime": "container",
+            "user": NOBODY,
+            "image": IMAGE,
+            "command": ["sleep", "3600"],
+            "stop_grace_s": 1,
+        },
     )
     placed = place(stack, deployment_id, gpu=gpus["a100"]["id"])
     wait_state(stack, placed["id"], "running")
@@ -344,6 +360,7 @@ def test_a_replica_of_two_gpus_runs_one_process_that_sees_both(stack: Stack, tmp
         assert stack.wait_operation(op["id"])["status"] == "succeeded"
     out = tmp_path / "pair"
     out.mkdir()
+    out.chmod(0o777)  # the process runs as nobody
     deployment_id = deploy(
         stack,
         "pair-runner",

@@ -82,6 +82,8 @@ def test_a_swarm_agent_runs_nothing_by_default_and_its_replicas_with_a_runtime(t
                     runtime="process",
                     state_dir=tmp_path,
                     clients_out=clients,
+                    allow_process=True,
+                    process_as_agent_user=True,
                 )
             )
             await asyncio.wait_for(done.wait(), 10)
@@ -99,3 +101,4 @@ def test_a_swarm_agent_runs_nothing_by_default_and_its_replicas_with_a_runtime(t
     # The replica's process workload cannot run on a 'none' agent: said once, as failed.
     assert [w["state"] for m in none_reports for w in m["workloads"]] == ["failed"]
     assert seen["t1"][0]["runtime"] == "process"
+    assert (seen["t0"][0]["process_runtime"], seen["t1"][0]["process_runtime"]) == (False, True)

@@ -36,7 +36,7 @@ def make_agent(tmp_path, server="http://127.0.0.1:9"):
     sim = SimulatedBackend([specs.a30()], seed=3)
     sim.init()
     mps = MpsManager(sim.mps_control, tmp_path / "mps")
-    runtime = ProcessRuntime(tmp_path / "workloads")
+    runtime = ProcessRuntime(tmp_path / "workloads", as_agent_user=True)
     supervisor = Supervisor(
         {"process": runtime},
         agent_runtime="process",
@@ -117,7 +117,8 @@ def test_a_restarted_agent_fetches_the_desired_state_to_learn_what_it_may_stop(t
     sim = SimulatedBackend([specs.a30()], seed=3)  # the same GPU as the agent's
     sim.init()
     gpu = sim.list_gpus()[0].uuid
-    earlier = ProcessRuntime(tmp_path / "workloads")  # what the agent before this one started
+    # What the agent before this one started.
+    earlier = ProcessRuntime(tmp_path / "workloads", as_agent_user=True)
     orphan = earlier.start(replica_spec(9, gpu, command=LOOP))
     # A process forked a moment ago may not run its command yet (a loaded machine): the new
     # agent would not recognise it as a workload. A restarted agent finds settled ones.

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.test import override_settings
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fleet.agents.reports import agent_telemetry
 from fleet.inventory import selectors, telemetry
@@ -101,6 +104,26 @@ def test_stores_keep_latest_and_minute_buckets(store):
     assert set(store.all_latest()) == {12}
     store.set_mark("x", 5)
     assert store.get_mark("x") == 5
+
+
+@pytest.mark.skipif(not os.environ.get("FLEET_REDIS_URL"), reason="FLEET_REDIS_URL is not set")
+def test_a_redis_bucket_gets_its_expiry_when_created_even_after_redis_forgot_it():
+    store = RedisStore(os.environ["FLEET_REDIS_URL"], f"fleet:tel:ttl-{os.getpid()}:", 3600)
+    store.clear()
+    now = time.time()
+    minute = int(now // MINUTE)
+    key = f"{store.prefix}raw:1:{minute}"
+    try:
+        store.record(host_id=1, ts=now, received_at=now, ticks=[tick(11, 1.0)])
+        assert store.client.ttl(key) > 3600  # to the end of the raw window after its minute
+        store.client.persist(key)  # as if the expiry had not been set: a later tick leaves it
+        store.record(host_id=1, ts=now + 0.5, received_at=now, ticks=[tick(11, 2.0)])
+        assert store.client.ttl(key) == -1
+        store.client.delete(key)  # Redis restarted: the next tick creates the bucket again
+        store.record(host_id=1, ts=now + 0.6, received_at=now, ticks=[tick(11, 3.0)])
+        assert store.client.ttl(key) > 3600
+    finally:
+        store.clear()
 
 
 def test_the_memory_store_forgets_buckets_past_the_raw_window(monkeypatch):
@@ -213,3 +236,25 @@ def test_rollup_writes_minute_means_once_and_retention_bounds_the_table(gpu, mem
     with override_settings(FLEET_TELEMETRY_KEEP_SECONDS=7 * 86400):
         assert telemetry.retention(now=datetime.fromtimestamp(now, tz=UTC) + timedelta(days=1)) == 2
     assert TelemetrySample.objects.count() == 3
+
+
+_VALUES = st.one_of(
+    st.none(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(min_value=-10, max_value=7000),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_VALUES, _VALUES, _VALUES, _VALUES)
+def test_the_fast_packing_path_packs_exactly_as_the_careful_one(util, memory, temp, power):
+    tick_ = GpuTick(3, util, memory, temp, power, {})
+    careful = telemetry.codec.RECORD.pack(
+        3,
+        5,
+        telemetry.codec._u16(util, 10),
+        telemetry.codec._u32(memory),
+        telemetry.codec._i16(temp),
+        telemetry.codec._u16(power, 10),
+    )
+    assert telemetry.codec._point(tick_, 5) == careful

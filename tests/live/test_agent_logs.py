@@ -13,6 +13,7 @@ from fleet.agents import logs as agent_logs
 from fleet.core.errors import Conflict
 from tests.agent_sim import SimAgent
 from tests.api.test_logs import PROCESS
+from tests.factories import allow_process
 from tests.live.test_agent_socket import enrolled_host, run, said_hello
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,8 +28,11 @@ def placed_replica(host):
     from fleet.inventory.models import Gpu, Host
 
     # The simulated agent's hello names no runtime: say this host runs processes, as a real
-    # agent's hello would, or the engine refuses a process workload here (placement.runtime).
-    Host.objects.filter(pk=host.pk).update(runtime="process")
+    # agent's hello would (started with --allow-process-runtime), or the engine refuses a
+    # process workload here (placement.runtime, placement.process_runtime); and let the
+    # default team run processes (its policy).
+    Host.objects.filter(pk=host.pk).update(runtime="process", process_runtime=True)
+    allow_process()
     gpu = Gpu.objects.filter(host=host).order_by("index").first()
     deployment = deployment_create(
         name="worker",
@@ -107,11 +111,12 @@ def test_once_the_socket_closes_the_host_is_unreachable_at_once():
 def test_a_cache_that_cannot_be_written_costs_no_socket(monkeypatch):
     from fleet.inventory.models import Gpu
     from fleet.live import agent as consumer
+    from fleet.live import presence
 
     def unreachable(*args):
         raise ConnectionError("Redis is restarting")
 
-    monkeypatch.setattr(consumer, "agent_socket_open", unreachable)
+    monkeypatch.setattr(presence, "agent_sockets_open", unreachable)
     monkeypatch.setattr(consumer, "agent_socket_closed", unreachable)
     host, token = enrolled_host()
 

@@ -117,3 +117,72 @@ def test_nothing_fits_when_no_agent_runs_the_workload() -> None:
     assert ranking.best is None
     codes = {v.code for r in ranking.infeasible for v in r.violations}
     assert codes == {"placement.runtime"}
+
+
+# Rule ``placement.process_runtime``: a process runs on the host itself, so only where the
+# host's operator started the agent with --allow-process-runtime.
+HOST_PROCESS = Demand(runtimes=("docker", "process"), workload="process", process_runtime=True)
+
+
+def process_hosts(mode: str, first: bool | None, second: bool | None) -> FleetSnapshot:
+    """Two docker hosts alike but for whether their agents run process workloads."""
+    return FleetSnapshot(
+        (
+            HostState(1, runtime="docker", name="gpu-a", process_runtime=first),
+            HostState(2, runtime="docker", name="gpu-b", process_runtime=second),
+        ),
+        (GpuState(1, 1, H100, MEM, mode), GpuState(2, 2, H100, MEM, mode)),  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(("mode", "request_"), REQUESTS)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_process_replica_skips_hosts_whose_agent_does_not_allow_processes(
+    mode, request_, strategy
+) -> None:
+    snapshot = process_hosts(mode, False, True)
+
+    ranking = rank(snapshot, request_, strategy=strategy, demand=HOST_PROCESS)
+
+    assert {t.gpu_id for t in ranking.feasible} == {2}
+    refusal = ranking.verdict(1)
+    assert isinstance(refusal, Refusal)
+    (violation,) = refusal.violations
+    assert violation.code == "placement.process_runtime"
+    assert "--allow-process-runtime" in violation.message
+    assert violation.details == {"host": 1}
+
+
+@pytest.mark.parametrize(("mode", "request_"), REQUESTS)
+def test_placing_a_process_by_hand_on_such_a_host_is_refused_with_the_same_code(
+    mode, request_
+) -> None:
+    snapshot = process_hosts(mode, False, True)
+
+    refused = check(snapshot, request_, gpu_id=1, demand=HOST_PROCESS)
+
+    assert isinstance(refused, Refusal)
+    assert [v.code for v in refused.violations] == ["placement.process_runtime"]
+    assert isinstance(check(snapshot, request_, gpu_id=2, demand=HOST_PROCESS), Target)
+
+
+def test_containers_go_to_hosts_without_the_process_runtime_and_untracked_hosts_take_all():
+    without = process_hosts("mps", False, False)
+    untracked = process_hosts("mps", None, None)
+
+    assert len(rank(without, MpsRequest(4096), demand=CONTAINER).feasible) == 2
+    assert rank(without, MpsRequest(4096), demand=HOST_PROCESS).best is None
+    assert len(rank(untracked, MpsRequest(4096), demand=HOST_PROCESS).feasible) == 2
+
+
+@pytest.mark.parametrize(("mode", "request_"), REQUESTS)
+def test_the_engines_memo_keeps_process_and_container_answers_apart(mode, request_) -> None:
+    snapshot = process_hosts(mode, False, True)
+
+    container = rank(snapshot, request_, demand=CONTAINER).best
+    process = rank(snapshot, request_, demand=HOST_PROCESS).best
+    again = rank(snapshot, request_, demand=CONTAINER).best
+
+    assert container is not None and container.gpu_id == 1
+    assert process is not None and process.gpu_id == 2
+    assert again == container

@@ -7,6 +7,7 @@ import asyncio
 import itertools
 from typing import Any
 
+import orjson
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -216,7 +217,10 @@ def test_the_asgi_route_authenticates_with_the_session_cookie(viewer, settings):
 
 
 def test_a_frame_of_many_gpus_is_split_so_no_message_nears_the_websocket_limit(viewer, monkeypatch):
-    monkeypatch.setattr(BrowserConsumer, "MAX_FRAME_GPUS", 3)
+    one = telemetry(1, 0, 10.0)["gpus"]["0"]
+    part = len(orjson.dumps({"0": one}))
+    monkeypatch.setattr(BrowserConsumer, "PART_GPUS", 1)
+    monkeypatch.setattr(BrowserConsumer, "MAX_FRAME_BYTES", 3 * part + 10)
 
     async def scenario():
         communicator = communicator_for(viewer)
@@ -224,7 +228,7 @@ def test_a_frame_of_many_gpus_is_split_so_no_message_nears_the_websocket_limit(v
         await communicator.receive_json_from(timeout=1)
         layer = get_channel_layer()
         event = telemetry(1, 0, 10.0)
-        event["gpus"] = {str(g): dict(event["gpus"]["0"]) for g in range(8)}
+        event["gpus"] = {str(g): dict(one) for g in range(8)}
         await layer.group_send(FLEET_GROUP, event)
         await layer.group_send(FLEET_GROUP, {"type": "live.changed", "kind": "gpu", "ids": [5]})
         frames = await frames_within(communicator, 1.0)
@@ -233,6 +237,53 @@ def test_a_frame_of_many_gpus_is_split_so_no_message_nears_the_websocket_limit(v
         assert {g for f in frames for g in f["telemetry"]} == {str(g) for g in range(8)}
         # ``changed`` rides one frame only (the first of a split one)
         assert [f["changed"] for f in frames if f["changed"]] == [{"gpu": [5]}]
+        await communicator.disconnect()
+
+    run(scenario)
+
+
+def blobs_event(host_id: int, values: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A ``live.telemetry`` as the agent sockets' batcher publishes it: pre-encoded values."""
+    return {
+        "type": "live.telemetry",
+        "host_id": host_id,
+        "host_ids": [host_id],
+        "ts": 1.0,
+        "blobs": [orjson.dumps(values)],
+        "ids": [int(k) for k in values],
+        "fleet": [[host_id, 30.0, 2, len(values)]],
+        **extra,
+    }
+
+
+def test_pre_encoded_values_reach_the_browser_spliced_newest_last(viewer):
+    one = telemetry(1, 0, 10.0)["gpus"]["0"]
+
+    async def scenario():
+        communicator = communicator_for(viewer)
+        await communicator.connect()
+        await communicator.receive_json_from(timeout=1)
+        layer = get_channel_layer()
+        await layer.group_send(FLEET_GROUP, blobs_event(1, {"5": {**one, "ts_ms": 1}}))
+        await layer.group_send(
+            FLEET_GROUP, blobs_event(1, {"5": {**one, "ts_ms": 2}, "6": one}, load=2)
+        )
+        await layer.group_send(FLEET_GROUP, blobs_event(2, {"9": one}))
+        frames = await frames_within(communicator, 1.2)
+        seen: dict[str, Any] = {}
+        for frame in frames:
+            seen.update(frame["telemetry"])
+        assert set(seen) == {"5", "6", "9"}
+        assert seen["5"]["ts_ms"] == 2  # the newest of the two
+        assert frames[-1]["fleet"] == {"utilization_percent": 15.0, "reporting": 3}
+        assert frames[-1]["load"]["level"] == 2
+        assert frames[-1]["load"]["telemetry_interval_s"] > 1
+        await communicator.send_json_to({"type": "subscribe", "gpus": [6]})
+        await asyncio.sleep(0.05)
+        await layer.group_send(FLEET_GROUP, blobs_event(1, {"5": one, "6": {**one, "ts_ms": 7}}))
+        await layer.group_send(FLEET_GROUP, blobs_event(3, {"11": one}))
+        frames = await frames_within(communicator, 1.2)
+        assert [f["telemetry"] for f in frames] == [{"6": {**one, "ts_ms": 7}}]
         await communicator.disconnect()
 
     run(scenario)

@@ -93,9 +93,9 @@ def test_no_advice_section_while_no_replica_waits(viewer_web, small_fleet):
     assert 'id="cap-advice"' not in html
 
 
-@pytest.mark.parametrize(("persona", "can_apply"), [("viewer_web", False), ("operator_web", True)])
-def test_waiting_replicas_bring_the_advisor_and_operators_may_apply_it(
-    request, persona, can_apply, small_fleet
+@pytest.mark.parametrize(("persona", "can_ask"), [("viewer_web", False), ("operator_web", True)])
+def test_waiting_replicas_bring_the_advisor_and_operators_may_ask_and_apply_it(
+    request, persona, can_ask, small_fleet
 ):
     from fleet.allocations.services import DeploymentRequest, deployment_create
 
@@ -105,6 +105,9 @@ def test_waiting_replicas_bring_the_advisor_and_operators_may_apply_it(
     html = request.getfixturevalue(persona).get("/capacity/").content.decode()
     # llama-chat's second replica waits too.
     assert 'id="cap-advice"' in html and "3 replicas wait for a place" in html
-    assert '<label for="advice-product"' in html
-    assert '<option value="h100-sxm5-80gb">NVIDIA H100 80GB HBM3</option>' in html
-    assert ("Apply as rollout" in html) is can_apply
+    # Asking runs the solver: operators only (the API refuses viewers, 403).
+    assert ('<label for="advice-product"' in html) is can_ask
+    offered = '<option value="h100-sxm5-80gb">NVIDIA H100 80GB HBM3</option>'
+    assert (f'<select id="advice-product" name="product">{offered}' in html) is can_ask
+    assert ("Apply as rollout" in html) is can_ask
+    assert ("An operator can ask the advisor" in html) is not can_ask

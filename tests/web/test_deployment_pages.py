@@ -26,9 +26,16 @@ from fleet.web.presenters_deployments import (
     format_duration,
     workload_summary,
 )
-from tests.factories import GpuFactory, HostFactory
+from tests.factories import GpuFactory, HostFactory, allow_process
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _processes_allowed(db):
+    """Replicas here run processes: the default team's policy allows them."""
+    allow_process()
+
 
 PROCESS = {
     "runtime": "process",
@@ -41,7 +48,7 @@ PROCESS = {
 def worker(small_fleet):
     """feature-worker: two MPS replicas running as processes, one restarted twice, and a third
     replica stopping (evicted, its process still exiting)."""
-    host = HostFactory(name="a30-d01", runtime="process")
+    host = HostFactory(name="a30-d01", runtime="process", process_runtime=True)
     gpu = GpuFactory(host=host, product_key="a30-24gb")
     gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="mps", mps=MpsPolicy()))
     deployment = deployment_create(

@@ -98,3 +98,29 @@ def test_an_unknown_host_is_a_404(viewer_web, host):
 def test_the_fleet_view_links_each_host_to_its_page(viewer_web, host):
     html = viewer_web.get("/").content.decode()
     assert f'href="/hosts/{host.pk}/"' in html
+
+
+def test_a_reserved_host_says_for_which_teams_and_admins_get_the_form(
+    viewer_web, admin_user, operator_web, host
+):
+    from django.test import Client
+
+    from fleet.core.teams import team_create
+    from fleet.inventory.reservations import host_set_reservation
+
+    team_create(name="team-b")
+    team_create(name="team-a")
+    unreserved = viewer_web.get(f"/hosts/{host.pk}/").content.decode()
+    assert "Reserved for" not in unreserved
+    host_set_reservation(host_id=host.pk, teams=["team-b", "team-a"])
+
+    page = viewer_web.get(f"/hosts/{host.pk}/").content.decode()
+    assert "<dt>Reserved for</dt>" in page and ">team-a, team-b</dd>" in page
+    assert 'id="reserve-form"' not in page
+    panel = viewer_web.get(f"/ui/hosts/{host.pk}/panel").content.decode()
+    assert ">team-a, team-b</dd>" in panel  # the live refresh shows a change
+    assert 'id="reserve-form"' not in operator_web.get(f"/hosts/{host.pk}/").content.decode()
+    admin = Client()
+    admin.force_login(admin_user)
+    form = admin.get(f"/hosts/{host.pk}/").content.decode()
+    assert 'id="reserve-form"' in form and 'value="team-a, team-b"' in form

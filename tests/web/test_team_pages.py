@@ -82,6 +82,13 @@ def test_the_dashboard_permission_matrix(world, fleet, team, whose):
         return
     detail = client.get(f"/deployments/{d.pk}/").content.decode()
     assert ('id="scale-form"' in detail) is acts
+    # What it runs and its replica metrics: its own team's members and fleet viewers and up.
+    sees_spec = fleet != "none" or whose == "own"
+    assert ('class="dep-workload-json"' in detail) is sees_spec
+    assert ('id="workload-hidden"' in detail) is not sees_spec
+    assert ('id="replica-metrics"' in detail) is sees_spec
+    metrics = client.get(f"/ui/deployments/{d.pk}/metrics")
+    assert metrics.status_code == (200 if sees_spec else 403)
     assert ('id="defrag-show"' in detail) is (fleet in ("operator", "admin"))
     tray = client.get("/ui/tray").content.decode()
     card = tray[tray.index(f'id="dep-{d.pk}"') :].split("</article>")[0]

@@ -20,7 +20,14 @@ def main() -> None:
     parser.add_argument("--hostname", required=True)
     parser.add_argument("--runtime", choices=["docker", "process"], required=True)
     args = parser.parse_args()
-    runtimes = build_runtimes(args.runtime, hostname=args.hostname, state_dir=args.state_dir)
+    runtimes = build_runtimes(
+        args.runtime,
+        hostname=args.hostname,
+        state_dir=args.state_dir,
+        allow_process=True,
+        process_as_agent_user=True,
+        image_pull="if-not-present",
+    )
     supervisor = Supervisor(
         runtimes,
         agent_runtime=args.runtime,

@@ -16,6 +16,7 @@ from hostagent.runtime.output import NoOutput, Output
 
 class FakeRuntime:
     name = "process"
+    refusal: str | None = None
 
     def __init__(self) -> None:
         self.live: dict[str, Running] = {}
@@ -94,10 +95,16 @@ class FakeRuntime:
             return sorted(r.allocation_id for i, r in self.live.items() if i not in self.ended)
 
 
+CONTAINER_USER = "65534:65534"
+"""The test image runs as root; a container runs as nobody unless a test says otherwise."""
+
+
 def workload(runtime="process", **changes) -> Workload:
     w = default_workload()
     w["runtime"] = runtime
     w["command"] = ["serve"]
+    if runtime == "container":
+        w["user"] = CONTAINER_USER
     w.update(changes)  # type: ignore[typeddict-item]
     return w
 

@@ -48,7 +48,7 @@ def container_spec(allocation_id=11, *, gpu_request=False, pipe=None, **changes)
 
 @pytest.fixture
 def runtime(docker_host):
-    rt = DockerRuntime(docker_host)
+    rt = DockerRuntime(docker_host, image_pull="if-not-present")
     yield rt
     rt.close()
 
@@ -58,7 +58,7 @@ def env_of(docker_client, container_id) -> dict[str, str]:
     return dict(line.split("=", 1) for line in logs.splitlines() if "=" in line)
 
 
-def test_a_replicas_container_carries_its_labels_environment_and_host_network(
+def test_a_replicas_container_carries_its_labels_environment_and_the_restricted_profile(
     runtime, docker_client, docker_host
 ):
     running = runtime.start(container_spec(env={"MODEL": "qwen-7b"}))
@@ -68,7 +68,11 @@ def test_a_replicas_container_carries_its_labels_environment_and_host_network(
     assert labels["fleet.allocation"] == "11"
     assert labels["fleet.deployment"] == "qwen-7b"
     assert labels["fleet.host"] == docker_host
-    assert attrs["HostConfig"]["NetworkMode"] == "host"
+    host = attrs["HostConfig"]
+    assert host["NetworkMode"] == "none" and host["IpcMode"] == "private"
+    assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["PidsLimit"] == 4096
+    assert attrs["Config"]["User"] == "65534:65534"
     assert attrs["HostConfig"]["RestartPolicy"]["Name"] in ("", "no")  # the agent restarts
     assert not attrs["HostConfig"].get("DeviceRequests")  # simulated backend: no device
     env = env_of(docker_client, running.ident)
@@ -136,7 +140,7 @@ def test_an_mps_share_gets_ipc_host_the_pipe_directory_and_its_limits(
     running = runtime.start(container_spec(pipe=pipe))
     attrs = docker_client.api.inspect_container(running.ident)
     assert attrs["HostConfig"]["IpcMode"] == "host"
-    assert f"{pipe}:{pipe}:rw" in attrs["HostConfig"]["Binds"]
+    assert f"{pipe}:{pipe}:ro" in attrs["HostConfig"]["Binds"]
     env = env_of(docker_client, running.ident)
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == pipe
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"
@@ -162,7 +166,7 @@ def test_an_exit_is_observed_with_its_code(runtime):
 def test_a_missing_image_that_cannot_be_pulled_fails_with_the_reason(runtime):
     with pytest.raises(
         StartError,
-        match=r"the image registry\.invalid/llm:1\.2 is not on this host and cannot be pulled",
+        match=r"cannot pull the image registry\.invalid/llm:1\.2",
     ):
         runtime.start(container_spec(image="registry.invalid/llm:1.2"))
 
@@ -173,12 +177,12 @@ def test_a_restarted_agent_finds_this_hosts_containers_and_no_others(
     live = runtime.start(container_spec(11))
     gone = runtime.start(container_spec(12, command=["sh", "-c", "exit 3"]))
     wait_for(lambda: runtime.observe([gone]))
-    other = DockerRuntime(f"{docker_host}-other")
+    other = DockerRuntime(f"{docker_host}-other", image_pull="if-not-present")
     try:
         assert other.find() == []
     finally:
         other.close()
-    again = DockerRuntime(docker_host)
+    again = DockerRuntime(docker_host, image_pull="if-not-present")
     found = {f.running.allocation_id: f for f in again.find()}
     again.close()
     assert found[11].exit is None and found[11].running.ident == live.ident

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from hostagent.protocol import default_health
+from hostagent.protocol import default_health, default_security
 from hostagent.runtime.docker import DockerRuntime
 from hostagent.runtime.health import http_check, tcp_check
 from tests.hostagent.runtime.conftest import IMAGE
@@ -54,6 +54,10 @@ def test_tcp_passes_when_the_port_accepts(http_server):
     assert tcp_check(free_port(), 2) is not None
 
 
+# An http check reaches the workload on the host's loopback: only with the host's network.
+HOST_NETWORK = {**default_security(), "user": "65534:65534", "host_network": True}
+
+
 def http_health(port: int, path: str = "/health"):
     health = default_health()
     health.update(interval_s=1, timeout_s=1, retries=2)
@@ -62,7 +66,9 @@ def http_health(port: int, path: str = "/health"):
 
 
 def test_a_container_whose_http_check_fails_is_not_running(tmp_path, docker_host):
-    host = make_host(tmp_path, {"container": DockerRuntime(docker_host)})
+    host = make_host(
+        tmp_path, {"container": DockerRuntime(docker_host, image_pull="if-not-present")}
+    )
     port = free_port()
     serve = (
         f"mkdir -p /tmp/www && echo ok > /tmp/www/health && exec httpd -f -p 127.0.0.1:{port} "
@@ -76,7 +82,15 @@ def test_a_container_whose_http_check_fails_is_not_running(tmp_path, docker_host
             "container", image=IMAGE, command=["sh", "-c", serve], health=http_health(port)
         )
         host.apply(
-            desired(host.gpu, 1, [allocation(1, sick), allocation(2, well, "p1")], ((5, 0), (5, 2)))
+            desired(
+                host.gpu,
+                1,
+                [
+                    allocation(1, sick, security=HOST_NETWORK),
+                    allocation(2, well, "p1", security=HOST_NETWORK),
+                ],
+                ((5, 0), (5, 2)),
+            )
         )
         wait_for(lambda: host.state(2) == "running")  # GET 127.0.0.1:port/health from the host
         wait_for(lambda: "health check not passed yet" in host.status(1)["message"])

@@ -98,7 +98,9 @@ def test_an_unhealthy_stop_is_a_failure_even_with_a_clean_exit():
 def test_a_container_exiting_non_zero_restarts_with_backoff_then_is_in_crashloop(
     tmp_path, docker_host
 ):
-    host = make_host(tmp_path, {"container": DockerRuntime(docker_host)})
+    host = make_host(
+        tmp_path, {"container": DockerRuntime(docker_host, image_pull="if-not-present")}
+    )
     try:
         failing = workload("container", image=IMAGE, command=["sh", "-c", "exit 3"])
         never = workload("container", image=IMAGE, command=["sh", "-c", "exit 5"], restart="never")

@@ -37,7 +37,7 @@ def process_spec(allocation_id=5, **changes) -> ReplicaSpec:
 
 @pytest.fixture
 def runtime(tmp_path, kill_sessions):
-    rt = ProcessRuntime(tmp_path / "state")
+    rt = ProcessRuntime(tmp_path / "state", as_agent_user=True)
     original = rt.start
 
     def start(spec):
@@ -98,7 +98,7 @@ def test_an_exit_is_seen_with_its_code_and_the_groups_leftovers_are_killed(runti
 
 
 def test_output_goes_to_a_log_in_the_state_directory_that_stays_bounded(tmp_path, kill_sessions):
-    runtime = ProcessRuntime(tmp_path, log_max_bytes=1000)
+    runtime = ProcessRuntime(tmp_path, log_max_bytes=1000, as_agent_user=True)
     running = runtime.start(
         process_spec(command=["sh", "-c", "for i in $(seq 500); do echo line $i; done; sleep 30"])
     )
@@ -183,7 +183,7 @@ def test_the_last_lines_of_a_process_output_are_read_from_its_log(runtime):
 
 
 def test_after_a_rotation_the_rotated_copy_completes_a_short_log(tmp_path, kill_sessions):
-    runtime = ProcessRuntime(tmp_path / "state", log_max_bytes=10)
+    runtime = ProcessRuntime(tmp_path / "state", log_max_bytes=10, as_agent_user=True)
     running = runtime.start(process_spec(8, command=["sh", "-c", "echo first; echo second"]))
     kill_sessions.append(running.pid)
     wait_for(lambda: runtime.logs(8, 10).lines == ["first", "second"])

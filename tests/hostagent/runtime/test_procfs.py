@@ -15,10 +15,10 @@ from tests.hostagent.runtime.test_docker import container_spec
 def test_a_process_groups_children_and_a_containers_processes_are_named_by_replica(
     tmp_path, kill_sessions, docker_host
 ):
-    processes = ProcessRuntime(tmp_path)
+    processes = ProcessRuntime(tmp_path, as_agent_user=True)
     group = processes.start(spec(3, command=["sh", "-c", "sleep 30 & sleep 30 & wait"]))
     kill_sessions.append(group.pid)
-    containers = DockerRuntime(docker_host)
+    containers = DockerRuntime(docker_host, image_pull="if-not-present")
     try:
         box = containers.start(
             container_spec(4, command=["sh", "-c", "sleep 30 & sleep 30 & wait"])

@@ -178,6 +178,21 @@ def test_a_saved_replica_found_running_is_supervised_before_the_control_plane_an
     assert s.take_report(full=True)["workloads"][0]["restarts"] == 3
 
 
+def test_the_store_keeps_how_a_replica_is_confined_so_that_its_fingerprint_survives(tmp_path):
+    import dataclasses
+
+    confined = dataclasses.replace(
+        spec(1),
+        security={**protocol.default_security(), "user": "65534:65534", "memory_mib": 512},
+    )
+    ReplicaStore(tmp_path).save([Stored(confined, restarts=0)])
+
+    loaded = ReplicaStore(tmp_path).load()[1].spec
+    assert loaded.security == confined.security
+    # An agent restarted after a crash adopts what it left running, it does not start it again.
+    assert loaded.fingerprint() == confined.fingerprint()
+
+
 def test_a_saved_replica_not_running_waits_for_the_control_plane(runtime, supervisor, tmp_path):
     ReplicaStore(tmp_path).save([Stored(spec(1), restarts=0)])
     ended = Running(1, "process", "w-old", 1.0, None, "GPU-1", "qwen-7b", 30)

@@ -22,10 +22,12 @@ ANNOUNCE = (
 @pytest.fixture(params=["container", "process"])
 def host(request, tmp_path, kill_sessions):
     """An agent with the docker runtime (containers) or the process runtime."""
-    process = ProcessRuntime(tmp_path / "workloads")
+    process = ProcessRuntime(tmp_path / "workloads", as_agent_user=True)
     runtimes = {"process": process}
     if request.param == "container":
-        runtimes["container"] = DockerRuntime(request.getfixturevalue("docker_host"))
+        runtimes["container"] = DockerRuntime(
+            request.getfixturevalue("docker_host"), image_pull="if-not-present"
+        )
     made = make_host(tmp_path, runtimes, "docker" if request.param == "container" else "process")
     made.kind = request.param
     yield made
@@ -77,7 +79,9 @@ def test_a_placed_replica_runs_on_its_mig_slice_and_an_eviction_stops_it(host, r
 
 
 def test_a_reshape_waits_for_the_workload_before_destroying_its_partition(tmp_path, kill_sessions):
-    host = make_host(tmp_path, {"process": ProcessRuntime(tmp_path / "w")}, "process")
+    host = make_host(
+        tmp_path, {"process": ProcessRuntime(tmp_path / "w", as_agent_user=True)}, "process"
+    )
     try:
         stubborn = workload(
             "process", command=["sh", "-c", "trap '' TERM; sleep 30"], stop_grace_s=1
@@ -96,7 +100,9 @@ def test_a_reshape_waits_for_the_workload_before_destroying_its_partition(tmp_pa
 
 
 def test_an_mps_share_gets_the_pipe_directory_and_the_shares_limits(tmp_path, kill_sessions):
-    host = make_host(tmp_path, {"process": ProcessRuntime(tmp_path / "w")}, "process")
+    host = make_host(
+        tmp_path, {"process": ProcessRuntime(tmp_path / "w", as_agent_user=True)}, "process"
+    )
     try:
         share = allocation(
             3,

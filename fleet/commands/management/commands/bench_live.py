@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from fleet.bench.live import run_bench
 from fleet.bench.options import Options, default_servers
@@ -54,6 +54,33 @@ class Command(StackBenchCommand):
         parser.add_argument(
             "--live-batch", type=float, default=None, help="FLEET_LIVE_BATCH_SECONDS for servers"
         )
+        parser.add_argument(
+            "--restart-at",
+            type=float,
+            default=None,
+            help="restart every ASGI server once, this many seconds into the window (a restart "
+            "storm: reports how fast hosts report again, samples lost and replicas moved)",
+        )
+        parser.add_argument(
+            "--replicas",
+            type=int,
+            default=-1,
+            help="whole-GPU replicas placed before the run (default: one per 10 hosts with "
+            "--goal storm or overload, else none)",
+        )
+        parser.add_argument(
+            "--goal",
+            choices=["latency", "storm", "overload"],
+            default="",
+            help="what goal_met checks (default: storm with --restart-at, else latency); storm "
+            "and overload also run a Celery worker and beat",
+        )
+        parser.add_argument(
+            "--require-goal",
+            action="store_true",
+            help="exit non-zero when the goal is not met (a warm-up that does not complete "
+            "always does)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         def interrupted(signum: int, frame: Any) -> None:
@@ -78,7 +105,18 @@ class Command(StackBenchCommand):
                 live_batch_s=options["live_batch"],
                 workdir=options["workdir"],
                 server_pids=options["server_pid"],
+                restart_at=options["restart_at"],
+                replicas=options["replicas"],
+                goal=options["goal"],
                 log=self.log,
             )
         )
         self.emit(result, options)
+        if not result["warmup_complete"]:
+            raise CommandError(
+                f"the warm-up did not complete in {options['warmup_timeout']:.0f} s: not every "
+                "GPU reached a browser (goal_met is false)"
+            )
+        if options["require_goal"] and not result["goal_met"]:
+            failed = [name for name, ok in result["goals"].items() if not ok]
+            raise CommandError(f"goal {result['goal']} not met: {', '.join(failed)}")

@@ -119,8 +119,11 @@ def write_swarm_config(server: str, *, interval_s: float) -> Path:
         "interval_s": interval_s,
         "hosts": hosts,
         # The demo's agents run process workloads for real (a deployment whose workload is a
-        # process starts it on this machine), and stop them when the demo exits.
+        # process starts it on this machine, as the user running the demo), and stop them
+        # when the demo exits.
         "runtime": "process",
+        "allow_process_runtime": True,
+        "process_as_agent_user": True,
         "state_dir": str(Path(settings.FLEET_DATA_DIR) / "demo-workloads"),
         "stop_workloads_on_exit": True,
     }
