@@ -17,6 +17,10 @@ let validation = 0; // sequence number of the latest validation request
 let validated = null; // what the latest validation was asked about (mode and instances)
 let valid = false;
 let followed = null; // the operation being followed
+// Set when the followed operation succeeds: the next re-read adopts the applied layout as the
+// edit. Only that one: a later live frame must not wipe an edit the operator has started since.
+let adoptApplied = false;
+let adoptedId = null; // the operation whose success was adopted (show() runs on every update)
 let unfollow = () => {};
 
 const $ = (id) => document.getElementById(id);
@@ -377,7 +381,11 @@ function show(operation) {
     ? (operation.reason || "The agent applied the layout.")
     : over ? operation.reason || "" : `Operation #${operation.id}: waiting for the agent…`;
   updateApply();
-  if (operation.status === "succeeded") { reload(); toast("Layout applied", { kind: "ok", lines: [operation.summary] }); }
+  if (operation.status === "succeeded" && operation.id !== adoptedId) {
+    adoptedId = operation.id;
+    adoptApplied = true;
+    reload();
+    toast("Layout applied", { kind: "ok", lines: [operation.summary] }); }
   else if (over) { reload(); toast(`Layout ${operation.status}`, { kind: "error", lines: [operation.reason || operation.summary], timeout: 0 }); }
 }
 
@@ -392,7 +400,8 @@ async function reload() {
   if (result.ok) {
     const wasCurrent = !changed();
     model = result.data;
-    if (wasCurrent || (followed && followed.status === "succeeded")) {
+    if (wasCurrent || adoptApplied) {
+      adoptApplied = false;
       mode = model.mode;
       instances = fromCurrent();
     }

@@ -208,6 +208,21 @@ def test_3b_mps_inside_a_mig_instance_is_set_in_the_editor_and_kept_by_a_reshape
     page.click('.pl[data-profile="3g.40gb"][data-start="0"]')  # remove the first half
     page.click('.pl[data-profile="1g.10gb"][data-start="0"]')
     page.locator("#verdict.ok").wait_for(timeout=15_000)
+    # Live frames about this GPU re-read the editor's model: they must not wipe the edit (they
+    # did, after a successful apply, when a frame came between the edit and the click).
+    card = f"#gpu-{gpu['id']}"
+    for action, flag in (("cordon", "1"), ("uncordon", "0")):
+        status, _ = session.api("POST", f"/api/v1/gpus/{gpu['id']}/{action}", {"reason": "test"})
+        assert status == 200, status
+        page.wait_for_function(
+            f"() => document.querySelector('{card}')?.dataset.cordoned === '{flag}'",
+            timeout=10_000,
+        )
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#canvas .inst')].length === 2"
+        " && !!document.querySelector('#canvas .inst.new')",
+        timeout=5_000,
+    )
     page.click("#apply")
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
