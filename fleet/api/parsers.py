@@ -34,6 +34,10 @@ UTF8 = frozenset({"utf-8", "utf8"})
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _NESTING = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+# The escape of U+0000 (not an escaped backslash followed by "u0000"): PostgreSQL's text and
+# jsonb cannot hold that character, so a string carrying it would be a 500 wherever it is stored
+# or compared; no field Fleet defines has a use for it.
+_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def json_depth(raw: bytes) -> int:
@@ -76,7 +80,12 @@ class JsonParser(BaseParser):
             raise too_large(max_bytes)
         if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and json_depth(raw) > MAX_JSON_DEPTH:
             raise ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels.")
-        return self._loads(raw, context.get("encoding") or settings.DEFAULT_CHARSET)
+        value = self._loads(raw, context.get("encoding") or settings.DEFAULT_CHARSET)
+        if b"\\u0000" in raw and _NUL.search(raw):
+            raise ParseError(
+                "JSON parse error - a string holds U+0000 (NUL), which no field accepts."
+            )
+        return value
 
     def _loads(self, raw: bytes, encoding: str) -> dict[str, Any]:
         """orjson: strict JSON (no NaN or Infinity, no number that overflows a double) and

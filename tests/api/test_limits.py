@@ -376,6 +376,10 @@ def test_an_id_past_64_bits_is_a_4xx_on_every_database(admin_client, method, url
         '{"selector": {"\\udb3f": {}}, "layout": {}}',  # a lone surrogate: no response can quote it
         '{"selector": {}, "max_unavailable": 1e400}',  # overflows a double
         '{"selector": {}, "max_unavailable": NaN}',
+        # U+0000, which PostgreSQL cannot store or compare: a 500 there (schemathesis, PATCH
+        # /deployments/{id}/ with a team name and POST /rollouts/ with a label holding it)
+        '{"selector": {"labels": {"a": "b\\u0000"}}, "layout": {}}',
+        '{"selector": {"labels": {"a\\\\\\u0000": "b"}}, "layout": {}}',
     ],
 )
 def test_json_that_is_not_valid_unicode_or_strict_json_is_a_400_envelope(operator_client, raw):
@@ -383,6 +387,14 @@ def test_json_that_is_not_valid_unicode_or_strict_json_is_a_400_envelope(operato
     response = post_json(operator_client, "/api/v1/rollouts/", raw)
     assert_error(response, 400, "malformed_request")
     assert snapshot_rows() == before
+
+
+@pytest.mark.django_db
+def test_an_escaped_backslash_before_u0000_is_text_not_nul(operator_client):
+    raw = '{"product": "a\\\\u0000", "instances": []}'  # "a", a backslash, "u0000"
+    response = post_json(operator_client, "/api/v1/mig/validate", raw)
+    assert response.status_code in (400, 404)
+    assert response.json()["code"] != "malformed_request"
 
 
 @pytest.mark.django_db
