@@ -16,16 +16,21 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/python manage.py demo
 
+# pytest-xdist workers for the non-browser tests (each has its own test database and Redis
+# database; the tests that start real processes run one after another on one of them).
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
+
 ## test: every test: pure domain, Django, API, agent, end-to-end (PostgreSQL-only ones need
 ## FLEET_DATABASE_URL/FLEET_REDIS_URL), then the real-browser tests in their own process
 test: $(STAMP)
-	$(BIN)/pytest -p no:cacheprovider -m "not browser" --durations=25
+	$(BIN)/pytest -p no:cacheprovider -m "not browser" $(XDIST) --durations=25
 	$(BIN)/pytest -p no:cacheprovider -m browser tests/browser
 
 ## test-production: the tests that meet PostgreSQL and Redis (FLEET_DATABASE_URL/FLEET_REDIS_URL
 ## set): everything but the pure domain and the agent, which touch neither and ran in `make test`
 test-production: $(STAMP)
-	$(BIN)/pytest -p no:cacheprovider -m "not browser" --durations=25 \
+	$(BIN)/pytest -p no:cacheprovider -m "not browser" $(XDIST) --durations=25 \
 	  --ignore=tests/hostagent --ignore=tests/mig --ignore=tests/mps --ignore=tests/placement \
 	  --ignore=tests/gpu
 

@@ -114,3 +114,16 @@ def mem_store(settings: Any) -> Any:
     ingest.forget_all()
     yield store
     store.clear()
+
+
+_PROCESS_SUITES = ("e2e", "bench")
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``), the tests that start real processes (a stack
+    of servers, workers and agents) run one after another on one worker, as they would alone:
+    their timings are what they assert. The rest spread over the other workers."""
+    for item in items:
+        parts = item.nodeid.split("/")
+        if (len(parts) > 1 and parts[1] in _PROCESS_SUITES) or item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.xdist_group("processes"))

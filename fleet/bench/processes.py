@@ -75,12 +75,14 @@ def redis_ping(port: int) -> bool:
         return s.recv(16).startswith(b"+PONG")
 
 
-def create_database(server_url: str, name: str) -> None:
-    """A scratch PostgreSQL database on ``server_url`` (a ``postgres://`` URL without the db)."""
+def create_database(server_url: str, name: str, *, template: str | None = None) -> None:
+    """A scratch PostgreSQL database on ``server_url`` (a ``postgres://`` URL without the db),
+    empty or a copy of ``template`` (a database nobody is connected to)."""
     import psycopg
 
+    copy = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(f"{server_url}/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"{copy}')
 
 
 def drop_database(server_url: str, name: str) -> None:

@@ -6,12 +6,24 @@ embedded defaults and on PostgreSQL + Redis.
 
 from __future__ import annotations
 
+import os
+import re
 import tempfile
 from pathlib import Path
 
-from fleet.settings.base import *  # noqa: F403
-from fleet.settings.base import DATABASES, FLEET_DATA_DIR
-from fleet.settings.env import env
+# Under pytest-xdist each worker process gets its own Redis database (the URL's index plus the
+# worker's number), as pytest-django gives each its own test database: the cache (throttles,
+# load level), the channel layer's groups and the broker are then not shared between workers.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw") and os.environ.get("FLEET_REDIS_URL"):
+    _url = re.match(r"^(.*?)(?:/(\d+))?/?$", os.environ["FLEET_REDIS_URL"])
+    if _url is not None:
+        _index = int(_url.group(2) or 0) + int(_WORKER[2:])
+        os.environ["FLEET_REDIS_URL"] = f"{_url.group(1)}/{_index}"
+
+from fleet.settings.base import *  # noqa: E402, F403
+from fleet.settings.base import DATABASES, FLEET_DATA_DIR  # noqa: E402
+from fleet.settings.env import env  # noqa: E402
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):

@@ -171,7 +171,9 @@ def test_a_25_s_server_outage_moves_no_replica_and_every_host_is_ready_within_10
         lambda: len(operations(stack, "mass_offline")) == mass_before + 2, 15, what="the end"
     )
     started, ended = operations(stack, "mass_offline")[mass_before:]
-    assert started["payload"]["active"] is True and started["payload"]["offline"] == 3
+    # Declared by the first sweep that finds more than 55 % of the 3 hosts offline: 2 or 3 of
+    # them, as their last reports fell on either side of that sweep.
+    assert started["payload"]["active"] is True and started["payload"]["offline"] >= 2
     assert ended["payload"]["active"] is False
     assert placement(stack) == before
 
