@@ -140,12 +140,15 @@ def test_a_lost_gpu_moves_the_replica_and_recovers_when_it_is_back(fleet):
 
 
 def test_a_failing_apply_fails_the_operation_with_a_reason_and_a_slow_one_still_completes(fleet):
-    stack, agent, gpus, _ = fleet
-    target = gpus[1]
+    stack, agent, gpus, deployment = fleet
+    # A GPU of node-a (the faulty agent's) that the replica is not on: the earlier faults move
+    # it to node-a's other GPU or to node-b, whichever the placement engine picks.
+    holding = replica_gpu(stack, deployment)
+    target = next(g for g in gpus[:2] if g["id"] != holding)
     agent.fault(fault="fail_apply", count=1)
     mig = {"mode": "mig", "instances": [{"profile": "4g.24gb", "start": 0}]}
     status, op = stack.request("PUT", f"/api/v1/gpus/{target['id']}/layout", mig)
-    assert status == 202
+    assert status == 202, op
     done = stack.wait_operation(op["id"])
     assert done["status"] == "failed" and done["reason"]
     agent.fault(fault="slow_apply", seconds=2)
