@@ -57,6 +57,17 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{authority.rpartition('@')[2]}{path}"
 
 
+def url_shown(url: str) -> str:
+    """What may be shown of a webhook's URL: ``scheme://host[:port]``, and ``/…`` when it has a
+    path, a query or credentials (Slack's, Teams' and Discord's URLs are bearer secrets in
+    their path)."""
+    scheme, _, rest = url.partition("://")
+    authority = _AUTHORITY_END.split(rest, maxsplit=1)[0]
+    host = authority.rpartition("@")[2]
+    more = rest[len(authority) :] not in ("", "/") or "@" in authority
+    return f"{scheme}://{host}" + ("/…" if more else "")
+
+
 def urls_redacted(text: str) -> str:
     """``text`` with every URL in it as :func:`redact_url` gives it."""
     if "://" not in text:

@@ -9,6 +9,11 @@ due ones, and picks up a send whose worker died (``sending`` for longer than a t
 Receivers check ``X-Fleet-Signature: sha256=<hex>``, the HMAC-SHA256 with the webhook's secret
 of ``<X-Fleet-Timestamp>.<body>`` (the timestamp is signed so an old body cannot be replayed).
 
+The secret and the whole URL (its user name and password, sent as HTTP Basic, its path and its
+query: Slack's and Teams' URLs are bearer secrets) are encrypted at rest with the team secrets'
+keys (``FLEET_SECRETS_KEYS``, :mod:`fleet.core.secrets`) and never shown again: the API, the
+pages and the audit trail see ``scheme://host[:port]/…`` only (:func:`url_shown`).
+
 ``FLEET_ALERT_TIMEOUT_SECONDS`` bounds a whole attempt (connect, TLS, request and answer), not
 each read: a receiver trickling its answer cannot hold a worker. A webhook never reaches this
 machine, its cloud or its private networks: loopback, link-local (the metadata service
@@ -31,9 +36,10 @@ import logging
 import socket
 import ssl
 import time
+from base64 import b64encode
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 from django.db.models import F, Q
@@ -50,6 +56,8 @@ from fleet.core.models import (
     OperationStatus,
 )
 from fleet.core.operations import operation_record
+from fleet.core.redaction import url_shown
+from fleet.core.secrets import secret_decrypt, secret_encrypt
 
 logger = logging.getLogger(__name__)
 
@@ -126,22 +134,44 @@ def _audit(webhook: AlertWebhook, verb: str, user: Any) -> None:
     )
 
 
+def _stored(clean: dict[str, Any]) -> dict[str, Any]:
+    """The row's fields for cleaned input: the URL and the secret encrypted, the URL's shown
+    part in the clear."""
+    fields = {k: v for k, v in clean.items() if k not in ("url", "secret")}
+    if "url" in clean:
+        fields.update(url=url_shown(clean["url"]), url_ciphertext=secret_encrypt(clean["url"]))
+    if "secret" in clean:
+        fields["secret_ciphertext"] = secret_encrypt(clean["secret"])
+    return fields
+
+
+def webhook_url(webhook: AlertWebhook) -> str | None:
+    """The webhook's whole URL, decrypted (``None``: no key in ``FLEET_SECRETS_KEYS`` opens
+    it)."""
+    return secret_decrypt(webhook.url_ciphertext)
+
+
+def webhook_secret(webhook: AlertWebhook) -> str | None:
+    """The webhook's signing secret, decrypted (``None``: no key opens it)."""
+    return secret_decrypt(webhook.secret_ciphertext)
+
+
 def webhook_create(*, data: dict[str, Any], user: Any = None) -> AlertWebhook:
     """A new webhook from API input (``webhook.invalid`` names the field at fault)."""
     clean = _clean(data, partial=False)
     if AlertWebhook.objects.count() >= MAX_WEBHOOKS:
         raise ServiceError("webhook.limit", f"At most {MAX_WEBHOOKS} webhooks.", status_code=409)
     webhook = AlertWebhook.objects.create(
-        **clean, created_by=user if getattr(user, "is_authenticated", False) else None
+        **_stored(clean), created_by=user if getattr(user, "is_authenticated", False) else None
     )
     _audit(webhook, "created", user)
     return webhook
 
 
 def webhook_update(*, webhook_id: int, data: dict[str, Any], user: Any = None) -> AlertWebhook:
-    """Change the given fields (the secret too, when given)."""
+    """Change the given fields (the URL and the secret too, when given)."""
     webhook = _get(webhook_id)
-    for name, value in _clean(data, partial=True).items():
+    for name, value in _stored(_clean(data, partial=True)).items():
         setattr(webhook, name, value)
     webhook.save()
     _audit(webhook, "changed", user)
@@ -376,12 +406,21 @@ def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
         # header names the URL's host.
         connection.sock = _DeadlineSocket(sock, deadline)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        connection.request("POST", path, body=body, headers=headers)
+        connection.request("POST", path, body=body, headers={**_basic_auth(url), **headers})
         response = connection.getresponse()
         response.read(MAX_ANSWER_BYTES)
         return int(response.status)
     finally:
         sock.close()
+
+
+def _basic_auth(url: str) -> dict[str, str]:
+    """``Authorization: Basic`` from the URL's user name and password, as curl sends them."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return {}
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    return {"Authorization": "Basic " + b64encode(pair.encode("utf-8")).decode("ascii")}
 
 
 def backoff_seconds(attempts: int) -> float:
@@ -407,6 +446,10 @@ def alert_deliver(*, delivery_id: int, now: datetime | None = None) -> str | Non
         return None
     delivery = AlertDelivery.objects.select_related("webhook").get(pk=delivery_id)
     webhook = delivery.webhook
+    url, secret = webhook_url(webhook), webhook_secret(webhook)
+    if url is None or secret is None:
+        error = "no key in FLEET_SECRETS_KEYS opens the webhook's URL or secret: set them again"
+        return _record(delivery, code=None, error=error, now=now)
     body = render_body(webhook.format, delivery.payload)
     timestamp = str(int(time.time()))
     headers = {
@@ -415,12 +458,12 @@ def alert_deliver(*, delivery_id: int, now: datetime | None = None) -> str | Non
         "X-Fleet-Event": delivery.event,
         "X-Fleet-Delivery": str(delivery.pk),
         "X-Fleet-Timestamp": timestamp,
-        "X-Fleet-Signature": signature(webhook.secret, timestamp, body),
+        "X-Fleet-Signature": signature(secret, timestamp, body),
     }
     code: int | None = None
     error = ""
     try:
-        code = _post(webhook.url, body, headers)
+        code = _post(url, body, headers)
         if not 200 <= code < 300:
             error = f"HTTP {code}"
     except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, timed out, garbled
