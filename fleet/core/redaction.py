@@ -15,7 +15,16 @@ from typing import Any
 # Operation payload keys that hold a workload spec, whole (a rollout's old and new version).
 WORKLOAD_KEYS = ("workload", "previous")
 # Payload keys that hold a part of one, or the sealed (encrypted) previous version.
-SPEC_PART_KEYS = ("sealed_previous", "image", "command", "env", "cwd", "user", "health")
+SPEC_PART_KEYS = (
+    "sealed_previous",
+    "image",
+    "image_pin",
+    "command",
+    "env",
+    "cwd",
+    "user",
+    "health",
+)
 # A URL in free text: a scheme, ``://`` and everything up to white space or a quote, less the
 # punctuation that ends a sentence.
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]{0,15}://[^\s<>\"']*[^\s<>\"'.,;:!?)\]]")

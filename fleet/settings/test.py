@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fleet.settings.base import *  # noqa: F403
 from fleet.settings.base import DATABASES, FLEET_DATA_DIR
-from fleet.settings.env import env
+from fleet.settings.env import env, env_bool
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
@@ -21,6 +21,10 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 
 # In-process tests run tasks eagerly; tests that need a real worker start one (marked e2e).
 CELERY_TASK_ALWAYS_EAGER = True
+
+# Tests name made-up images and talk to loopback only: no registry is asked unless a test turns
+# pinning on (against its own registry stub on loopback).
+FLEET_IMAGE_PINNING = env_bool("FLEET_IMAGE_PINNING", False)
 
 # Two suites on one PostgreSQL server (two checkouts, two developers) each name their own test
 # database; pytest-django creates and drops it.
