@@ -67,3 +67,19 @@ def allow_process(team: Any = None, user: str = "1000:1000", **policy: Any) -> A
     team.policy = {"runtimes": ["container", "process"], "process_user": user, **policy}
     team.save(update_fields=["policy"])
     return team
+
+
+def webhook(url: str, events: list[str], secret: str = "s" * 16, **fields: Any) -> Any:
+    """An alert webhook row as the API stores one: its URL and secret encrypted, the URL's
+    shown part in the clear."""
+    from fleet.core.models import AlertWebhook
+    from fleet.core.redaction import url_shown
+    from fleet.core.secrets import secret_encrypt
+
+    return AlertWebhook.objects.create(
+        url=url_shown(url),
+        url_ciphertext=secret_encrypt(url),
+        secret_ciphertext=secret_encrypt(secret),
+        events=events,
+        **fields,
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from fleet.allocations.models import Allocation, RequestKind
-from fleet.allocations.workloads import host_replica_spans, workload_of
+from fleet.allocations.workloads import host_replica_spans, workload_to_run
 from fleet.core.policy import effective_policy, workload_security
 from fleet.core.secrets import env_refs, team_secret_values
 from fleet.inventory.models import Host, SharingMode
@@ -137,7 +137,7 @@ def host_desired_state(host: Host) -> protocol.DesiredState:
             "allocation_id": allocation.pk,
             "deployment": allocation.deployment.name,
             "replica": allocation.replica,
-            "workload": workload_of(allocation.deployment, allocation),
+            "workload": workload_to_run(allocation.deployment, allocation),
         }
         if allocation.pk in followers:
             desired["workload"] = protocol.default_workload()

@@ -49,13 +49,15 @@ from fleet.core.operations import (
     operation_lock_running,
     operation_record,
 )
-from fleet.core.policy import policy_enforce
+from fleet.core.policy import effective_policy, image_allowed, policy_enforce
+from fleet.core.registry import PIN_KEY, pin_of, workload_pinned
 from fleet.core.secrets import (
     secret_decrypt,
     secret_encrypt,
     secrets_enforce,
     workload_digested,
 )
+from hostagent import protocol
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +95,24 @@ def _bounded(name: str, value: Any, low: int, high: int) -> int:
     return value
 
 
+def _pinned(deployment_id: int, checked: protocol.Workload) -> dict[str, Any]:
+    """The workload to store, its image pinned when its team's policy lets the image in (read
+    without a lock: the registry may take seconds; the policy is enforced again once locked)."""
+    found = Deployment.objects.select_related("team").filter(pk=deployment_id).first()
+    allowed = found is not None and (
+        checked["runtime"] != "container"
+        or image_allowed(checked["image"] or "", effective_policy(found.team.policy)["registries"])
+    )
+    return workload_pinned(checked, allowed=allowed, now=timezone.now())
+
+
+def _pin_entry(stored: Any, workload: protocol.Workload) -> dict[str, Any]:
+    """``{"image_pin": …}`` of the stored workload, when it pins ``workload``'s image."""
+    container = workload["runtime"] == "container"
+    pin = pin_of(stored, workload["image"] or "") if container else None
+    return {PIN_KEY: pin} if pin is not None else {}
+
+
 @transaction.atomic
 def deployment_roll(
     *,
@@ -108,8 +128,10 @@ def deployment_roll(
     """Start rolling the deployment's replicas to ``workload``; returns the ``rollout``
     operation (already succeeded when nothing runs that must change). ``restart``: roll even
     when the workload is the one they run (a secret it refers to has a new value: each new
-    copy starts with it)."""
+    copy starts with it). A container's image is pinned again (the registry's digest now),
+    before the deployment is locked."""
     checked = workload_from_input(workload)
+    stored = _pinned(deployment_id, checked)
     surge = _bounded("max_surge", max_surge, 1, MAX_SURGE)
     unavailable = _bounded("max_unavailable", max_unavailable, 0, MAX_SURGE)
     min_ready = _bounded(
@@ -140,7 +162,8 @@ def deployment_roll(
             reason="the replicas already run this workload",
             payload={"step": RolloutStep.DONE, "workload": workload_digested(checked)},
         )
-    Deployment.objects.filter(pk=deployment.pk).update(workload=checked, updated_at=timezone.now())
+    sealed = {**previous, **_pin_entry(deployment.workload, previous)}  # the rollback's, pinned
+    Deployment.objects.filter(pk=deployment.pk).update(workload=stored, updated_at=timezone.now())
     copies = deployment.allocations.placed().filter(replaces__isnull=True)
     replicas = sorted(set(copies.values_list("replica", flat=True)))
     now = timezone.now()
@@ -155,7 +178,7 @@ def deployment_roll(
             "steps": [{"step": "start", "note": "new workload saved", "at": now.isoformat()}],
             "previous": workload_digested(previous),
             "workload": workload_digested(checked),
-            "sealed_previous": secret_encrypt(json.dumps(previous)),
+            "sealed_previous": secret_encrypt(json.dumps(sealed)),
             "max_surge": surge,
             "max_unavailable": unavailable,
             "timeout_s": float(timeout_s if timeout_s is not None else _timeout_s()),

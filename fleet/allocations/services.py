@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from fleet.allocations.models import Allocation, Deployment, RequestKind
 from fleet.allocations.quotas import quota_check
@@ -25,6 +26,7 @@ from fleet.core.errors import Conflict, NotFound, RuleViolation, ServiceError
 from fleet.core.models import Operation, OperationKind, Team, default_team_id
 from fleet.core.operations import operation_record
 from fleet.core.policy import policy_enforce
+from fleet.core.registry import PIN_KEY, workload_pinned
 from fleet.core.secrets import secrets_enforce
 from fleet.inventory.labels import labels_checked
 from fleet.inventory.models import Gpu, Host
@@ -96,7 +98,9 @@ def deployment_create(
     ``team_id``: its team (``None``: the ``default`` team), whose policy must allow the
     workload and ``host_memory_mib`` (each replica's host memory; ``None``: the policy's
     default), else 422 ``policy.*`` (:mod:`fleet.core.policy`); its env may refer to the
-    team's secrets only, else 422 ``secret.not_found`` (:mod:`fleet.core.secrets`)."""
+    team's secrets only, else 422 ``secret.not_found`` (:mod:`fleet.core.secrets`). A
+    container's image is pinned to the digest its registry serves now, when one answers
+    (:func:`fleet.core.registry.image_pin`, within a few seconds, before any row is locked)."""
     _validate_request(request)
     checked = workload_from_input(workload)
     required = labels_checked(host_labels or {}, field="host_labels")
@@ -116,6 +120,7 @@ def deployment_create(
     if team is None:
         raise NotFound("team.not_found", f"Team {team_id} does not exist.", {"team": team_id})
     policy_enforce(team=team, workload=checked, host_memory_mib=host_memory_mib)
+    stored = workload_pinned(checked, allowed=True, now=timezone.now())
     secrets_enforce(team=team, workload=checked)
     deployment = Deployment.objects.create(
         name=name,
@@ -129,7 +134,7 @@ def deployment_create(
         else None,
         gpu_count=request.gpu_count if request.kind == RequestKind.GPU else None,
         replicas=replicas,
-        workload=checked,
+        workload=stored,
         auto_place=auto_place,
         host_labels=required,
         created_by=requested_by if getattr(requested_by, "is_authenticated", False) else None,
@@ -147,6 +152,7 @@ def deployment_create(
             "auto_place": auto_place,
             "team": deployment.team_id,
             "host_memory_mib": host_memory_mib,
+            **({PIN_KEY: stored[PIN_KEY]} if PIN_KEY in stored else {}),
         },
     )
     return deployment

@@ -29,6 +29,7 @@ from fleet.allocations.models import (
 from fleet.core import alerts
 from fleet.core.errors import ServiceError
 from fleet.core.events import publish_changed
+from fleet.core.registry import pinned_reference
 from fleet.core.secrets import env_ref_problems, env_refs
 from fleet.inventory.models import AgentRuntime, Host
 from hostagent import protocol
@@ -114,6 +115,21 @@ def workload_of(deployment: Deployment, allocation: Allocation | None = None) ->
             "deployment %s: stored workload is not valid; running nothing", deployment.pk
         )
         return protocol.default_workload()
+
+
+def workload_to_run(
+    deployment: Deployment, allocation: Allocation | None = None
+) -> protocol.Workload:
+    """:func:`workload_of` as the agents are told it: a container's image as its pinned
+    ``name@sha256:…`` when the stored workload pins that very image
+    (:mod:`fleet.core.registry`), else as given (its tag)."""
+    workload = workload_of(deployment, allocation)
+    image = workload["image"]
+    if workload["runtime"] == "container" and image:
+        reference = pinned_reference(_stored(deployment, allocation), image)
+        if reference is not None:
+            workload["image"] = reference
+    return workload
 
 
 def runtime_of(deployment: Deployment, allocation: Allocation | None = None) -> str:

@@ -322,11 +322,31 @@ def reader_sees_spec(context: Mapping[str, Any], team_id: int | None) -> bool:
 
 
 @extend_schema_serializer(component_name="Workload")
+class ImagePinSerializer(serializers.Serializer[Any]):
+    """A container image's pin: the digest its registry served when the workload was set."""
+
+    image = serializers.CharField(help_text="The image as given (its tag).")
+    reference = serializers.CharField(
+        allow_null=True,
+        help_text="`name@sha256:…`, what the agents pull; `null`: they pull the tag (`reason`).",
+    )
+    reason = serializers.CharField(
+        help_text="Why the tag was kept (no registry answered, a private address, credentials "
+        "wanted, no such tag); empty when pinned."
+    )
+    at = serializers.DateTimeField(help_text="When the registry was asked.")
+
+
 class WorkloadReadSerializer(WorkloadSerializer):
     """What each replica runs on its slice, as the API answers it: in full (``redacted:
     false``), or, for a reader outside the deployment's team without a fleet role, only its
     ``runtime`` with ``redacted: true``."""
 
+    image_pin = ImagePinSerializer(
+        read_only=True,
+        help_text="A container's image pinned to its digest at create or rolling update "
+        "(absent for other runtimes and for workloads set before pinning).",
+    )
     redacted = serializers.BooleanField(
         read_only=True,
         help_text="true: another team's workload, of which only `runtime` is shown (its team's "

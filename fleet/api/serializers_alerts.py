@@ -1,4 +1,5 @@
-"""Alert webhooks and their delivery log (admins only). The secret is write-only."""
+"""Alert webhooks and their delivery log (admins only). The secret and the whole URL are
+write-only."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from fleet.core.webhooks import MAX_SECRET_CHARS, MAX_URL_CHARS, MIN_SECRET_CHAR
 
 
 class WebhookSerializer(serializers.ModelSerializer[AlertWebhook]):
+    url = serializers.CharField(
+        help_text="What may be shown of the URL: scheme://host[:port], and /… when it has a "
+        "path, a query or credentials (the whole URL is write-only, encrypted at rest)."
+    )
     events = serializers.ListField(child=serializers.ChoiceField(choices=EVENTS))
     format = serializers.ChoiceField(choices=AlertFormat.choices)
 
@@ -23,7 +28,11 @@ class WebhookSerializer(serializers.ModelSerializer[AlertWebhook]):
 
 
 class WebhookInputSerializer(serializers.Serializer[Any]):
-    url = serializers.CharField(max_length=MAX_URL_CHARS, help_text="http:// or https://")
+    url = serializers.CharField(
+        max_length=MAX_URL_CHARS,
+        help_text="http:// or https://; a user:password@ is sent as HTTP Basic. Write-only: "
+        "answers show scheme://host[:port]/… only.",
+    )
     events = BoundedListField(
         child=serializers.ChoiceField(choices=EVENTS), min_length=1, max_length=len(EVENTS)
     )

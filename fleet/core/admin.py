@@ -78,10 +78,10 @@ class OperationAdmin(ReadOnlyAdmin, admin.ModelAdmin[Operation]):
 
 @admin.register(AlertWebhook)
 class AlertWebhookAdmin(ReadOnlyAdmin, admin.ModelAdmin[AlertWebhook]):
-    """Configured through the API (validated there; the secret is write-only)."""
+    """Configured through the API (validated there; the URL and the secret are write-only)."""
 
     list_display = ("id", "url", "format", "enabled", "created_at")
-    exclude = ("secret",)
+    exclude = ("url_ciphertext", "secret_ciphertext")
     list_filter = ("format", "enabled")
 
 

@@ -282,11 +282,15 @@ class AlertFormat(models.TextChoices):
 
 class AlertWebhook(TimeStampedModel):
     """Where alerts go: an http(s) URL, the events it wants, and the secret that signs each body
-    (HMAC-SHA256). The secret is kept as given (signing needs it) and never shown again."""
+    (HMAC-SHA256). The URL (credentials, path and query included) and the secret are encrypted
+    at rest like team secrets (``url_ciphertext``, ``secret_ciphertext``: Fernet tokens under
+    ``FLEET_SECRETS_KEYS``, :mod:`fleet.core.webhooks`); ``url`` is what may be shown of the
+    URL, its scheme, host and port."""
 
     url = models.URLField(max_length=2000)
+    url_ciphertext = models.TextField(default="")
     events = models.JSONField(default=list)
-    secret = models.CharField(max_length=256)
+    secret_ciphertext = models.TextField(default="")
     format = models.CharField(max_length=16, choices=AlertFormat.choices, default="fleet")
     enabled = models.BooleanField(default=True)
     created_by = models.ForeignKey(

@@ -15,7 +15,16 @@ from typing import Any
 # Operation payload keys that hold a workload spec, whole (a rollout's old and new version).
 WORKLOAD_KEYS = ("workload", "previous")
 # Payload keys that hold a part of one, or the sealed (encrypted) previous version.
-SPEC_PART_KEYS = ("sealed_previous", "image", "command", "env", "cwd", "user", "health")
+SPEC_PART_KEYS = (
+    "sealed_previous",
+    "image",
+    "image_pin",
+    "command",
+    "env",
+    "cwd",
+    "user",
+    "health",
+)
 # A URL in free text: a scheme, ``://`` and everything up to white space or a quote, less the
 # punctuation that ends a sentence.
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]{0,15}://[^\s<>\"']*[^\s<>\"'.,;:!?)\]]")
@@ -55,6 +64,17 @@ def redact_url(url: str) -> str:
     if len(authority) < len(rest) and rest[len(authority)] == "/":
         path = _QUERY_START.split(rest[len(authority) :], maxsplit=1)[0]
     return f"{scheme}://{authority.rpartition('@')[2]}{path}"
+
+
+def url_shown(url: str) -> str:
+    """What may be shown of a webhook's URL: ``scheme://host[:port]``, and ``/…`` when it has a
+    path, a query or credentials (Slack's, Teams' and Discord's URLs are bearer secrets in
+    their path)."""
+    scheme, _, rest = url.partition("://")
+    authority = _AUTHORITY_END.split(rest, maxsplit=1)[0]
+    host = authority.rpartition("@")[2]
+    more = rest[len(authority) :] not in ("", "/") or "@" in authority
+    return f"{scheme}://{host}" + ("/…" if more else "")
 
 
 def urls_redacted(text: str) -> str:

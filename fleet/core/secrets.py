@@ -1,5 +1,5 @@
-"""Team secrets: their encryption at rest, the references to them in a workload's ``env``,
-and the env digests that stand for values in the audit trail.
+"""Team secrets: their encryption at rest (webhook credentials use it too), the references to
+them in a workload's ``env``, and the env digests that stand for values in the audit trail.
 
 A secret is a :class:`~fleet.core.models.TeamSecret` row whose ``ciphertext`` is a Fernet token
 (AES-128-CBC and HMAC-SHA256) under ``FLEET_SECRETS_KEYS``: the first key encrypts, every key
@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import transaction
 
 from fleet.core.errors import RuleViolation, ServiceError
-from fleet.core.models import Team, TeamSecret
+from fleet.core.models import AlertWebhook, Team, TeamSecret
 from fleet.domain import Violation
 from hostagent import protocol
 
@@ -69,20 +69,38 @@ def secret_decrypt(ciphertext: str) -> str | None:
         return None
 
 
+def _rotated(cipher: MultiFernet, ciphertext: str) -> str | None:
+    try:
+        return cipher.rotate(ciphertext.encode("ascii")).decode("ascii")
+    except (InvalidToken, UnicodeError):
+        return None
+
+
 @transaction.atomic
 def secrets_reencrypt() -> tuple[int, int]:
-    """Re-encrypt every secret with the first key (after a new key was put first); returns
-    (re-encrypted, unreadable). An unreadable secret is left as it is and logged by name."""
+    """Re-encrypt every team secret, and every webhook's URL and signing secret, with the first
+    key (after a new key was put first); returns (re-encrypted, unreadable). An unreadable one
+    is left as it is and logged by name."""
     cipher = secrets_cipher()
     done = unreadable = 0
     for secret in TeamSecret.objects.select_for_update().order_by("pk"):
-        try:
-            token = cipher.rotate(secret.ciphertext.encode("ascii")).decode("ascii")
-        except (InvalidToken, UnicodeError):
+        token = _rotated(cipher, secret.ciphertext)
+        if token is None:
             logger.warning("secret %s of team %s: no key opens it", secret.name, secret.team_id)
             unreadable += 1
             continue
         TeamSecret.objects.filter(pk=secret.pk).update(ciphertext=token)
+        done += 1
+    for webhook in AlertWebhook.objects.select_for_update().order_by("pk"):
+        url = _rotated(cipher, webhook.url_ciphertext)
+        secret_token = _rotated(cipher, webhook.secret_ciphertext)
+        if url is None or secret_token is None:
+            logger.warning("webhook #%s: no key opens its URL or its secret", webhook.pk)
+            unreadable += 1
+            continue
+        AlertWebhook.objects.filter(pk=webhook.pk).update(
+            url_ciphertext=url, secret_ciphertext=secret_token
+        )
         done += 1
     return done, unreadable
 

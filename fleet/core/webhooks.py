@@ -9,8 +9,14 @@ due ones, and picks up a send whose worker died (``sending`` for longer than a t
 Receivers check ``X-Fleet-Signature: sha256=<hex>``, the HMAC-SHA256 with the webhook's secret
 of ``<X-Fleet-Timestamp>.<body>`` (the timestamp is signed so an old body cannot be replayed).
 
-``FLEET_ALERT_TIMEOUT_SECONDS`` bounds a whole attempt (connect, TLS, request and answer), not
-each read: a receiver trickling its answer cannot hold a worker. A webhook never reaches this
+The secret and the whole URL (its user name and password, sent as HTTP Basic, its path and its
+query: Slack's and Teams' URLs are bearer secrets) are encrypted at rest with the team secrets'
+keys (``FLEET_SECRETS_KEYS``, :mod:`fleet.core.secrets`) and never shown again: the API, the
+pages and the audit trail see ``scheme://host[:port]/…`` only (:func:`url_shown`).
+
+``FLEET_ALERT_TIMEOUT_SECONDS`` bounds a whole attempt (name lookup, connect, TLS, request and
+answer), not each read: a receiver trickling its answer cannot hold a worker
+(:mod:`fleet.core.outbound`, which image pinning uses too). A webhook never reaches this
 machine, its cloud or its private networks: loopback, link-local (the metadata service
 169.254.169.254), private (RFC 1918, IPv6 ULA, shared 100.64/10), unspecified and multicast
 addresses (every one that is not globally routable) are refused when the URL is given (an IP
@@ -24,16 +30,13 @@ from __future__ import annotations
 
 import hmac
 import http.client
-import io
-import ipaddress
 import json
 import logging
-import socket
-import ssl
 import time
+from base64 import b64encode
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 from django.db.models import F, Q
@@ -50,6 +53,9 @@ from fleet.core.models import (
     OperationStatus,
 )
 from fleet.core.operations import operation_record
+from fleet.core.outbound import Guard, http_request, names_local_address
+from fleet.core.redaction import url_shown
+from fleet.core.secrets import secret_decrypt, secret_encrypt
 
 logger = logging.getLogger(__name__)
 
@@ -126,22 +132,44 @@ def _audit(webhook: AlertWebhook, verb: str, user: Any) -> None:
     )
 
 
+def _stored(clean: dict[str, Any]) -> dict[str, Any]:
+    """The row's fields for cleaned input: the URL and the secret encrypted, the URL's shown
+    part in the clear."""
+    fields = {k: v for k, v in clean.items() if k not in ("url", "secret")}
+    if "url" in clean:
+        fields.update(url=url_shown(clean["url"]), url_ciphertext=secret_encrypt(clean["url"]))
+    if "secret" in clean:
+        fields["secret_ciphertext"] = secret_encrypt(clean["secret"])
+    return fields
+
+
+def webhook_url(webhook: AlertWebhook) -> str | None:
+    """The webhook's whole URL, decrypted (``None``: no key in ``FLEET_SECRETS_KEYS`` opens
+    it)."""
+    return secret_decrypt(webhook.url_ciphertext)
+
+
+def webhook_secret(webhook: AlertWebhook) -> str | None:
+    """The webhook's signing secret, decrypted (``None``: no key opens it)."""
+    return secret_decrypt(webhook.secret_ciphertext)
+
+
 def webhook_create(*, data: dict[str, Any], user: Any = None) -> AlertWebhook:
     """A new webhook from API input (``webhook.invalid`` names the field at fault)."""
     clean = _clean(data, partial=False)
     if AlertWebhook.objects.count() >= MAX_WEBHOOKS:
         raise ServiceError("webhook.limit", f"At most {MAX_WEBHOOKS} webhooks.", status_code=409)
     webhook = AlertWebhook.objects.create(
-        **clean, created_by=user if getattr(user, "is_authenticated", False) else None
+        **_stored(clean), created_by=user if getattr(user, "is_authenticated", False) else None
     )
     _audit(webhook, "created", user)
     return webhook
 
 
 def webhook_update(*, webhook_id: int, data: dict[str, Any], user: Any = None) -> AlertWebhook:
-    """Change the given fields (the secret too, when given)."""
+    """Change the given fields (the URL and the secret too, when given)."""
     webhook = _get(webhook_id)
-    for name, value in _clean(data, partial=True).items():
+    for name, value in _stored(_clean(data, partial=True)).items():
         setattr(webhook, name, value)
     webhook.save()
     _audit(webhook, "changed", user)
@@ -224,164 +252,40 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
 # ---- sending ---------------------------------------------------------------------------
 
 
-IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-# Besides what ipaddress classifies: "this network" (Linux connects 0.x.x.x locally) and the
-# AWS metadata service's IPv6 address.
-_LOCAL_NETWORKS = (ipaddress.ip_network("0.0.0.0/8"), ipaddress.ip_network("fd00:ec2::254/128"))
-
-
-class RefusedDestination(ValueError):
-    """The webhook's host is, or resolves to, an address that is never a receiver's."""
-
-
-def is_local_address(address: IpAddress) -> bool:
-    """Not a public receiver's: loopback, link-local (169.254.169.254, the cloud metadata
-    service, included), private (RFC 1918, ULA, 100.64/10), unspecified, multicast or any
-    other address that is not globally routable."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return (
-        not address.is_global
-        or address.is_loopback
-        or address.is_link_local
-        or address.is_unspecified
-        or address.is_multicast
-        or any(address in network for network in _LOCAL_NETWORKS)
+def _guard() -> Guard:
+    return Guard(
+        allow_private=bool(settings.FLEET_WEBHOOK_ALLOW_PRIVATE),
+        purpose="receive webhooks",
+        allow_setting="FLEET_WEBHOOK_ALLOW_PRIVATE",
+        timeout_setting="FLEET_ALERT_TIMEOUT_SECONDS",
     )
 
 
-def names_local_address(host: str) -> bool:
-    """Whether a URL's host is ``localhost`` (or a name under it) or an IP literal that
-    :func:`is_local_address` refuses, in any spelling a resolver takes (``127.1``,
-    ``2130706433``). Other names are checked when sent, once resolved."""
-    host = host.lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return is_local_address(ipaddress.ip_address(host))
-    except ValueError:
-        pass
-    try:
-        return is_local_address(ipaddress.IPv4Address(socket.inet_aton(host)))
-    except (OSError, ValueError):
-        return False
-
-
-def _left(deadline: float) -> float:
-    """Seconds left before the deadline; a timeout once none are."""
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError("no complete answer within FLEET_ALERT_TIMEOUT_SECONDS")
-    return left
-
-
-def _addresses(host: str, port: int) -> list[tuple[int, Any]]:
-    """Every address the host resolves to, as ``(family, sockaddr)`` to connect to; refused
-    whole if any is local (a name with a public and a local address could reach the local one
-    when the public one fails). The send connects to these very addresses and never resolves
-    again, so a name that resolves elsewhere the second time (DNS rebinding) cannot slip past
-    the check. The lookup itself is bounded by the system resolver's timeouts, not the deadline.
-    """
-    allow = bool(settings.FLEET_WEBHOOK_ALLOW_PRIVATE)
-    found: list[tuple[int, Any]] = []
-    for family, _, _, _, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
-        if family not in (socket.AF_INET, socket.AF_INET6):
-            continue
-        if not allow and is_local_address(ipaddress.ip_address(sockaddr[0])):
-            raise RefusedDestination(
-                f"{host} resolves to {sockaddr[0]}: private, loopback, link-local, unspecified "
-                "and multicast addresses cannot receive webhooks (FLEET_WEBHOOK_ALLOW_PRIVATE)"
-            )
-        if (family, sockaddr) not in found:
-            found.append((family, sockaddr))
-    if not found:
-        raise OSError(f"{host} has no IPv4 or IPv6 address")
-    return found
-
-
-def _connect(addresses: list[tuple[int, Any]], deadline: float) -> socket.socket:
-    """A TCP connection to the first address that answers before the deadline."""
-    error: OSError | None = None
-    for family, sockaddr in addresses:
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(_left(deadline))
-            sock.connect(sockaddr)
-            return sock
-        except OSError as exc:
-            sock.close()
-            error = exc
-    raise error or OSError("no address to connect to")
-
-
-class _DeadlineReader(io.RawIOBase):
-    """Reads from the socket, each read waiting at most until the deadline."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        super().__init__()
-        self._sock = sock
-        self._deadline = deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        self._sock.settimeout(_left(self._deadline))
-        return self._sock.recv_into(buffer)
-
-
-class _DeadlineSocket:
-    """What :mod:`http.client` is given as its connection's socket: sends and reads (the
-    status line and headers included) end at the deadline, however slowly bytes come.
-    Closing is the sender's (see :func:`_post`)."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._sock = sock
-        self._deadline = deadline
-
-    def sendall(self, data: bytes) -> None:
-        self._sock.settimeout(_left(self._deadline))  # for the whole sendall, not per chunk
-        self._sock.sendall(data)
-
-    def makefile(self, mode: str) -> io.BufferedReader:
-        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
-
-    def close(self) -> None:
-        pass
-
-
 def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
-    """POST the body and return the answer's status, all within FLEET_ALERT_TIMEOUT_SECONDS.
-
-    A redirect is an answer, not a new destination: it counts as a failed attempt. Proxy
-    variables (``HTTPS_PROXY``) are not followed: the checked address is the one connected to.
-    """
+    """POST the body and return the answer's status, all within FLEET_ALERT_TIMEOUT_SECONDS
+    (:func:`fleet.core.outbound.http_request`: no local receiver unless allowed, the checked
+    address connected to). A redirect is an answer, not a new destination: it counts as a
+    failed attempt."""
     deadline = time.monotonic() + float(settings.FLEET_ALERT_TIMEOUT_SECONDS)
+    answer = http_request(
+        "POST",
+        url,
+        headers={**_basic_auth(url), **headers},
+        body=body,
+        deadline=deadline,
+        guard=_guard(),
+        max_body=MAX_ANSWER_BYTES,
+    )
+    return answer.status
+
+
+def _basic_auth(url: str) -> dict[str, str]:
+    """``Authorization: Basic`` from the URL's user name and password, as curl sends them."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    https = parts.scheme == "https"
-    port = parts.port or (443 if https else 80)
-    sock = _connect(_addresses(host, port), deadline)
-    try:
-        connection: http.client.HTTPConnection
-        if https:
-            context = ssl.create_default_context()
-            sock.settimeout(_left(deadline))  # the handshake as a whole (the ssl module's deadline)
-            sock = context.wrap_socket(sock, server_hostname=host)  # SNI and certificate: the name
-            connection = http.client.HTTPSConnection(host, port, context=context)
-        else:
-            connection = http.client.HTTPConnection(host, port)
-        # Given a connected socket, http.client never connects (nor resolves) itself; the Host
-        # header names the URL's host.
-        connection.sock = _DeadlineSocket(sock, deadline)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        connection.request("POST", path, body=body, headers=headers)
-        response = connection.getresponse()
-        response.read(MAX_ANSWER_BYTES)
-        return int(response.status)
-    finally:
-        sock.close()
+    if parts.username is None:
+        return {}
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    return {"Authorization": "Basic " + b64encode(pair.encode("utf-8")).decode("ascii")}
 
 
 def backoff_seconds(attempts: int) -> float:
@@ -407,6 +311,10 @@ def alert_deliver(*, delivery_id: int, now: datetime | None = None) -> str | Non
         return None
     delivery = AlertDelivery.objects.select_related("webhook").get(pk=delivery_id)
     webhook = delivery.webhook
+    url, secret = webhook_url(webhook), webhook_secret(webhook)
+    if url is None or secret is None:
+        error = "no key in FLEET_SECRETS_KEYS opens the webhook's URL or secret: set them again"
+        return _record(delivery, code=None, error=error, now=now)
     body = render_body(webhook.format, delivery.payload)
     timestamp = str(int(time.time()))
     headers = {
@@ -415,12 +323,12 @@ def alert_deliver(*, delivery_id: int, now: datetime | None = None) -> str | Non
         "X-Fleet-Event": delivery.event,
         "X-Fleet-Delivery": str(delivery.pk),
         "X-Fleet-Timestamp": timestamp,
-        "X-Fleet-Signature": signature(webhook.secret, timestamp, body),
+        "X-Fleet-Signature": signature(secret, timestamp, body),
     }
     code: int | None = None
     error = ""
     try:
-        code = _post(webhook.url, body, headers)
+        code = _post(url, body, headers)
         if not 200 <= code < 300:
             error = f"HTTP {code}"
     except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, timed out, garbled

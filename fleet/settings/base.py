@@ -447,6 +447,16 @@ FLEET_ALERT_RETRY_SECONDS = env_float("FLEET_ALERT_RETRY_SECONDS", 10.0)
 FLEET_ALERT_MAX_ATTEMPTS = env_int("FLEET_ALERT_MAX_ATTEMPTS", 8)
 FLEET_ALERT_DELIVERIES_KEEP_DAYS = env_int("FLEET_ALERT_DELIVERIES_KEEP_DAYS", 30)
 
+# Image digest pinning (fleet.core.registry): a container's tag is resolved to its digest when a
+# deployment is created or its workload changes, within FLEET_IMAGE_RESOLVE_TIMEOUT_SECONDS in
+# all; where no registry answers, the tag is kept and the reason recorded. Private, loopback
+# and link-local registries are not asked unless FLEET_IMAGE_REGISTRY_ALLOW_PRIVATE; registries
+# in FLEET_IMAGE_REGISTRY_INSECURE (host[:port]) are asked over plain HTTP.
+FLEET_IMAGE_PINNING = env_bool("FLEET_IMAGE_PINNING", True)
+FLEET_IMAGE_RESOLVE_TIMEOUT_SECONDS = env_float("FLEET_IMAGE_RESOLVE_TIMEOUT_SECONDS", 3.0)
+FLEET_IMAGE_REGISTRY_ALLOW_PRIVATE = env_bool("FLEET_IMAGE_REGISTRY_ALLOW_PRIVATE", False)
+FLEET_IMAGE_REGISTRY_INSECURE = env_list("FLEET_IMAGE_REGISTRY_INSECURE", [])
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -23,7 +23,7 @@ if _WORKER.startswith("gw") and os.environ.get("FLEET_REDIS_URL"):
 
 from fleet.settings.base import *  # noqa: E402, F403
 from fleet.settings.base import DATABASES, FLEET_DATA_DIR  # noqa: E402
-from fleet.settings.env import env  # noqa: E402
+from fleet.settings.env import env, env_bool  # noqa: E402
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
@@ -33,6 +33,10 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 
 # In-process tests run tasks eagerly; tests that need a real worker start one (marked e2e).
 CELERY_TASK_ALWAYS_EAGER = True
+
+# Tests name made-up images and talk to loopback only: no registry is asked unless a test turns
+# pinning on (against its own registry stub on loopback).
+FLEET_IMAGE_PINNING = env_bool("FLEET_IMAGE_PINNING", False)
 
 # Two suites on one PostgreSQL server (two checkouts, two developers) each name their own test
 # database; pytest-django creates and drops it.

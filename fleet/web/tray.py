@@ -28,7 +28,8 @@ from fleet.web.presenters import DeploymentCard, TrayFit, deployment_card
 
 
 def tray_context(request: HttpRequest) -> dict[str, Any]:
-    """The tray's cards, of one team when ``?team=`` names its slug, and the teams to pick."""
+    """The tray's cards, of one team when ``?team=`` names its slug, and the teams to pick
+    (``deploy_teams``: slug, name and id of those the user may deploy for)."""
     team = request.GET.get("team", "").strip()[:100]
     teams = Team.objects.order_by("name")
     own = (
@@ -40,7 +41,7 @@ def tray_context(request: HttpRequest) -> dict[str, Any]:
         "deployments": tray_cards(team=team),
         "tray_team": team,
         "teams": list(teams.values_list("slug", "name")),
-        "deploy_teams": list(own.values_list("slug", "name")),
+        "deploy_teams": list(own.values_list("slug", "name", "pk")),
     }
 
 

@@ -8,7 +8,8 @@ back (MPS v2 interface, ``mpsv2-interface.html``); health is
 "``get_default_active_thread_percentage`` answers", as the k8s device plugin checks it. Clients
 get the environment from :func:`client_env` (``CUDA_MPS_PIPE_DIRECTORY``,
 ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``), the way ECS sets
-them per task.
+them per task; a client can only lower what its server holds, so the daemon and its servers hold
+the shares' own limits (:func:`daemon_limits`, see :mod:`hostagent.mps.limits`).
 
 What the manager keeps (review D9, D10, D15, D16):
 
@@ -45,10 +46,16 @@ from hostagent.mps.layout import (
     prepare_directories,
     secure_directory,
 )
+from hostagent.mps.limits import (
+    DEFAULT_THREAD_PERCENTAGE,
+    MpsLimits,
+    daemon_limits,
+    enforced_by_daemon,
+    share_limits,
+)
 from hostagent.mps.manager import (
     STATE_FILE,
     STATE_MODE,
-    MpsLimits,
     MpsManager,
     MpsStatus,
     client_env,
@@ -56,6 +63,7 @@ from hostagent.mps.manager import (
 
 __all__ = [
     "DEFAULT_BASE_DIR",
+    "DEFAULT_THREAD_PERCENTAGE",
     "DIRECTORY_MODE",
     "MPS_CONTROL_BINARY",
     "PID_FILE",
@@ -73,9 +81,12 @@ __all__ = [
     "UnsafeDirectory",
     "check_answer",
     "client_env",
+    "daemon_limits",
+    "enforced_by_daemon",
     "parse_memory_mib",
     "parse_percentage",
     "parse_pids",
     "prepare_directories",
     "secure_directory",
+    "share_limits",
 ]

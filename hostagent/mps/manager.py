@@ -23,29 +23,13 @@ from hostagent.mps.layout import (
     MpsError,
     prepare_directories,
 )
+from hostagent.mps.limits import MpsLimits
 from hostagent.protocol import MpsDaemonInfo, workload_environment
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "fleet-mps-state.json"
 STATE_MODE = 0o600
-DEFAULT_THREAD_PERCENTAGE = 100
-"""MPS's own default active thread percentage (``get_default_active_thread_percentage``)."""
-
-
-@dataclass(frozen=True)
-class MpsLimits:
-    """Daemon-wide defaults; ``None`` leaves the MPS default (100 %, no memory limit)."""
-
-    active_thread_percentage: int | None = None
-    pinned_mem_limit_mib: int | None = None
-
-    def normalized(self) -> MpsLimits:
-        """The same limits with MPS's defaults spelled out (``None`` % is 100 %)."""
-        percent = self.active_thread_percentage
-        return MpsLimits(
-            DEFAULT_THREAD_PERCENTAGE if percent is None else percent, self.pinned_mem_limit_mib
-        )
 
 
 @dataclass(frozen=True)
@@ -97,10 +81,13 @@ class MpsManager:
     def ensure(self, target_uuid: str, limits: MpsLimits) -> str:
         """Start the daemon if needed and put ``limits`` into effect; return a note ("" if none).
 
-        Both settings are always sent: a removed thread limit as ``100``, a removed memory limit
-        by restarting the daemon (MPS has no command to clear one). A running server without
-        clients is restarted, since ``set_default_*`` only reaches servers spawned later; one
-        with clients gets the per-server commands, which reach new clients only.
+        ``limits`` go to the daemon's defaults (``set_default_*``, which servers spawned later
+        take) and to every running server (``set_active_thread_percentage <server PID>``,
+        ``set_device_pinned_mem_limit <server PID> 0 <N>M``): the limits a client's
+        ``CUDA_MPS_*`` can only lower. Both settings are always sent: a removed thread limit as
+        ``100``, a removed memory limit by restarting the daemon (MPS has no command to clear
+        one). A running daemon whose defaults or servers differ is restarted when no client is
+        connected; one with clients gets the per-server commands, which reach new clients only.
 
         Raises:
             MpsBusy: a memory limit must go but clients are connected (their PIDs).
@@ -110,14 +97,14 @@ class MpsManager:
         daemon = self.daemon(target_uuid)
         if self.control.on_host:
             prepare_directories(self.base_dir, daemon)
-        servers, clients = self._restart_if_idle(daemon, limits)
-        self._send_defaults(daemon, limits)
+        wanted = limits.normalized()
+        servers, clients = self._restart_if_idle(daemon, wanted)
+        self._send_defaults(daemon, wanted)
         note = ""
         if servers:
-            note = self._apply_to_servers(daemon, limits, servers, clients)
+            note = self._apply_to_servers(daemon, wanted, servers, clients)
         read = self._read_limits(daemon)
         self._record(target_uuid, read)
-        wanted = limits.normalized()
         if wanted.pinned_mem_limit_mib is None and read.pinned_mem_limit_mib is not None:
             raise MpsBusy(
                 "MPS has no command to clear a pinned memory limit; the daemon restarts without "
@@ -130,17 +117,19 @@ class MpsManager:
         return note
 
     def _restart_if_idle(
-        self, daemon: MpsDaemon, limits: MpsLimits
+        self, daemon: MpsDaemon, wanted: MpsLimits
     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Start the daemon; restart a running one whose limits differ when no client is
-        connected (a fresh daemon has MPS's defaults and no server). Return the live servers
-        still to update, and their clients."""
+        """Start the daemon; restart a running one whose defaults or servers hold other limits
+        when no client is connected (a fresh daemon has MPS's defaults and no server). Return
+        the live servers still to update, and their clients."""
         if not self.control.is_running(daemon):
             self.control.start(daemon)
             return (), ()
-        if self._read_limits(daemon) == limits.normalized():
-            return (), ()
         servers = self._servers(daemon)
+        if self._read_limits(daemon) == wanted and all(
+            self._holds(self._server_limits(daemon, pid), wanted) for pid in servers
+        ):
+            return (), ()
         clients = self._clients(daemon, servers)
         if clients:
             return servers, clients
@@ -148,8 +137,15 @@ class MpsManager:
         self.control.start(daemon)
         return (), ()
 
-    def _send_defaults(self, daemon: MpsDaemon, limits: MpsLimits) -> None:
-        wanted = limits.normalized()
+    @staticmethod
+    def _holds(server: MpsLimits, wanted: MpsLimits) -> bool:
+        """A server's limits are ``wanted`` (a memory limit it keeps where none is wanted is
+        what the default check reports)."""
+        if server.active_thread_percentage != wanted.active_thread_percentage:
+            return False
+        return wanted.pinned_mem_limit_mib in (None, server.pinned_mem_limit_mib)
+
+    def _send_defaults(self, daemon: MpsDaemon, wanted: MpsLimits) -> None:
         self.control.command(
             daemon, f"set_default_active_thread_percentage {wanted.active_thread_percentage}"
         )
@@ -163,13 +159,12 @@ class MpsManager:
     def _apply_to_servers(
         self,
         daemon: MpsDaemon,
-        limits: MpsLimits,
+        wanted: MpsLimits,
         servers: tuple[int, ...],
         clients: tuple[int, ...],
     ) -> str:
         """``set_active_thread_percentage <server PID>`` / ``set_device_pinned_mem_limit <server
-        PID> 0 <N>M``: the server's limits for clients created afterwards."""
-        wanted = limits.normalized()
+        PID> 0 <N>M``: the server's limits for clients created afterwards, read back."""
         for pid in servers:
             self.control.command(
                 daemon, f"set_active_thread_percentage {pid} {wanted.active_thread_percentage}"
@@ -180,6 +175,9 @@ class MpsManager:
                     f"set_device_pinned_mem_limit {pid} {SINGLE_TARGET_DEVICE} "
                     f"{wanted.pinned_mem_limit_mib}M",
                 )
+            read = self._server_limits(daemon, pid)
+            if not self._holds(read, wanted):
+                raise MpsError(f"MPS server {pid} reads back {read}, not {wanted}")
         return (
             f"set on the running MPS server; its {len(clients)} connected client(s) keep their "
             "limits until they restart"
@@ -258,6 +256,19 @@ class MpsManager:
                 daemon, f"get_default_device_pinned_mem_limit {SINGLE_TARGET_DEVICE}"
             )
         )
+
+    def _server_limits(self, daemon: MpsDaemon, server: int) -> MpsLimits:
+        """``get_active_thread_percentage <server PID>`` and ``get_device_pinned_mem_limit
+        <server PID> 0``: what the server's new clients get."""
+        percent = parse_percentage(
+            self.control.command(daemon, f"get_active_thread_percentage {server}")
+        )
+        memory = parse_memory_mib(
+            self.control.command(
+                daemon, f"get_device_pinned_mem_limit {server} {SINGLE_TARGET_DEVICE}"
+            )
+        )
+        return MpsLimits(percent, memory)
 
     def _read_limits(self, daemon: MpsDaemon) -> MpsLimits:
         """Read back ``get_default_active_thread_percentage`` and

@@ -312,8 +312,10 @@ def workload_environment(
 
     ``device_uuid`` is the replica's MIG instance (``MIG-...``) or GPU (``GPU-...``), or its
     GPUs joined by commas (a replica of several whole GPUs: ``GPU-a,GPU-b``). An MPS
-    share (``mps_pipe_directory`` given) adds the daemon's pipe directory and the share's limits:
-    this launch is what enforces them, as ECS does.
+    share (``mps_pipe_directory`` given) adds the daemon's pipe directory and the share's limits,
+    as ECS sets them. A client's ``CUDA_MPS_*`` can only lower its MPS server's limits, which the
+    agent sets on the daemon (``hostagent.mps.limits``): a workload that re-exports them higher
+    gets the server's.
     """
     env = {
         "CUDA_VISIBLE_DEVICES": device_uuid,

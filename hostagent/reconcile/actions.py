@@ -111,7 +111,9 @@ class CreateComputeInstance(Action):
 
 @dataclass(frozen=True)
 class EnsureMps(Action):
-    """Start an MPS daemon (GPU-wide when ``slot`` is None) and apply its default limits."""
+    """Start an MPS daemon (GPU-wide when ``slot`` is None) and put ``limits`` on it (its
+    defaults and its running servers); ``note`` says which shares it cannot hold to their own."""
 
     slot: Slot | None
     limits: MpsLimits
+    note: str = ""

@@ -149,6 +149,7 @@ def _ensure_mps(backend: GpuBackend, mps: MpsManager | None, action: EnsureMps) 
     if action.slot is None:  # never under MIG: "not supported when the GPU is in MIG mode"
         notes.append(_compute_mode(backend, target, exclusive=True))
     notes.append(mps.ensure(target, action.limits))
+    notes.append(action.note)
     return result(action, "ok", "; ".join(n for n in notes if n))
 
 

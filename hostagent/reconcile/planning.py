@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hostagent.gpu.backend import MigInstance
-from hostagent.mps import MpsLimits
-from hostagent.protocol import DesiredGpu, DesiredMps
+from hostagent.mps import MpsLimits, daemon_limits, enforced_by_daemon
+from hostagent.protocol import DesiredAllocation, DesiredGpu, DesiredMps
 from hostagent.reconcile.actions import (
     Action,
     Blocked,
@@ -228,14 +228,49 @@ def limits_of(mps: DesiredMps) -> MpsLimits:
     return MpsLimits(mps["default_active_thread_percentage"], mps["default_pinned_mem_limit_mib"])
 
 
+@dataclass(frozen=True)
+class _Daemon:
+    """One daemon the plan wants: its operator setting and the shares placed on it."""
+
+    setting: MpsLimits
+    shares: tuple[MpsLimits, ...]
+
+    def limits(self, running: MpsLimits | None) -> MpsLimits:
+        return daemon_limits(self.setting, self.shares, running)
+
+    def note(self, limits: MpsLimits) -> str:
+        """Say so when some shares are held to the daemon's larger limits only."""
+        loose = [s for s in self.shares if not enforced_by_daemon(limits, s, self.setting)]
+        if not loose:
+            return ""
+        return (
+            f"{len(loose)} of {len(self.shares)} MPS share(s) ask less than the daemon's "
+            f"{limits.active_thread_percentage} % / {limits.pinned_mem_limit_mib or 'unlimited'} "
+            "MiB: one MPS server serves them all, so their own limits are in their environment "
+            "only"
+        )
+
+
+def _shares(
+    allocations: list[DesiredAllocation], partition_key: str | None
+) -> tuple[MpsLimits, ...]:
+    """The limits of the shares placed on one partition (``None``: the whole GPU)."""
+    return tuple(
+        MpsLimits(a["max_compute_percent"], a["memory_mib"])
+        for a in allocations
+        if a["partition_key"] == partition_key
+    )
+
+
 def _mps_targets(
     p: _Plan,
-) -> tuple[dict[str, tuple[Slot | None, MpsLimits]], list[tuple[Slot, MpsLimits]]]:
+) -> tuple[dict[str, tuple[Slot | None, _Daemon]], list[tuple[Slot, _Daemon]]]:
     """Daemons wanted on existing targets, and on instances still to be created."""
     obs, uuid, mps = p.observed, p.observed.uuid, p.desired["mps"]
+    allocations = p.desired["allocations"]
     uuid_of_slot = {(i.profile_id, i.start): i.uuid for i in obs.instances if i.uuid is not None}
-    targets: dict[str, tuple[Slot | None, MpsLimits]] = {}
-    pending: list[tuple[Slot, MpsLimits]] = []
+    targets: dict[str, tuple[Slot | None, _Daemon]] = {}
+    pending: list[tuple[Slot, _Daemon]] = []
     if p.desired["mig_enabled"]:
         for inst in p.desired["instances"]:
             # An instance's own MPS setting wins; otherwise the GPU's applies to every instance.
@@ -244,13 +279,14 @@ def _mps_targets(
             if not wanted["enabled"]:
                 continue
             slot = (inst["profile_id"], inst["start"])
+            daemon = _Daemon(limits_of(wanted), _shares(allocations, inst["key"]))
             target = uuid_of_slot.get(slot)
             if target is None:
-                pending.append((slot, limits_of(wanted)))
+                pending.append((slot, daemon))
             else:
-                targets[target] = (slot, limits_of(wanted))
+                targets[target] = (slot, daemon)
     elif mps["enabled"]:
-        targets[uuid] = (None, limits_of(mps))
+        targets[uuid] = (None, _Daemon(limits_of(mps), _shares(allocations, None)))
     return targets, pending
 
 
@@ -263,13 +299,17 @@ def _plan_mps(p: _Plan) -> None:
             p.blocked.append(Blocked(uuid, f"{target}:mps", clients, "MPS clients are connected"))
         else:
             p.stops.append(StopMps(uuid, f"{target}:mps", target))
-    for target, (target_slot, limits) in sorted(targets.items()):
+    for target, (target_slot, daemon) in sorted(targets.items()):
         seen = obs.mps.get(target)
+        limits = daemon.limits(seen)
         if seen is None or seen.normalized() != limits.normalized():
-            p.ensure.append(EnsureMps(uuid, f"{target}:mps", target_slot, limits))
-    for new_slot, limits in pending:
+            key = f"{target}:mps"
+            p.ensure.append(EnsureMps(uuid, key, target_slot, limits, daemon.note(limits)))
+    for new_slot, daemon in pending:
         if any(a.profile_id == new_slot[0] and a.start == new_slot[1] for a in p.create_gi):
-            p.ensure.append(EnsureMps(uuid, gi_key(uuid, new_slot) + ":mps", new_slot, limits))
+            limits = daemon.limits(None)
+            key = gi_key(uuid, new_slot) + ":mps"
+            p.ensure.append(EnsureMps(uuid, key, new_slot, limits, daemon.note(limits)))
 
 
 def plan(desired: DesiredGpu, observed: ObservedGpu) -> tuple[Action, ...]:

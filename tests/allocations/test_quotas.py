@@ -241,13 +241,10 @@ def test_a_fault_within_the_quota_records_no_over_quota(team):
 
 
 def test_webhooks_hear_when_a_team_reaches_90_and_100_percent_of_a_limit(team):
-    from fleet.core.models import AlertDelivery, AlertWebhook
+    from fleet.core.models import AlertDelivery
+    from tests.factories import webhook
 
-    AlertWebhook.objects.create(
-        url="http://127.0.0.1:9/hook",
-        events=["quota.warning", "quota.exceeded"],
-        secret="s" * 16,
-    )
+    webhook("http://127.0.0.1:9/hook", ["quota.warning", "quota.exceeded"])
     gpu = mps_gpu()
     quota(team, mps_memory_mib=10 * 4096)
     d = deployment_create(name="chat", request=MPS, replicas=10, team_id=team.pk)

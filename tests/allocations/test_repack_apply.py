@@ -205,9 +205,10 @@ def test_a_failed_repack_raises_an_alert(world, django_capture_on_commit_callbac
     """A repack that fails tells the webhooks that subscribe, like every other operation
     (issue 22, defect 2)."""
     from fleet.core import alerts
-    from fleet.core.models import AlertDelivery, AlertWebhook
+    from fleet.core.models import AlertDelivery
+    from tests.factories import webhook
 
-    AlertWebhook.objects.create(url="https://hooks.example/", events=[alerts.OPERATION_FAILED])
+    webhook("https://hooks.example/", [alerts.OPERATION_FAILED])
     with django_capture_on_commit_callbacks(execute=True):
         operation = capacity_repack_apply(product_key=H100, count=1)
     operation.refresh_from_db()

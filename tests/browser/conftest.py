@@ -129,6 +129,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "FLEET_DATA_DIR": str(data_dir),
         "DJANGO_SETTINGS_MODULE": "fleet.settings.base",
         "PYTHONUNBUFFERED": "1",
+        "FLEET_IMAGE_PINNING": "false",  # the tests' images are made up: no registry is asked
     }
     env.pop("FLEET_DATABASE_URL", None)
     env.pop("FLEET_REDIS_URL", None)

@@ -19,10 +19,16 @@ from fleet.allocations.health import gpu_mark_unhealthy, gpu_recover
 from fleet.core import alerts
 from fleet.core.models import AlertDelivery, AlertWebhook, Operation, OperationKind
 from fleet.core.operations import operation_record
-from fleet.core.webhooks import alert_deliver, alert_deliveries_due, backoff_seconds, signature
+from fleet.core.webhooks import (
+    alert_deliver,
+    alert_deliveries_due,
+    backoff_seconds,
+    signature,
+    webhook_secret,
+)
 from fleet.partitioning.delivery import hosts_mark_offline, operations_expire
 from fleet.tasks import retry_alerts
-from tests.factories import GpuFactory, HostFactory
+from tests.factories import GpuFactory, HostFactory, webhook
 from tests.helpers import assert_error
 
 pytestmark = pytest.mark.django_db
@@ -84,7 +90,7 @@ def receiver() -> Iterator[Receiver]:
 
 
 def hook(url: str, events: list[str], fmt: str = "fleet") -> AlertWebhook:
-    return AlertWebhook.objects.create(url=url, events=events, secret=SECRET, format=fmt)
+    return webhook(url, events, secret=SECRET, format=fmt)
 
 
 def test_an_unhealthy_gpu_is_delivered_signed_retried_after_a_500_and_then_recovers(
@@ -155,9 +161,7 @@ def test_the_retry_beat_sends_the_due_deliveries(receiver, settings):
 def test_events_go_only_to_enabled_webhooks_that_subscribe():
     wants = hook("http://127.0.0.1:9/a", [alerts.GPU_UNHEALTHY, alerts.HOST_BACK])
     hook("http://127.0.0.1:9/b", [alerts.HOST_BACK])
-    AlertWebhook.objects.create(
-        url="http://127.0.0.1:9/c", events=[alerts.GPU_UNHEALTHY], secret=SECRET, enabled=False
-    )
+    webhook("http://127.0.0.1:9/c", [alerts.GPU_UNHEALTHY], secret=SECRET, enabled=False)
     alerts.alert_emit(event=alerts.GPU_UNHEALTHY, summary="x", subject={})
     assert list(AlertDelivery.objects.values_list("webhook_id", flat=True)) == [wants.pk]
 
@@ -241,7 +245,7 @@ def test_admins_create_list_change_and_delete_webhooks_and_never_see_the_secret(
     )
     assert changed.status_code == 200, changed.content
     assert changed.json()["events"] == ["host.offline", "host.back"]
-    assert AlertWebhook.objects.get().secret == "another-secret-0123456789"
+    assert webhook_secret(AlertWebhook.objects.get()) == "another-secret-0123456789"
     assert admin_client.delete(f"/api/v1/alerts/webhooks/{pk}/").status_code == 204
     assert not AlertWebhook.objects.exists()
     kinds = Operation.objects.filter(kind="set_webhook").values_list("summary", flat=True)

@@ -222,6 +222,7 @@ class Stack:
             tmp / "data",
             FLEET_PUSH_RETRY_SECONDS="1",
             FLEET_REDELIVER_EVERY="1",
+            FLEET_IMAGE_PINNING="false",  # test images are local: no registry is asked
         )
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.agents: list[Agent] = []

@@ -93,6 +93,8 @@ class FakeControl:
             "get_default_device_pinned_mem_limit": d.pinned,
             "get_server_list": "" if d.server is None else str(d.server),
             "get_client_list": "\n".join(map(str, d.clients)),
+            "get_active_thread_percentage": f"{float(d.server_percent):.1f}",
+            "get_device_pinned_mem_limit": d.server_pinned,
         }[name]
 
 
@@ -220,6 +222,26 @@ def test_a_server_with_clients_gets_the_per_server_commands_and_the_note_says_so
     assert f"quit {GPU}" not in control.log
     assert "1 connected client" in note
     assert manager.limits(GPU) == MpsLimits(25, 1024)
+
+
+def test_a_server_raised_behind_the_agents_back_is_set_back_though_the_defaults_hold(
+    manager, control
+):
+    manager.ensure(GPU, MpsLimits(25, 1024))
+    control.connect(GPU, client=4242, server=901)
+    control.daemons[GPU].server_percent = "100"  # set_active_thread_percentage 901 100
+    control.log.clear()
+    manager.ensure(GPU, MpsLimits(25, 1024))
+    assert "set_active_thread_percentage 901 25" in control.log
+    assert control.daemons[GPU].server_percent == "25"
+
+
+def test_a_server_that_does_not_take_its_limits_is_an_error(manager, control):
+    manager.ensure(GPU, MpsLimits(50, 2048))
+    control.connect(GPU, client=4242, server=901)
+    control.answers["get_active_thread_percentage"] = "50.0"  # ignores the set
+    with pytest.raises(MpsError, match="server 901 reads back"):
+        manager.ensure(GPU, MpsLimits(25, 2048))
 
 
 def test_a_memory_limit_cannot_be_cleared_under_connected_clients(manager, control):

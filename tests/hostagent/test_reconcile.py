@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from hostagent import reconcile
 from hostagent.gpu.backend import BackendError
 from hostagent.gpu.simulated import DriverQuirks, SimulatedBackend
-from hostagent.mps import MpsManager
+from hostagent.mps import MpsLimits, MpsManager
 from hostagent.protocol import DesiredGpu, DesiredState
 from hostagent.reconcile import (
     Blocked,
@@ -452,6 +452,78 @@ def test_simulated_allocations_on_an_mps_gpu_run_as_mps_clients(tmp_path):
     results = reconcile.apply_desired_state(sim, state(uuid, want), True, mps)
     assert {r["status"] for r in results} == {"ok"}
     assert sorted(p.kind for p in sim.processes(uuid)) == ["mps_client", "mps_server"]
+
+
+# -- M2: the daemon holds the shares' limits, which a client's environment cannot raise ----------
+
+RAISED = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=80G"}
+
+
+def share(key: str, uuid: str, memory_mib: int, percent: int | None, partition_key=None):
+    return {
+        "key": key,
+        "gpu_uuid": uuid,
+        "partition_key": partition_key,
+        "memory_mib": memory_mib,
+        "max_compute_percent": percent,
+    }
+
+
+def test_a_lone_shares_limits_are_the_daemons_so_a_client_cannot_raise_them(tmp_path):
+    sim = SimulatedBackend([specs.l4()], seed=1)
+    uuid = sim.list_gpus()[0].uuid
+    mps = MpsManager(sim.mps_control, tmp_path)
+    want = desired(mig=False, mps=True, allocations=[share("a1", uuid, 2048, 25)])
+    results = reconcile.apply_desired_state(sim, state(uuid, want), True, mps)
+    assert {r["status"] for r in results} == {"ok"}, results
+    assert mps.limits(uuid) == MpsLimits(25, 2048)
+    assert sim.mps_limits(sim.process_keys(uuid)["a1"]) == MpsLimits(25, 2048)
+    assert sim.mps_limits(sim.run_process(uuid, 100, env=RAISED)) == MpsLimits(25, 2048)
+    assert plan(want, observe(sim, mps, uuid)) == ()
+
+
+def test_unequal_shares_on_one_daemon_get_the_largest_and_the_ack_says_so(tmp_path):
+    sim = SimulatedBackend([specs.l4()], seed=1)
+    uuid = sim.list_gpus()[0].uuid
+    mps = MpsManager(sim.mps_control, tmp_path)
+    shares = [share("small", uuid, 1024, 10), share("large", uuid, 4096, 40)]
+    want = desired(mig=False, mps=True, allocations=shares)
+    results = reconcile.apply_desired_state(sim, state(uuid, want), True, mps)
+    [item] = [r for r in results if r["key"] == f"{uuid}:mps"]
+    assert item["status"] == "ok" and "1 of 2 MPS share(s)" in item["message"], item
+    assert mps.limits(uuid) == MpsLimits(40, 4096)
+    assert sim.mps_limits(sim.run_process(uuid, 100, env=RAISED)) == MpsLimits(40, 4096)
+
+
+def test_when_the_larger_share_leaves_its_neighbours_server_is_lowered_for_new_clients(tmp_path):
+    sim = SimulatedBackend([specs.l4()], seed=1)
+    uuid = sim.list_gpus()[0].uuid
+    mps = MpsManager(sim.mps_control, tmp_path)
+    small, large = share("small", uuid, 1024, 10), share("large", uuid, 4096, 40)
+    reconcile.apply_desired_state(
+        sim, state(uuid, desired(mig=False, mps=True, allocations=[small, large])), True, mps
+    )
+    left = desired(mig=False, mps=True, allocations=[small])
+    results = reconcile.apply_desired_state(sim, state(uuid, left, 2), True, mps)
+    assert {r["status"] for r in results} == {"ok"}, results
+    daemon = mps.daemon(uuid)
+    server = sim.mps_control.command(daemon, "get_server_list")
+    assert sim.mps_control.command(daemon, f"get_active_thread_percentage {server}") == "10.0"
+    assert sim.mps_limits(sim.run_process(uuid, 100, env=RAISED)) == MpsLimits(10, 1024)
+
+
+def test_a_share_in_a_mig_instance_is_held_by_that_instances_daemon(tmp_path):
+    sim = SimulatedBackend([specs.h100()], seed=1)
+    uuid = sim.list_gpus()[0].uuid
+    mps = MpsManager(sim.mps_control, tmp_path)
+    want = mps_instance([(9, 0)], True)
+    want["allocations"] = [share("a1", uuid, 3072, 30, partition_key="k9@0")]
+    results = reconcile.apply_desired_state(sim, state(uuid, want), True, mps)
+    assert {r["status"] for r in results} == {"ok"}, results
+    [gi] = sim.mig_instances(uuid)
+    assert mps.limits(gi.uuid or "") == MpsLimits(30, 3072)
+    client = sim.run_process(uuid, 100, gpu_instance_id=gi.gpu_instance_id, env=RAISED)
+    assert sim.mps_limits(client) == MpsLimits(30, 3072)
 
 
 # -- D9, D10: limits on a running daemon, daemons after an agent restart -------------------------

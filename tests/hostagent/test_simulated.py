@@ -9,6 +9,7 @@ import pytest
 from hostagent.faults import apply_fault
 from hostagent.gpu.backend import InUse, NotSupported
 from hostagent.gpu.simulated import DriverQuirks, SimulatedBackend
+from hostagent.gpu.simulated.mps import MpsQueued
 from hostagent.mps import MpsError, MpsLimits, MpsManager
 from tests.hostagent import specs
 
@@ -89,6 +90,77 @@ def test_default_limits_reach_only_servers_spawned_later_as_in_mps(tmp_path):
     assert sim.mps_control.command(daemon, f"get_active_thread_percentage {server}") == "25.0"
     with pytest.raises(MpsError):
         sim.mps_control.command(daemon, "set_default_device_pinned_mem_limit GPU-other 1G")
+
+
+RAISED = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=80G"}
+
+
+def test_a_clients_environment_only_lowers_its_servers_limits(tmp_path):
+    sim, (l4,) = backend(specs.l4())
+    MpsManager(sim.mps_control, tmp_path).ensure(l4, MpsLimits(30, 4096))
+    raised = sim.run_process(l4, 100, env=RAISED)
+    lowered = sim.run_process(
+        l4,
+        100,
+        env={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "10", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=1G"},
+    )
+    plain = sim.run_process(l4, 100)
+    assert sim.mps_limits(raised) == MpsLimits(30, 4096)
+    assert sim.mps_limits(lowered) == MpsLimits(10, 1024)
+    assert sim.mps_limits(plain) == MpsLimits(30, 4096)
+    assert sim.mps_limits(sim.run_process(l4, 100, mps=False)) is None
+
+
+def test_without_daemon_limits_the_clients_environment_is_all_there_is(tmp_path):
+    sim, (l4,) = backend(specs.l4())
+    MpsManager(sim.mps_control, tmp_path).ensure(l4, MpsLimits())
+    assert sim.mps_limits(sim.run_process(l4, 100, env=RAISED)) == MpsLimits(100, 80 * 1024)
+
+
+def test_a_servers_limits_reach_the_clients_that_connect_afterwards(tmp_path):
+    sim, (l4,) = backend(specs.l4())
+    mps = MpsManager(sim.mps_control, tmp_path)
+    mps.ensure(l4, MpsLimits(50, 8192))
+    before = sim.run_process(l4, 100)
+    daemon = mps.daemon(l4)
+    server = sim.mps_control.command(daemon, "get_server_list")
+    sim.mps_control.command(daemon, f"set_active_thread_percentage {server} 20")
+    sim.mps_control.command(daemon, f"set_device_pinned_mem_limit {server} 0 2G")
+    after = sim.run_process(l4, 100, env=RAISED)
+    assert sim.mps_limits(before) == MpsLimits(50, 8192)
+    assert sim.mps_limits(after) == MpsLimits(20, 2048)
+
+
+def test_one_server_at_a_time_a_client_of_another_uid_waits_for_the_first_ones_clients(tmp_path):
+    """Legacy MPS: "If there's an MPS server already running, but with a different user id
+    than that of the client process, the control daemon requests the existing server to
+    shutdown as soon as all its clients are done" (nvidia-cuda-mps-control(1))."""
+    sim, (l4,) = backend(specs.l4())
+    mps = MpsManager(sim.mps_control, tmp_path)
+    mps.ensure(l4, MpsLimits())
+    first = sim.run_process(l4, 100, uid=1000)
+    second = sim.run_process(l4, 100, uid=1000)  # the same user shares the server
+    old_server = sim.mps_control.server_pid(l4)
+    with pytest.raises(MpsQueued, match="UID 1000"):
+        sim.run_process(l4, 100, uid=2000)
+    sim.kill_process(first)
+    sim.kill_process(second)
+    later = sim.run_process(l4, 100, uid=2000)
+    assert sim.mps_control.server_pid(l4) not in (None, old_server)
+    assert sim.mps_limits(later) == MpsLimits(100, None)
+
+
+def test_start_server_spawns_a_server_for_a_uid_with_the_defaults_of_that_moment(tmp_path):
+    sim, (l4,) = backend(specs.l4())
+    mps = MpsManager(sim.mps_control, tmp_path)
+    mps.ensure(l4, MpsLimits(40, 1024))
+    daemon = mps.daemon(l4)
+    assert sim.mps_control.command(daemon, "start_server -uid 1000") == ""
+    server = sim.mps_control.command(daemon, "get_server_list")
+    assert sim.mps_control.command(daemon, f"get_active_thread_percentage {server}") == "40.0"
+    assert sim.mps_control.command(daemon, f"get_device_pinned_mem_limit {server} 0") == "1024M"
+    with pytest.raises(MpsError):
+        sim.mps_control.command(daemon, "start_server -uid nobody")
 
 
 def test_a_gpu_reset_is_refused_while_processes_run_and_clears_the_gpu_otherwise():

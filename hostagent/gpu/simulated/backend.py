@@ -68,6 +68,7 @@ class SimulatedBackend(Workloads):
         self._fail_next = 0
         self.mps_control = SimulatedMpsControl(self._lock)
         self.mps_control.clients_of = self._mps_clients
+        self.mps_control.new_pid = self._new_pid
         self._initialised = False
 
     # -- lifecycle -------------------------------------------------------------------------

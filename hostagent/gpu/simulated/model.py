@@ -7,6 +7,7 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 from typing import Literal
 
+from hostagent.mps import MpsLimits
 from hostagent.protocol import SimulatedGpuSpec, SimulatedProfileSpec
 
 AMPERE_MARKERS = ("A100", "A30")
@@ -65,7 +66,9 @@ class RunningAllocation:
 
 @dataclass
 class Process:
-    """A fake CUDA process; ``mps_server`` is the server it connected to as an MPS client."""
+    """A fake CUDA process; ``mps_server`` is the server it connected to as an MPS client,
+    ``mps_limits`` what that server let it have (its limits as it connected, lowered by its
+    environment)."""
 
     pid: int
     memory_mib: int
@@ -75,6 +78,7 @@ class Process:
     key: str | None
     mps_target: str | None = None
     mps_server: int | None = None
+    mps_limits: MpsLimits | None = None
 
 
 @dataclass

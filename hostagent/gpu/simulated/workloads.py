@@ -7,6 +7,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from hostagent.gpu.backend import (
@@ -26,7 +27,7 @@ from hostagent.gpu.simulated.model import (
     is_ampere,
 )
 from hostagent.gpu.simulated.mps import SimulatedMpsControl
-from hostagent.mps import MpsDaemon
+from hostagent.mps import MpsDaemon, MpsLimits
 from hostagent.protocol import EventKind
 
 logger = logging.getLogger(__name__)
@@ -90,23 +91,42 @@ class Workloads:
         compute_percent: int = 100,
         key: str | None = None,
         mps: bool | None = None,
+        uid: int = 0,
+        env: Mapping[str, str] | None = None,
     ) -> int:
-        """Start a fake CUDA process on the GPU or in a MIG instance; return its PID.
+        """Start a fake CUDA process of ``uid`` on the GPU or in a MIG instance; its PID.
 
         It runs through MPS when a daemon runs on its target (``mps=None``), as CUDA connects
-        to the daemon at init; ``mps=True`` starts a daemon there first, ``False`` never.
+        to the daemon at init; ``mps=True`` starts a daemon there first, ``False`` never. As an
+        MPS client it gets its server's limits, lowered by the ``CUDA_MPS_*`` of ``env`` (the
+        environment it has at CUDA init, re-exports included): see :meth:`mps_limits`.
+
+        Raises:
+            MpsQueued: the daemon's server belongs to another UID and has clients.
         """
         with self._lock:
             g = self._gpu(gpu)
             target, ci = self._target(g, gpu_instance_id)
             if mps:
                 self.mps_control.start(MpsDaemon(target, _NOWHERE, _NOWHERE))
-            server = None if mps is False else self.mps_control.connect(target, self._new_pid)
+            server = None
+            if mps is not False:
+                server = self.mps_control.connect(target, self._new_pid, uid)
+            limits = self.mps_control.client_limits(target, env or {}) if server else None
             pid = self._new_pid()
             g.processes[pid] = Process(
-                pid, memory_mib, compute_percent, gpu_instance_id, ci, key, target, server
+                pid, memory_mib, compute_percent, gpu_instance_id, ci, key, target, server, limits
             )
             return pid
+
+    def mps_limits(self, pid: int) -> MpsLimits | None:
+        """The limits an MPS client runs under (``None``: not an MPS client)."""
+        with self._lock:
+            for g in self._gpus:
+                p = g.processes.get(pid)
+                if p is not None:
+                    return p.mps_limits if self._is_client(p) else None
+            return None
 
     def start_mps_server(self, gpu: str, *, gpu_instance_id: int | None = None) -> int:
         """Start an MPS daemon on the GPU or MIG instance and its ``nvidia-cuda-mps-server``

@@ -6,6 +6,7 @@ import { api, canDeploy, el, toast, toastError, violations } from "../core.js";
 import { changes } from "./changes.js";
 import { move } from "./move.js";
 import { place } from "./place.js";
+import { showPolicy } from "./policy.js";
 import { hostsBox, trayBox } from "./state.js";
 import { describeTarget, fitNote, loadTargets } from "./targets.js";
 
@@ -113,6 +114,13 @@ async function placeAll(dep, button) {
 const newDialog = /** @type {HTMLDialogElement} */ (document.getElementById("new-dialog"));
 const newForm = /** @type {HTMLFormElement} */ (document.getElementById("new-form"));
 const newError = /** @type {HTMLElement} */ (newForm.querySelector("#new-error"));
+const newPolicy = /** @type {HTMLElement} */ (newForm.querySelector("#new-policy"));
+const teamSelect = /** @type {HTMLSelectElement} */ (newForm.querySelector('select[name="team"]'));
+const runtimeSelect = /** @type {HTMLSelectElement} */ (newForm.querySelector('select[name="runtime"]'));
+
+function syncPolicy() {
+  showPolicy(teamSelect, newPolicy, runtimeSelect);
+}
 
 function syncKind() {
   const data = new FormData(newForm);
@@ -173,6 +181,7 @@ function fieldErrors(node, path = "") {
 function openNewDialog() {
   newForm.reset();
   syncKind();
+  syncPolicy();
   newError.hidden = true;
   newDialog.showModal();
 }
@@ -245,6 +254,7 @@ export function enableDialogs() {
     if (canDeploy) openPlaceDialog(/** @type {HTMLElement} */ (replica));
   });
   newForm.addEventListener("change", syncKind);
+  teamSelect.addEventListener("change", syncPolicy);
   newForm.addEventListener("click", (e) => { if (/** @type {Element} */ (e.target).closest("[data-close]")) newDialog.close(); });
   newForm.addEventListener("submit", createDeployment);
 }

@@ -4,9 +4,11 @@ slice it was given, with that slice's UUID, and stops when it is evicted."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
+from hostagent.mps import MpsLimits
 from hostagent.protocol import LogsRequest, default_workload
 from hostagent.runtime import ProcessRuntime, replica_specs
 from hostagent.runtime.docker import DockerRuntime
@@ -121,6 +123,47 @@ def test_an_mps_share_gets_the_pipe_directory_and_the_shares_limits(tmp_path, ki
         assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M" in out
         assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30" in out
         assert f"CUDA_VISIBLE_DEVICES={host.gpu}" in out
+    finally:
+        host.supervisor.close()
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    """A process's environment as CUDA reads it at init (``/proc/<pid>/environ``)."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(entry.split("=", 1) for entry in raw.decode().split("\0") if "=" in entry)
+
+
+def test_a_replica_that_re_exports_its_mps_limits_higher_still_gets_its_shares(
+    tmp_path, kill_sessions
+):
+    """The review's M2: the share's limits are the MPS daemon's (the server's), which a
+    client's CUDA_MPS_* can only lower; the simulated daemon applies them as MPS does."""
+    host = make_host(
+        tmp_path, {"process": ProcessRuntime(tmp_path / "w", as_agent_user=True)}, "process"
+    )
+    raise_limits = (
+        "export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=81920M CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100; "
+        "exec sleep 30"
+    )
+    try:
+        share = allocation(
+            3,
+            workload("process", command=["sh", "-c", raise_limits]),
+            partition_key=None,
+            memory_mib=4096,
+            max_compute_percent=30,
+        )
+        host.apply(desired(host.gpu, 1, [share], instances=(), mig=False, mps=True))
+        wait_for(lambda: host.state(3) == "running")
+        pid = host.supervisor._replicas[3].running.pid
+        kill_sessions.append(pid)
+        env = wait_for(
+            lambda: (e := environ_of(pid)).get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "100" and e
+        )
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=81920M"  # it did raise them
+        client = host.sim.run_process(host.gpu, 100, env=env)  # its CUDA init, on the fake
+        assert host.sim.mps_limits(client) == MpsLimits(30, 4096)
+        assert host.mps.limits(host.gpu) == MpsLimits(30, 4096)
     finally:
         host.supervisor.close()
 

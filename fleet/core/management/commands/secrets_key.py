@@ -1,5 +1,6 @@
 """``python manage.py secrets_key``: print a new key for ``FLEET_SECRETS_KEY``;
-``--rotate``: re-encrypt every team secret with the first configured key.
+``--rotate``: re-encrypt every team secret (and every webhook's URL and secret) with the first
+configured key.
 
 Rotation: set ``FLEET_SECRETS_KEY=<new>,<old>`` (the first encrypts, every one decrypts), run
 ``manage.py secrets_key --rotate``, then drop ``<old>``.
@@ -22,7 +23,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--rotate",
             action="store_true",
-            help="re-encrypt every team secret with the first key of FLEET_SECRETS_KEY",
+            help="re-encrypt every team secret and webhook credential with the first key of "
+            "FLEET_SECRETS_KEY",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -30,7 +32,7 @@ class Command(BaseCommand):
             self.stdout.write(new_fernet_key())
             return
         done, unreadable = secrets_reencrypt()
-        self.stdout.write(f"{done} secret(s) re-encrypted with the first key.")
+        self.stdout.write(f"{done} secret(s) and webhook(s) re-encrypted with the first key.")
         if unreadable:
             raise CommandError(
                 f"{unreadable} secret(s) could not be decrypted by any key (see the log): "
