@@ -34,7 +34,7 @@ test-production: $(STAMP)
 	  --ignore=tests/hostagent --ignore=tests/mig --ignore=tests/mps --ignore=tests/placement \
 	  --ignore=tests/gpu
 
-## check: lint, types, import contracts, migrations and the OpenAPI schema
+## check: lint, types, import contracts, migrations, the OpenAPI schema and the docs (mkdocs --strict)
 check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -42,6 +42,7 @@ check: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file /dev/null
+	$(BIN)/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) var site .pytest_cache .mypy_cache .ruff_cache .hypothesis
