@@ -321,7 +321,7 @@ def reader_sees_spec(context: Mapping[str, Any], team_id: int | None) -> bool:
     return request is None or can_see_spec(request.user, team_id)
 
 
-@extend_schema_serializer(component_name="Workload")
+@extend_schema_serializer(component_name="ImagePin")
 class ImagePinSerializer(serializers.Serializer[Any]):
     """A container image's pin: the digest its registry served when the workload was set."""
 
@@ -344,8 +344,9 @@ class WorkloadReadSerializer(WorkloadSerializer):
 
     image_pin = ImagePinSerializer(
         read_only=True,
+        allow_null=True,
         help_text="A container's image pinned to its digest at create or rolling update "
-        "(absent for other runtimes and for workloads set before pinning).",
+        "(`null` for other runtimes and for workloads set before pinning).",
     )
     redacted = serializers.BooleanField(
         read_only=True,
@@ -356,7 +357,7 @@ class WorkloadReadSerializer(WorkloadSerializer):
     def to_representation(self, instance: Any) -> Any:
         if isinstance(instance, Mapping) and instance.get("redacted") is True:
             return dict(instance)
-        return {**super().to_representation(instance), "redacted": False}
+        return {"image_pin": None, **super().to_representation(instance), "redacted": False}
 
 
 class DeploymentSerializer(serializers.ModelSerializer[Deployment]):

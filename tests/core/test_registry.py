@@ -303,3 +303,13 @@ def test_with_pinning_off_the_tag_is_kept_and_the_api_says_so(admin_client, sett
 
     pin = response.json()["workload"]["image_pin"]
     assert pin["reference"] is None and "FLEET_IMAGE_PINNING" in pin["reason"]
+
+
+@pytest.mark.django_db
+def test_a_workload_without_an_image_answers_a_null_pin(admin_client):
+    """The schema's ``image_pin`` is in every full answer (schemathesis: it was left out)."""
+    body = {"name": "plain", "kind": "mps", "memory_mib": 1024}
+    created = admin_client.post("/api/v1/deployments/", body, format="json")
+    assert created.status_code == 201, created.json()
+    answer = admin_client.get(f"/api/v1/deployments/{created.json()['id']}/").json()
+    assert answer["workload"]["image_pin"] is None and answer["workload"]["redacted"] is False
