@@ -29,7 +29,9 @@ INVALID = "rollout.migparted_invalid"
 def _text(config: str | Mapping[str, Any]) -> str:
     if isinstance(config, str):
         return config
-    return json.dumps(config)  # JSON is YAML: one parser, one set of bounds
+    # JSON is YAML: one parser, one set of bounds. Characters as themselves: YAML's \\u escapes
+    # do not pair surrogates, so an escaped astral character would come back as two halves.
+    return json.dumps(config, ensure_ascii=False)
 
 
 def migparted_layouts(

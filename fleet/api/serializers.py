@@ -618,7 +618,7 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
         workload = workload_of(obj.deployment, obj)
         if not reader_sees_spec(self.context, obj.deployment.team_id):
             return workload_redacted(workload)
-        return {**workload, "redacted": False}  # as the schema says (WorkloadReadSerializer)
+        return {"image_pin": None, **workload, "redacted": False}  # as WorkloadReadSerializer
 
     class Meta:
         model = Allocation

@@ -174,8 +174,19 @@ def parse_migparted(text: str) -> MigPartedConfig:
     )
 
 
+# A YAML escape of one half of a UTF-16 surrogate pair: YAML reads "\ud83d\ude00" as two lone
+# halves, not one character, and no answer quoting them could be encoded.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
 def _load(text: str) -> Any:
     """The YAML document, refused at its first anchor or alias, before it is built."""
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        raise MigPartedError(
+            "Not valid YAML here: a \\uD800-\\uDFFF escape is half of a UTF-16 pair; write the "
+            "character itself (or \\U0001F600 style).",
+            {},
+        )
     try:
         try:
             return _load_with(text, _FAST_LOADER)

@@ -403,3 +403,16 @@ def test_a_surrogate_pair_is_one_character_and_is_quoted_back(operator_client):
     response = post_json(operator_client, "/api/v1/mig/validate", raw)
     assert response.status_code in (400, 404)
     assert "\U0001f600" in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_an_astral_character_in_a_mig_parted_config_is_quoted_back_whole(operator_client):
+    """The dict is read as YAML: an escaped astral character came back as two lone surrogate
+    halves, and the error quoting it was a 500 (schemathesis, POST /rollouts/)."""
+    raw = (
+        '{"selector": {}, "migparted": {"name": "a", "config": {"\\ud835\\udc13": 1, '
+        '"version": "v1", "mig-configs": {}}}}'
+    )
+    response = post_json(operator_client, "/api/v1/rollouts/", raw)
+    assert 400 <= response.status_code < 500
+    assert "\U0001d413" in response.content.decode()

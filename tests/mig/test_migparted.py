@@ -242,3 +242,8 @@ def test_the_default_config_applies_to_each_product_in_its_filter(a100):
             assert result == tuple(Instance(15, s) for s in (0, 2, 4, 6))
         else:
             assert [v.code for v in result if isinstance(v, Violation)] == [DEVICE_FILTER_MISMATCH]
+
+
+def test_a_yaml_escape_of_half_a_surrogate_pair_is_refused_with_a_reason():
+    with pytest.raises(MigPartedError, match="UTF-16"):
+        parse_migparted('version: v1\nmig-configs:\n  "\\ud835\\udc13": []\n')
