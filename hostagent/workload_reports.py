@@ -80,15 +80,13 @@ class WorkloadChannel:
             return messages
         if now - self._last_full >= FULL_EVERY_S:
             self._full_due = True
-        if self._full_due and supervisor.adopted:
+        report = supervisor.take_report(full=self._full_due, once_adopted=True)
+        if report is not None and report["full"]:
             self._full_due = False
             self._last_full = now
-            report = supervisor.take_report(full=True)
             # An agent that runs nothing has nothing to say (the swarm's thousands of agents).
-            if report is not None and (report["workloads"] or supervisor.runtimes):
-                messages.append(report)
-            return messages
-        report = supervisor.take_report(full=False)
+            if not (report["workloads"] or supervisor.runtimes):
+                return messages
         if report is not None:
             messages.append(report)
         return messages

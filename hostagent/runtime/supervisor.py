@@ -150,10 +150,13 @@ class Supervisor(Reconciler):
 
     # -- what the agent reports --------------------------------------------------------------------
 
-    def take_report(self, full: bool) -> WorkloadReport | None:
+    def take_report(self, full: bool, once_adopted: bool = False) -> WorkloadReport | None:
         """Every replica (``full``), or those that changed since the last report (``None`` when
-        none did)."""
+        none did). With ``once_adopted``, a full report only if every runtime has found what
+        already runs here, else the changes: decided under the lock that adoption holds, so the
+        replicas it finds are never first told as changes."""
         with self._lock:
+            full = full and (self.adopted or not once_adopted)
             if full:
                 records = [r for r in self._replicas.values() if reportable(r)]
                 finals: list[WorkloadStatus] = []

@@ -143,7 +143,8 @@ def test_a_process_runs_as_its_user_in_its_cgroup_with_its_limits(
     command = f"env > {out}/env; cat {open_dir}/state/processes.json > {out}/state 2>&1; sleep 30"
     sec = security(user="nobody", memory_mib=128, pids_limit=64)
     running = started(runtime, confined_spec(7, sec, command=["sh", "-c", command], cwd="/tmp"))
-    wait_for(lambda: (out / "state").exists() and (out / "env").exists())
+    # the shell makes the file before cat says why it could not read: wait for the words
+    wait_for(lambda: (out / "state").exists() and (out / "state").read_text())
     status = proc_status(running.pid)
     assert status["Uid"].split()[0] == status["Gid"].split()[0] == "65534"
     assert status["Groups"].split() == ["65534"]
