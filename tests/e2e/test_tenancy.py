@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.stack import NOBODY, Agent, Stack, wait_until
+from tests.e2e.stack import NOBODY, Agent, Stack, running, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -208,3 +208,104 @@ def test_a_host_reserved_for_another_team_takes_none_of_this_teams_replicas(
         assert not stack.get(f"/api/v1/allocations/?deployment={created['id']}")["results"]
     finally:
         stack.request("PUT", f"/api/v1/hosts/{host_id}/reservation", {"teams": []}, token="admin")
+
+
+def test_a_team_at_its_quota_moves_one_replica_at_a_time_never_more(
+    stack: Stack, tenancy: dict[str, Any], tmp_path: Any
+) -> None:
+    """Issue 21: "A team held twice its quota by moving replicas." The team's first move in
+    flight is its one surge replica; a second, while the first's new copy has not passed its
+    health check, would hold quota + 2 and is refused with the move in flight named."""
+    a = tenancy["tenant-a"]
+    agent = stack.add_agent("tq-1", ["a100-sxm4-40gb"] * 4, runtime="process")
+    gpus = [g["id"] for g in stack.gpus(agent)]
+    status, policy = stack.request(
+        "PUT",
+        f"/api/v1/teams/{a['id']}/policy",
+        {"runtimes": ["process"], "process_user": NOBODY},
+        token="admin",
+    )
+    assert status == 200, policy
+    status, body = stack.request("PUT", f"/api/v1/teams/{a['id']}/quota", {"gpus": 2}, "admin")
+    assert status == 200, body
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    ready.chmod(0o755)
+    # A copy is healthy once the test says so: the new copies of the moves below never are, so
+    # each move stays in flight (its new copy is starting) until it times out or is cancelled.
+    status, created = _create(
+        stack,
+        a["token"],
+        "tenant-a-movers",
+        {
+            "runtime": "process",
+            "command": ["/bin/sleep", "3600"],
+            "health": {
+                "exec": {"command": ["/bin/sh", "-c", f"test -f {ready}/$FLEET_ALLOCATION_ID"]},
+                "interval_s": 1,
+                "timeout_s": 1,
+            },
+            "stop_grace_s": 1,
+        },
+    )
+    assert status == 201, created
+    deployment_id = created["id"]
+    try:
+        status, body = stack.request(
+            "PATCH", f"/api/v1/deployments/{deployment_id}/", {"replicas": 2}, a["token"]
+        )
+        assert status == 200, body
+        for gpu in gpus[:2]:
+            status, op = stack.request(
+                "POST", f"/api/v1/deployments/{deployment_id}/place", {"gpu": gpu}, a["token"]
+            )
+            assert status in (200, 201, 202), op
+        replicas = stack.get(f"/api/v1/allocations/?deployment={deployment_id}")["results"]
+        assert len(replicas) == 2, replicas
+        for replica in replicas:
+            (ready / str(replica["id"])).touch()
+        wait_until(lambda: running(stack, deployment_id) == 2, 30, what="2 running")
+        # A third replica is past the quota: refused at the door.
+        status, body = stack.request(
+            "PATCH", f"/api/v1/deployments/{deployment_id}/", {"replicas": 3}, a["token"]
+        )
+        if status == 200:
+            status, body = stack.request(
+                "POST", f"/api/v1/deployments/{deployment_id}/place", {"gpu": gpus[2]}, a["token"]
+            )
+        assert status == 422 and body["code"] == "quota.exceeded", body
+        first, second = sorted(replicas, key=lambda r: r["id"])
+        status, op = stack.request(
+            "POST",
+            f"/api/v1/allocations/{first['id']}/move",
+            {"gpu": gpus[2], "timeout_s": 120},
+            a["token"],
+        )
+        assert status == 202, op  # the team's surge replica
+        wait_until(
+            lambda: (
+                len(stack.get(f"/api/v1/allocations/?deployment={deployment_id}")["results"]) == 3
+            ),
+            20,
+            what="the first move's new copy",
+        )
+        status, body = stack.request(
+            "POST",
+            f"/api/v1/allocations/{second['id']}/move",
+            {"gpu": gpus[3], "timeout_s": 120},
+            a["token"],
+        )
+        assert status == 422 and body["code"] == "quota.exceeded", body
+        assert body["details"]["surge_in_use"] is True
+        assert [m["operation"] for m in body["details"]["moving"]] == [op["id"]], body
+        held = stack.get(f"/api/v1/allocations/?deployment={deployment_id}")["results"]
+        assert len(held) == 3, held  # quota (2) + the one surge copy, never more
+        assert stack.operation(op["id"])["status"] in ("pending", "dispatched", "running")
+    finally:
+        stack.request("DELETE", f"/api/v1/deployments/{deployment_id}/", token="admin")
+        stack.request("PUT", f"/api/v1/teams/{a['id']}/quota", {"gpus": None}, "admin")
+        wait_until(
+            lambda: not stack.get(f"/api/v1/allocations/?deployment={deployment_id}")["results"],
+            20,
+            what="the movers stopped",
+        )
