@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, TypedDict, cast
 
 import msgspec
@@ -24,6 +25,9 @@ from hostagent.protocol.messages import (
     WorkloadReport,
 )
 from hostagent.protocol.workloads import workload_problems
+
+# A JSON ``\u0000`` escape: after an even run of backslashes (each pair is an escaped one).
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 class ProtocolError(ValueError):
@@ -116,8 +120,18 @@ def decode(text: str | bytes, *, max_gpus: int = MAX_GPUS_PER_HOST) -> Message:
         raise ProtocolError(f"not JSON: {error}", code="protocol.not_json") from None
     except RecursionError:
         raise ProtocolError("nested too deeply", code="protocol.not_json") from None
+    if _holds_nul(text):
+        # PostgreSQL's text cannot hold U+0000: stored, it would fail the sender's transaction
+        # (or another's that reads it back); refused here, it costs the sender only.
+        raise ProtocolError("a string holds U+0000 (NUL), which no field may")
     check_message(message, max_gpus=max_gpus)
     return message
+
+
+def _holds_nul(text: str | bytes) -> bool:
+    if isinstance(text, bytes):
+        return b"\\u0000" in text and bool(_NUL.search(text.decode("utf-8", "replace")))
+    return "\\u0000" in text and bool(_NUL.search(text))
 
 
 def encode(msg: Message) -> str:

@@ -61,8 +61,9 @@ def mask_secrets(output: Output, values: Iterable[str]) -> Output:
 
 def split_lines(raw: bytes) -> list[str]:
     """``raw`` as lines: UTF-8 (bad bytes replaced), split on ``\\n``, ``\\r`` ends dropped; a
-    last line without its ``\\n`` is a line too."""
-    lines = raw.decode("utf-8", "replace").split("\n")
+    last line without its ``\\n`` is a line too. A NUL byte is U+FFFD, as a bad byte is: the
+    protocol refuses U+0000 (PostgreSQL cannot store it), and a terminal shows nothing for it."""
+    lines = raw.replace(b"\0", "\ufffd".encode()).decode("utf-8", "replace").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]

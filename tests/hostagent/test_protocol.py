@@ -436,3 +436,14 @@ def test_clip_keeps_text_within_the_protocol_limit():
     assert protocol.clip("short") == "short"
     clipped = protocol.clip("y" * 1000)
     assert len(clipped) == protocol.MAX_TEXT and clipped.endswith("…")
+
+
+def test_a_string_holding_nul_is_refused_and_an_escaped_backslash_before_u0000_is_not():
+    hello = dict(MESSAGES[0])
+    hello["agent_version"] = "1.0\x00"
+    text = json.dumps(hello)
+    for raw in (text, text.encode()):
+        with pytest.raises(ProtocolError, match="U\\+0000"):
+            protocol.decode(raw)
+    hello["agent_version"] = "1.0\\u0000"  # a backslash, then the text u0000: no NUL
+    assert protocol.decode(json.dumps(hello))["agent_version"] == "1.0\\u0000"

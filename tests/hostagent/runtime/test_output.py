@@ -66,3 +66,8 @@ def test_an_empty_log_is_no_lines(tmp_path):
     log.touch()
     out = tail_lines([log, tmp_path / "5.log.1"], 10)
     assert out.lines == [] and not out.truncated
+
+
+def test_a_nul_byte_in_a_workloads_output_is_a_replacement_character():
+    # The protocol refuses U+0000 (PostgreSQL cannot store it): an honest agent never sends it.
+    assert split_lines(b"a\0b\nc") == ["a\ufffdb", "c"]
