@@ -230,7 +230,8 @@ class Session:
         return self
 
     def wait_live(self) -> None:
-        self.page.wait_for_selector('#live-status[data-state="live"]', timeout=10_000)
+        # 20 s: the 2 cores are shared with the servers, and a refused first try backs off.
+        self.page.wait_for_selector('#live-status[data-state="live"]', timeout=20_000)
 
     def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """The REST API with this tab's session (as the dashboard's own script calls it)."""
