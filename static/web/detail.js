@@ -1,3 +1,4 @@
+// @ts-check
 // GPU detail: live charts of the last hour (inline SVG), the latest values, the partition table,
 // events and operations re-rendered by the server after each change, and cordon/uncordon.
 import { api, debounce, fmtMiB, fmtMiBPair, fmtNum, fmtPct, heatBucket, live, naTitle, toast, toastError } from "./core.js";
@@ -51,7 +52,7 @@ function formatValue(key, v) {
 function drawCharts(now) {
   const t0 = now - WINDOW_S;
   while (points.length && points[0].t < now - HISTORY_S - 10) points.shift();
-  for (const figure of document.querySelectorAll("figure[data-chart]")) {
+  for (const figure of document.querySelectorAll(/** @type {"figure"} */ ("figure[data-chart]"))) {
     const key = figure.dataset.chart;
     const base = Number(figure.dataset.ymax);
     const values = series().filter((p) => p.t >= t0).map((p) => p[key]).filter((v) => v !== null && v !== undefined);
@@ -60,8 +61,8 @@ function drawCharts(now) {
     figure.querySelector("path.line").setAttribute("d", line);
     figure.querySelector("path.area").setAttribute("d", area);
     const top = figure.querySelector("[data-ytop]");
-    top.textContent = key === "memory_used_mib" ? fmtMiB(yMax) : Math.round(yMax);
-    const nodata = figure.querySelector(".nodata");
+    top.textContent = key === "memory_used_mib" ? fmtMiB(yMax) : String(Math.round(yMax));
+    const nodata = /** @type {HTMLElement | null} */ (figure.querySelector(".nodata"));
     if (nodata) nodata.style.display = values.length ? "none" : "";
     const last = [...points].reverse().find((p) => p[key] !== null && p[key] !== undefined);
     figure.querySelector("[data-now]").textContent = formatValue(key, latest ? latest[key] : last ? last[key] : null);
@@ -71,7 +72,7 @@ function drawCharts(now) {
 // ---- latest values ----------------------------------------------------------------------------
 
 function tile(key, v) {
-  const node = document.querySelector(`[data-stat="${key}"]`);
+  const node = /** @type {HTMLElement | null} */ (document.querySelector(`[data-stat="${key}"]`));
   if (!node) return;
   const missing = v === null || v === undefined;
   node.classList.toggle("na", missing);
@@ -97,7 +98,7 @@ function paint(t) {
     if (power) power.textContent = fmtNum(t.power_w, " W");
   }
   for (const [pid, v] of Object.entries(t.partitions || {})) {
-    const slice = card && card.querySelector(`.slice[data-partition="${pid}"]`);
+    const slice = card && /** @type {HTMLElement | null} */ (card.querySelector(`.slice[data-partition="${pid}"]`));
     if (slice) {
       slice.dataset.heat = heatBucket(v.utilization_percent);
       const text = slice.querySelector('[data-live="pu"]');
@@ -105,7 +106,7 @@ function paint(t) {
     }
     const row = document.querySelector(`#partitions tr[data-partition="${pid}"]`);
     if (!row) continue;
-    const pu = row.querySelector('[data-live="pu"]');
+    const pu = /** @type {HTMLElement} */ (row.querySelector('[data-live="pu"]'));
     pu.dataset.heat = heatBucket(v.utilization_percent);
     pu.textContent = v.utilization_percent == null ? "n/a" : fmtPct(v.utilization_percent);
     pu.title = v.utilization_percent == null ? NA : "";
@@ -151,7 +152,7 @@ live.on("resync", async () => {
 // ---- actions ----------------------------------------------------------------------------------
 
 page.addEventListener("click", async (e) => {
-  const button = e.target.closest("button[data-action]");
+  const button = /** @type {HTMLButtonElement | null} */ (/** @type {Element} */ (e.target).closest("button[data-action]"));
   if (!button) return;
   const action = button.dataset.action;
   let body;
@@ -189,9 +190,10 @@ async function loadLong(window) {
   return true;
 }
 document.getElementById("range").addEventListener("change", async (e) => {
-  const seconds = Number(e.target.value);
-  if (e.target.dataset.window && !(await loadLong(e.target.dataset.window))) return;
-  if (!e.target.dataset.window) document.getElementById("range-note").textContent = LIVE_NOTE;
+  const range = /** @type {HTMLInputElement} */ (e.target); // the radio button picked
+  const seconds = Number(range.value);
+  if (range.dataset.window && !(await loadLong(range.dataset.window))) return;
+  if (!range.dataset.window) document.getElementById("range-note").textContent = LIVE_NOTE;
   WINDOW_S = seconds;
   for (const node of document.querySelectorAll("[data-range-label]")) node.textContent = rangeLabel(WINDOW_S);
   for (const node of document.querySelectorAll("[data-axis-start]")) node.textContent = minutes(WINDOW_S);

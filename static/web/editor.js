@@ -1,3 +1,4 @@
+// @ts-check
 // The MIG layout editor: pick profiles into free placements, presets, instant validation by the
 // server's MIG rules (POST /mig/validate), MPS inside instances, a drain warning, and Apply with
 // live progress. The MPS limits, operation statuses and drain steps come from the page config.
@@ -58,6 +59,7 @@ function busyLosses() {
 
 // The mode tabs by their role: the GPU card in the aside carries a data-mode of its own.
 const MODE_TABS = '.mode-tabs [role="tab"]';
+const tabs = () => /** @type {NodeListOf<HTMLButtonElement>} */ (document.querySelectorAll(MODE_TABS));
 
 // ---- drawing ----------------------------------------------------------------------------------
 
@@ -232,8 +234,8 @@ function render() {
   drawCurrentMode();
   if (model.slice_count) { drawRuler(); drawCanvas(); drawPalette(); drawDiff(); drawInstanceMps(); }
   drawDrain();
-  for (const pane of document.querySelectorAll("[data-pane]")) pane.hidden = pane.dataset.pane !== mode;
-  for (const tab of document.querySelectorAll(MODE_TABS)) tab.setAttribute("aria-selected", String(tab.dataset.mode === mode));
+  for (const pane of /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll("[data-pane]"))) pane.hidden = pane.dataset.pane !== mode;
+  for (const tab of tabs()) tab.setAttribute("aria-selected", String(tab.dataset.mode === mode));
   validate();
 }
 
@@ -280,8 +282,8 @@ function setVerdict(kind, children) {
 }
 
 function updateApply() {
-  const button = $("apply");
-  const drain = $("drain-apply");
+  const button = /** @type {HTMLButtonElement} */ ($("apply"));
+  const drain = /** @type {HTMLButtonElement} */ ($("drain-apply"));
   if (!canOperate) return;
   const busy = followed && !isFinal(followed.status);
   const needsDrain = busyLosses().length > 0;
@@ -298,7 +300,7 @@ function add(inst) { instances = [...instances, keeping(inst)]; render(); }
 function remove(inst) { instances = instances.filter((i) => !same(i, inst)); render(); }
 
 $("presets")?.addEventListener("click", (e) => {
-  const button = e.target.closest("[data-preset]");
+  const button = /** @type {HTMLElement | null} */ (/** @type {Element} */ (e.target).closest("[data-preset]"));
   if (!button || !canOperate) return;
   const name = button.dataset.preset;
   if (name === "current") instances = fromCurrent();
@@ -307,7 +309,7 @@ $("presets")?.addEventListener("click", (e) => {
   render();
 });
 
-for (const tab of document.querySelectorAll(MODE_TABS)) {
+for (const tab of tabs()) {
   tab.addEventListener("click", () => { if (!tab.disabled) { mode = tab.dataset.mode; render(); } });
 }
 
@@ -359,7 +361,7 @@ function show(operation) {
   steps.hidden = false;
   const order = ["pending", "dispatched", "succeeded"];
   const reached = operation.status === "succeeded" ? 3 : operation.status === "dispatched" ? 2 : 1;
-  for (const step of steps.querySelectorAll(".st")) {
+  for (const step of /** @type {NodeListOf<HTMLElement>} */ (steps.querySelectorAll(".st"))) {
     const index = order.indexOf(step.dataset.step);
     step.className = "st";
     if (index < reached) step.classList.add("done");
@@ -417,7 +419,7 @@ live.on("frame", (frame) => {
   if (t && card) {
     card.dataset.heat = heatBucket(t.utilization_percent);
     for (const [pid, v] of Object.entries(t.partitions || {})) {
-      const slice = card.querySelector(`.slice[data-partition="${pid}"]`);
+      const slice = /** @type {HTMLElement | null} */ (card.querySelector(`.slice[data-partition="${pid}"]`));
       if (slice) slice.dataset.heat = heatBucket(v.utilization_percent);
     }
   }

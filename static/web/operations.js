@@ -1,10 +1,12 @@
+// @ts-check
 // The operations and audit feed: rows are re-rendered by the server and upserted live.
 import { debounce, fragment, live } from "./core.js";
 
-const body = document.getElementById("ops-body");
-const form = document.getElementById("ops-filters");
+const body = /** @type {HTMLElement} */ (document.getElementById("ops-body"));
+const form = /** @type {HTMLFormElement} */ (document.getElementById("ops-filters"));
 const pending = new Set();
 
+/** @param {HTMLElement} row */
 function keep(row) {
   const status = body.dataset.status, kind = body.dataset.kind, user = body.dataset.user;
   return (!status || row.dataset.status === status) && (!kind || row.dataset.kind === kind)
@@ -17,7 +19,7 @@ const upsert = debounce(async () => {
   if (!ids.length) return;
   let content;
   try { content = await fragment(`/ui/operations?id=${ids.join(",")}`); } catch { return; }
-  const rows = [...content.querySelectorAll("tr.op-row")].sort((a, b) => Number(b.dataset.op) - Number(a.dataset.op));
+  const rows = [.../** @type {NodeListOf<HTMLElement>} */ (content.querySelectorAll("tr.op-row"))].sort((a, b) => Number(b.dataset.op) - Number(a.dataset.op));
   for (const row of rows.reverse()) {
     const old = document.getElementById(row.id);
     if (old) {
@@ -36,8 +38,13 @@ live.on("frame", (frame) => {
   for (const id of (frame.changed || {}).operation || []) pending.add(id);
   upsert();
 });
+/** The filters as a query string (the form has no file input: every value is a string). */
+function filters() {
+  return new URLSearchParams(/** @type {string[][]} */ (/** @type {unknown} */ (new FormData(form))));
+}
+
 live.on("resync", async () => {
-  const content = await fragment(`/operations/?${new URLSearchParams(new FormData(form))}`);
+  const content = await fragment(`/operations/?${filters()}`);
   const fresh = content.querySelector ? content.querySelector("#ops-body") : null;
   if (fresh) body.replaceChildren(...fresh.children);
 });
