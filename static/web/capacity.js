@@ -4,12 +4,11 @@
 // When replicas wait, operators ask the layout advisor (GET /api/v1/capacity/advice?product=…,
 // rate-limited: a 429 says when to ask again) for layouts and apply the proposal as a rollout
 // (POST /api/v1/rollouts/, its exact body); other roles see no form.
-import { api, debounce, fragment, live, toast, toastError } from "./core.js";
+import { api, debounce, live, refreshParts, toast, toastError } from "./core.js";
 
 const form = /** @type {HTMLFormElement} */ (document.getElementById("cap-form"));
 const kind = /** @type {HTMLSelectElement} */ (document.getElementById("cap-kind"));
 const answer = /** @type {HTMLElement} */ (document.getElementById("cap-answer"));
-const holder = /** @type {HTMLElement} */ (document.getElementById("capacity-panel"));
 
 /** Shows the fields of the chosen kind; hidden fields are disabled, so they are not sent. */
 function showFields() {
@@ -64,12 +63,7 @@ async function ask(event) {
   }
 }
 
-const refresh = debounce(async () => {
-  let content;
-  try { content = await fragment("/ui/capacity"); } catch { return; }
-  const fresh = content.querySelector("#cap-panel");
-  if (fresh) holder.replaceChildren(fresh);
-}, 500);
+const refresh = debounce(() => refreshParts("/ui/capacity", ["#cap-panel"]), 500);
 
 const adviceForm = /** @type {HTMLFormElement | null} */ (document.getElementById("advice-form"));
 const adviceAnswer = /** @type {HTMLElement | null} */ (document.getElementById("advice-answer"));

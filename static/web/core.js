@@ -142,6 +142,60 @@ export function swap(old, fresh) {
   return true;
 }
 
+/**
+ * Re-renders parts of the page from the server: fetches `url` and, for each selector, copies the
+ * fresh part's content into the page's where it differs (the part itself stays, with its
+ * listeners). Resolves as api() does, to whether the answer was a success and its status (0 when
+ * the server could not be reached).
+ * @param {string} url
+ * @param {string[]} selectors each names one part, in the page and in the answer
+ * @returns {Promise<{ok: boolean, status: number}>}
+ */
+export async function refreshParts(url, selectors) {
+  let response;
+  try {
+    response = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
+  } catch {
+    return { ok: false, status: 0 };
+  }
+  if (!response.ok) return { ok: false, status: response.status };
+  const template = document.createElement("template");
+  template.innerHTML = await response.text();
+  for (const selector of selectors) {
+    const fresh = template.content.querySelector(selector);
+    const old = document.querySelector(selector);
+    if (fresh && old && fresh.innerHTML !== old.innerHTML) old.innerHTML = fresh.innerHTML;
+  }
+  return { ok: true, status: response.status };
+}
+
+/**
+ * Re-renders a table's rows from the server: fetches `url` and makes its `rowSelector` rows the
+ * children of `body`. A row whose data-sig is unchanged stays as it is (with its state), and the
+ * body is left alone when no row changed. `empty`, if given, shows when no row is left.
+ * @param {string} url
+ * @param {HTMLElement} body
+ * @param {string} rowSelector
+ * @param {{empty?: HTMLElement | null}} [options]
+ * @returns {Promise<boolean>} whether the rows were read
+ */
+export async function refreshRows(url, body, rowSelector, { empty = null } = {}) {
+  let content;
+  try {
+    content = await fragment(url);
+  } catch {
+    return false;
+  }
+  const rows = [.../** @type {NodeListOf<HTMLElement>} */ (content.querySelectorAll(rowSelector))].map((row) => {
+    const old = row.id ? document.getElementById(row.id) : null;
+    return old && row.dataset.sig && old.dataset.sig === row.dataset.sig ? old : row;
+  });
+  const same = rows.length === body.children.length && rows.every((row, i) => body.children[i] === row);
+  if (!same) body.replaceChildren(...rows);
+  if (empty) empty.hidden = rows.length > 0;
+  return true;
+}
+
 /** Runs fn at most once per `ms`, with the latest arguments merged by the caller. */
 export function debounce(fn, ms) {
   let timer = null;
@@ -302,6 +356,34 @@ export function followOperation(operation, onChange) {
   followed.set(operation.id, entry);
   entry.timer = setTimeout(() => refreshOperation(operation.id), POLL_MS);
   return entry.stop;
+}
+
+/**
+ * Follows `operation` (followOperation) and toasts how it ended: `succeeded` as the title when it
+ * succeeds, else "`failed` <status>" ("Moving web[0] failed"), with the operation's reason (or
+ * `noReason`) as the line. `onProgress` runs at each move before the end, `onEnd` at the end,
+ * before the toast.
+ * @param {{id: number, status: string, payload?: object}} operation as the API returned it
+ * @param {object} how
+ * @param {string} how.succeeded the title when it succeeds
+ * @param {string} how.failed the title when it fails or expires, before the status
+ * @param {string} [how.noReason] the line of a failure that gives no reason
+ * @param {number} [how.timeout] how long a success shows, in ms (a failure: 10 s)
+ * @param {(operation: any) => void} [how.onProgress]
+ * @param {(operation: any) => void} [how.onEnd]
+ * @returns {() => void} stops following
+ */
+export function followWithToasts(operation, { succeeded, failed, noReason = "", timeout = 10000, onProgress, onEnd }) {
+  return followOperation(operation, (/** @type {any} */ latest) => {
+    if (!isFinal(latest.status)) { onProgress?.(latest); return; }
+    onEnd?.(latest);
+    if (latest.status === "succeeded") {
+      toast(succeeded, { kind: "ok", lines: latest.reason ? [latest.reason] : [], timeout });
+    } else {
+      const reason = latest.reason || noReason;
+      toast(`${failed} ${latest.status}`, { kind: "error", lines: reason ? [reason] : [], timeout: 10000 });
+    }
+  });
 }
 
 live.on("frame", (frame) => {

@@ -1,11 +1,11 @@
 // @ts-check
 // One deployment: its head, replicas, events and operations re-rendered by the server after a
 // change, and the replica count (operators) changed through the REST API.
-import { api, debounce, live, toast } from "./core.js";
+import { api, debounce, live, refreshParts, toast } from "./core.js";
 
 const page = /** @type {HTMLElement} */ (document.getElementById("deployment-page"));
 const deploymentId = Number(page.dataset.deployment);
-const PARTS = ["dep-head", "dep-replicas", "dep-side"];
+const PARTS = ["#dep-head", "#dep-replicas", "#dep-side"];
 let gone = false;
 
 /** The GPUs its replicas hold (an agent's ack or event names the GPU, not the deployment). */
@@ -31,20 +31,9 @@ function showGone() {
 
 const refresh = debounce(async () => {
   if (gone) return;
-  let response;
-  try {
-    response = await fetch(`/ui/deployments/${deploymentId}/panel`, { credentials: "same-origin", headers: { Accept: "text/html" } });
-  } catch { return; }
-  if (response.status === 404) { gone = true; showGone(); return; }
-  if (!response.ok) return;
-  const template = document.createElement("template");
-  template.innerHTML = await response.text();
-  for (const id of PARTS) {
-    const fresh = template.content.getElementById(id);
-    const old = document.getElementById(id);
-    if (fresh && old && fresh.innerHTML !== old.innerHTML) old.innerHTML = fresh.innerHTML;
-  }
-  syncLogReplicas();
+  const { ok, status } = await refreshParts(`/ui/deployments/${deploymentId}/panel`, PARTS);
+  if (status === 404) { gone = true; showGone(); return; }
+  if (ok) syncLogReplicas();
 }, 250);
 
 live.on("frame", (frame) => {

@@ -1,21 +1,17 @@
 // @ts-check
 // A deployment's operator actions: a rolling update to a new workload, the defrag proposal and
 // its Apply, handing it to another team, and deleting it. Each calls the REST API and follows the operation it starts.
-import { api, el, followOperation, isFinal, toast, toastError } from "./core.js";
+import { api, el, followWithToasts, toast, toastError } from "./core.js";
 
 const section = document.getElementById("dep-actions");
 const page = /** @type {HTMLElement} */ (document.getElementById("deployment-page"));
 const deploymentId = Number(page.dataset.deployment);
 const name = section?.dataset.name || "";
 
-/** Follow an operation, toasting its outcome. @param {any} operation @param {string} what */
+/** Follow an operation, toasting its start and its outcome. @param {any} operation @param {string} what */
 function follow(operation, what) {
   toast(what, { lines: [operation.summary || ""], timeout: 5000 });
-  followOperation(operation, (latest) => {
-    if (!isFinal(latest.status)) return;
-    const kind = latest.status === "succeeded" ? "ok" : "error";
-    toast(`${what}: ${latest.status}`, { kind, lines: [latest.reason || ""], timeout: 10000 });
-  });
+  followWithToasts(operation, { succeeded: `${what}: succeeded`, failed: `${what}:` });
 }
 
 function wireRollout() {

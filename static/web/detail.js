@@ -1,7 +1,7 @@
 // @ts-check
 // GPU detail: live charts of the last hour (inline SVG), the latest values, the partition table,
 // events and operations re-rendered by the server after each change, and cordon/uncordon.
-import { api, debounce, fmtMiB, fmtMiBPair, fmtNum, fmtPct, heatBucket, live, naTitle, toast, toastError } from "./core.js";
+import { api, debounce, fmtMiB, fmtMiBPair, fmtNum, fmtPct, heatBucket, live, naTitle, refreshParts, toast, toastError } from "./core.js";
 
 const page = document.getElementById("gpu-page");
 const gpuId = Number(page.dataset.gpu);
@@ -119,16 +119,8 @@ function paint(t) {
 // ---- re-render the server parts after a change -------------------------------------------------
 
 const refreshPanel = debounce(async () => {
-  const response = await fetch(`/ui/gpus/${gpuId}/panel`, { credentials: "same-origin" });
-  if (!response.ok) return;
-  const template = document.createElement("template");
-  template.innerHTML = await response.text();
-  for (const id of ["gpu-panel", "gpu-body"]) {
-    const fresh = template.content.getElementById(id);
-    const old = document.getElementById(id);
-    if (fresh && old && fresh.innerHTML !== old.innerHTML) old.innerHTML = fresh.innerHTML;
-  }
-  if (latest) paint(latest);
+  const { ok } = await refreshParts(`/ui/gpus/${gpuId}/panel`, ["#gpu-panel", "#gpu-body"]);
+  if (ok && latest) paint(latest);
 }, 250);
 
 live.on("hello", () => live.subscribe([gpuId]));

@@ -2,28 +2,15 @@
 // One host: its head, maintenance, GPUs, labels and operations re-rendered by the server after
 // a change; cordon, uncordon, drain (now or at a time) and labels (operators) and the
 // reservation (admins) through the REST API, the API's message shown when it refuses.
-import { api, debounce, live, toast } from "./core.js";
+import { api, debounce, live, refreshParts, toast } from "./core.js";
 
 const page = /** @type {HTMLElement} */ (document.getElementById("host-page"));
 const hostId = Number(page.dataset.host);
 const gpuIds = (page.dataset.gpus || "").split(",").filter(Boolean).map(Number);
-const PARTS = ["host-head", "host-maint", "host-gpus", "host-labels", "host-side"];
+const PARTS = ["#host-head", "#host-maint", "#host-gpus", "#host-labels", "#host-side"];
 const error = /** @type {HTMLElement | null} */ (document.getElementById("maint-error"));
 
-const refresh = debounce(async () => {
-  let response;
-  try {
-    response = await fetch(`/ui/hosts/${hostId}/panel`, { credentials: "same-origin", headers: { Accept: "text/html" } });
-  } catch { return; }
-  if (!response.ok) return;
-  const template = document.createElement("template");
-  template.innerHTML = await response.text();
-  for (const id of PARTS) {
-    const fresh = template.content.getElementById(id);
-    const old = document.getElementById(id);
-    if (fresh && old && fresh.innerHTML !== old.innerHTML) old.innerHTML = fresh.innerHTML;
-  }
-}, 250);
+const refresh = debounce(() => refreshParts(`/ui/hosts/${hostId}/panel`, PARTS), 250);
 
 live.on("frame", (frame) => {
   const c = frame.changed || {};

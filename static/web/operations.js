@@ -1,6 +1,6 @@
 // @ts-check
 // The operations and audit feed: rows are re-rendered by the server and upserted live.
-import { debounce, fragment, live } from "./core.js";
+import { debounce, fragment, live, refreshRows } from "./core.js";
 
 const body = /** @type {HTMLElement} */ (document.getElementById("ops-body"));
 const form = /** @type {HTMLFormElement} */ (document.getElementById("ops-filters"));
@@ -43,11 +43,7 @@ function filters() {
   return new URLSearchParams(/** @type {string[][]} */ (/** @type {unknown} */ (new FormData(form))));
 }
 
-live.on("resync", async () => {
-  const content = await fragment(`/operations/?${filters()}`);
-  const fresh = content.querySelector ? content.querySelector("#ops-body") : null;
-  if (fresh) body.replaceChildren(...fresh.children);
-});
+live.on("resync", () => refreshRows(`/operations/?${filters()}`, body, "#ops-body > tr"));
 live.on("hello", () => live.subscribe([]));
 form.addEventListener("change", () => form.submit());
 live.start();

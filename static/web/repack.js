@@ -3,7 +3,7 @@
 // the moves that empty N GPUs of a product (cost, the solver's bound, the method), a link that
 // outlines the GPUs involved on the fleet view (/?highlight=…), and, for operators, Apply
 // (POST): one repack operation, followed here until it ends.
-import { api, canOperate, el, followOperation, isFinal, toast } from "./core.js";
+import { api, canOperate, el, followWithToasts } from "./core.js";
 
 const form = /** @type {HTMLFormElement} */ (document.getElementById("repack-form"));
 const box = /** @type {HTMLElement} */ (document.getElementById("repack-plan"));
@@ -70,13 +70,17 @@ async function apply(asked) {
   const progress = el("p", { id: "repack-progress", text: `Applying: operation ${result.data.id}.` });
   box.dataset.state = "applying";
   box.replaceChildren(progress);
-  followOperation(result.data, (/** @type {any} */ latest) => {
-    const log = latest.payload?.log || [];
-    const last = log.length ? log[log.length - 1].note : "";
-    if (!isFinal(latest.status)) { progress.textContent = `Applying (operation ${latest.id}): ${last}`; return; }
-    box.dataset.state = latest.status === "succeeded" ? "done" : "error";
-    progress.textContent = `Repack ${latest.status}: ${latest.reason}`;
-    toast(`Repack ${latest.status}`, { kind: latest.status === "succeeded" ? "ok" : "error", lines: [latest.reason || ""], timeout: 10000 });
+  followWithToasts(result.data, {
+    succeeded: "Repack succeeded",
+    failed: "Repack",
+    onProgress: (latest) => {
+      const log = latest.payload?.log || [];
+      progress.textContent = `Applying (operation ${latest.id}): ${log.length ? log[log.length - 1].note : ""}`;
+    },
+    onEnd: (latest) => {
+      box.dataset.state = latest.status === "succeeded" ? "done" : "error";
+      progress.textContent = `Repack ${latest.status}: ${latest.reason}`;
+    },
   });
 }
 

@@ -1,16 +1,11 @@
 // @ts-check
 // The layout rollouts page: rows re-rendered by the server when an operation changes; operators
 // resume or abort a rollout through the REST API.
-import { api, debounce, fragment, live, toast, toastError } from "./core.js";
+import { api, debounce, live, refreshRows, toast, toastError } from "./core.js";
 
 const body = /** @type {HTMLElement} */ (document.getElementById("rollouts-body"));
 
-const refresh = debounce(async () => {
-  let content;
-  try { content = await fragment("/ui/rollouts"); } catch { return; }
-  const rows = content.querySelectorAll ? [...content.querySelectorAll("tr")] : [];
-  body.replaceChildren(...rows);
-}, 300);
+const refresh = debounce(() => refreshRows("/ui/rollouts", body, "tr"), 300);
 
 body.addEventListener("click", async (event) => {
   const button = /** @type {HTMLElement | null} */ (/** @type {Element} */ (event.target).closest("button[data-action]"));

@@ -2,8 +2,9 @@
 // Moving a placed replica, make before break: POST /allocations/{id}/move, then follow the move
 // operation (the new copy runs on the target before the old one stops; a failure leaves the old
 // copy running), redrawing the cards of both GPUs on the way.
-import { api, followOperation, isFinal, toast, toastError } from "../core.js";
+import { api, followWithToasts, toast, toastError } from "../core.js";
 import { changes } from "./changes.js";
+import { settled } from "./place.js";
 import { cardOfPartition, describeTarget } from "./targets.js";
 
 /**
@@ -30,13 +31,12 @@ export async function move(allocationId, label, fromCard, target) {
   });
   changes.tray = true;
   changes.add("gpu", gpus);
-  followOperation(result.data, (operation) => {
-    if (!isFinal(operation.status)) return;
-    if (card) document.getElementById(card.id)?.classList.remove("settling");
-    changes.tray = true;
-    changes.add("gpu", gpus);
-    if (operation.status === "succeeded") toast(`${label} moved to ${where}`, { kind: "ok", lines: [operation.reason || ""], timeout: 5000 });
-    else toast(`Moving ${label} ${operation.status}`, { kind: "error", lines: [operation.reason || "No reason given."], timeout: 10000 });
+  followWithToasts(result.data, {
+    succeeded: `${label} moved to ${where}`,
+    failed: `Moving ${label}`,
+    noReason: "No reason given.",
+    timeout: 5000,
+    onEnd: () => settled(card, gpus),
   });
   return true;
 }

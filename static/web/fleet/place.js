@@ -1,7 +1,7 @@
 // @ts-check
 // Placing a deployment: POST /deployments/{id}/place, then follow the operation until the agent
 // has applied it (core.followOperation), redrawing the card and the tray on the way.
-import { api, followOperation, isFinal, toast, toastError } from "../core.js";
+import { api, followWithToasts, toast, toastError } from "../core.js";
 import { changes } from "./changes.js";
 import { cardOfPartition, describeTarget } from "./targets.js";
 
@@ -26,13 +26,24 @@ export async function place(deploymentId, name, target) {
   toast(`Placing ${name} on ${where}`, { lines: ["Waiting for the agent to apply it…"], timeout: 4000 });
   changes.tray = true;
   changes.add("gpu", gpus);
-  followOperation(result.data, (operation) => {
-    if (!isFinal(operation.status)) return;
-    if (card) document.getElementById(card.id)?.classList.remove("settling");
-    changes.tray = true;
-    changes.add("gpu", gpus);
-    if (operation.status === "succeeded") toast(`${name} is running on ${where}`, { kind: "ok", timeout: 4000 });
-    else toast(`Placing ${name} ${operation.status}`, { kind: "error", lines: [operation.reason || "No reason given."], timeout: 10000 });
+  followWithToasts(result.data, {
+    succeeded: `${name} is running on ${where}`,
+    failed: `Placing ${name}`,
+    noReason: "No reason given.",
+    timeout: 4000,
+    onEnd: () => settled(card, gpus),
   });
   return true;
+}
+
+/**
+ * A placement or move is over: its target card stops settling; its GPUs' cards and the tray
+ * redraw.
+ * @param {HTMLElement | null} card
+ * @param {number[]} gpus
+ */
+export function settled(card, gpus) {
+  if (card) document.getElementById(card.id)?.classList.remove("settling");
+  changes.tray = true;
+  changes.add("gpu", gpus);
 }
