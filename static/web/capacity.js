@@ -21,13 +21,18 @@ function showFields() {
   }
 }
 
-function plural(n, one, many) { return `${n} ${n === 1 ? one : many}`; }
+function plural(n, one, many) {
+  return `${n} ${n === 1 ? one : many}`;
+}
 
 /** The answer as one sentence (the API's `request`). */
 function sentence(request) {
-  const what = request.kind === "mig" ? `${request.profile} instance`
-    : request.kind === "mps" ? `MPS share of ${request.memory_mib} MiB${request.max_compute_percent ? ` (≤ ${request.max_compute_percent}% compute)` : ""}`
-    : `${plural(request.gpu_count, "whole GPU", "whole GPUs")} on one host`;
+  const what =
+    request.kind === "mig"
+      ? `${request.profile} instance`
+      : request.kind === "mps"
+        ? `MPS share of ${request.memory_mib} MiB${request.max_compute_percent ? ` (≤ ${request.max_compute_percent}% compute)` : ""}`
+        : `${plural(request.gpu_count, "whole GPU", "whole GPUs")} on one host`;
   let text = `${plural(request.fits_now, "replica", "replicas")} of a ${what} fit${request.fits_now === 1 ? "s" : ""} now`;
   if (request.fits_if_idle_reshaped !== null && request.fits_if_idle_reshaped !== undefined) {
     text += `; ${request.fits_if_idle_reshaped} after reshaping idle instances`;
@@ -56,7 +61,9 @@ async function ask(event) {
     const list = document.createElement("ul");
     for (const p of request.products) {
       const item = document.createElement("li");
-      item.textContent = `${p.product}: ${p.fits_now} now` + (p.fits_if_idle_reshaped === null ? "" : `, ${p.fits_if_idle_reshaped} after reshaping`);
+      item.textContent =
+        `${p.product}: ${p.fits_now} now` +
+        (p.fits_if_idle_reshaped === null ? "" : `, ${p.fits_if_idle_reshaped} after reshaping`);
       list.append(item);
     }
     answer.append(list);
@@ -68,7 +75,9 @@ const refresh = debounce(() => refreshParts("/ui/capacity", ["#cap-panel"]), 500
 const adviceForm = /** @type {HTMLFormElement | null} */ (document.getElementById("advice-form"));
 const adviceAnswer = /** @type {HTMLElement | null} */ (document.getElementById("advice-answer"));
 const proposal = /** @type {HTMLElement | null} */ (document.getElementById("advice-proposal"));
-const applyButton = /** @type {HTMLButtonElement | null} */ (document.getElementById("advice-apply"));
+const applyButton = /** @type {HTMLButtonElement | null} */ (
+  document.getElementById("advice-apply")
+);
 /** @type {object | null} the rollout body of the proposal shown */
 let proposedRollout = null;
 
@@ -77,9 +86,15 @@ function proposalRow(gpu) {
   const row = document.createElement("tr");
   const cells = [
     gpu.name,
-    gpu.instances.map((i) => `${i.profile}@${i.start}${i.mps ? " (MPS)" : ""}`).join(", ") || "empty",
-    gpu.places.filter((p) => p.serves !== "moved").map((p) => `${p.serves} ×${p.replicas} on ${p.profile}@${p.start}`).join("; ") || "—",
-    gpu.drained ? `drain: ${plural(gpu.moved_replicas, "replica moves", "replicas move")}` : "none (reshaped in place)",
+    gpu.instances.map((i) => `${i.profile}@${i.start}${i.mps ? " (MPS)" : ""}`).join(", ") ||
+      "empty",
+    gpu.places
+      .filter((p) => p.serves !== "moved")
+      .map((p) => `${p.serves} ×${p.replicas} on ${p.profile}@${p.start}`)
+      .join("; ") || "—",
+    gpu.drained
+      ? `drain: ${plural(gpu.moved_replicas, "replica moves", "replicas move")}`
+      : "none (reshaped in place)",
   ];
   for (const text of cells) {
     const cell = document.createElement("td");
@@ -106,9 +121,10 @@ async function propose(event) {
   const advice = result.data;
   const solver = advice.solver;
   adviceAnswer.dataset.state = "ok";
-  adviceAnswer.textContent = `Places ${advice.placed_replicas} of ${plural(advice.waiting_replicas, "waiting replica", "waiting replicas")}, `
-    + `moves ${plural(advice.moved_replicas, "running replica", "running replicas")}, on ${plural(advice.gpus.length, "GPU", "GPUs")} `
-    + `(${solver.status}; gap to the bound ${solver.gap_percent} %; ${solver.time_s} s).`;
+  adviceAnswer.textContent =
+    `Places ${advice.placed_replicas} of ${plural(advice.waiting_replicas, "waiting replica", "waiting replicas")}, ` +
+    `moves ${plural(advice.moved_replicas, "running replica", "running replicas")}, on ${plural(advice.gpus.length, "GPU", "GPUs")} ` +
+    `(${solver.status}; gap to the bound ${solver.gap_percent} %; ${solver.time_s} s).`;
   if (!advice.rollout) return;
   proposedRollout = advice.rollout;
   proposal.querySelector("tbody")?.replaceChildren(...advice.gpus.map(proposalRow));
@@ -122,7 +138,10 @@ async function applyProposal() {
   applyButton.disabled = true;
   const result = await api("POST", "/api/v1/rollouts/", proposedRollout);
   applyButton.disabled = false;
-  if (!result.ok) { toastError(result, "Could not start the rollout"); return; }
+  if (!result.ok) {
+    toastError(result, "Could not start the rollout");
+    return;
+  }
   toast(`Rollout ${result.data.id} started`, { kind: "ok", lines: [result.data.summary || ""] });
   proposedRollout = null;
   if (proposal) proposal.hidden = true;

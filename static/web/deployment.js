@@ -32,14 +32,19 @@ function showGone() {
 const refresh = debounce(async () => {
   if (gone) return;
   const { ok, status } = await refreshParts(`/ui/deployments/${deploymentId}/panel`, PARTS);
-  if (status === 404) { gone = true; showGone(); return; }
+  if (status === 404) {
+    gone = true;
+    showGone();
+    return;
+  }
   if (ok) syncLogReplicas();
 }, 250);
 
 live.on("frame", (frame) => {
   const c = frame.changed || {};
   const mine = gpuIds();
-  if ((c.deployment || []).includes(deploymentId) || (c.gpu || []).some((id) => mine.includes(id))) refresh();
+  if ((c.deployment || []).includes(deploymentId) || (c.gpu || []).some((id) => mine.includes(id)))
+    refresh();
 });
 live.on("resync", () => refresh());
 live.on("hello", () => live.subscribe([])); // no telemetry needed here
@@ -62,7 +67,8 @@ if (form) {
     const result = await api("PATCH", `/api/v1/deployments/${deploymentId}/`, { replicas });
     button.disabled = false;
     if (!result.ok) {
-      error.textContent = (result.data && result.data.message) || `The request failed (${result.status}).`;
+      error.textContent =
+        (result.data && result.data.message) || `The request failed (${result.status}).`;
       error.hidden = false;
       input.setAttribute("aria-invalid", "true");
       return;
@@ -77,7 +83,9 @@ if (form) {
 const LOG_LINES = 200;
 const FOLLOW_EVERY_MS = 2000;
 const logs = /** @type {HTMLDetailsElement | null} */ (document.getElementById("dep-logs"));
-const logReplica = /** @type {HTMLSelectElement | null} */ (document.getElementById("logs-replica"));
+const logReplica = /** @type {HTMLSelectElement | null} */ (
+  document.getElementById("logs-replica")
+);
 const logOutput = /** @type {HTMLElement | null} */ (document.getElementById("logs-output"));
 const logError = /** @type {HTMLElement | null} */ (document.getElementById("logs-error"));
 const logStatus = /** @type {HTMLElement | null} */ (document.getElementById("logs-status"));
@@ -89,8 +97,13 @@ let fetching = false;
 /** The picker lists the placed replicas of the (re-rendered) table; the choice is kept. */
 function syncLogReplicas() {
   if (!logReplica) return;
-  const rows = /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll("#replicas tr[data-allocation-id]"));
-  const wanted = [...rows].map((row) => [row.dataset.allocationId || "", row.dataset.logsLabel || ""]);
+  const rows = /** @type {NodeListOf<HTMLElement>} */ (
+    document.querySelectorAll("#replicas tr[data-allocation-id]")
+  );
+  const wanted = [...rows].map((row) => [
+    row.dataset.allocationId || "",
+    row.dataset.logsLabel || "",
+  ]);
   const current = [...logReplica.options].map((o) => [o.value, o.textContent]);
   if (JSON.stringify(wanted) === JSON.stringify(current)) return;
   const chosen = logReplica.value;
@@ -133,7 +146,9 @@ async function fetchLogs() {
     if (atEnd) logOutput.scrollTop = logOutput.scrollHeight;
   }
   const count = `${lines.length} line${lines.length === 1 ? "" : "s"}${truncated ? " (older output not shown)" : ""}`;
-  logStatus.textContent = error ? `${count}: ${error}` : `${count}, read ${new Date().toLocaleTimeString()}`;
+  logStatus.textContent = error
+    ? `${count}: ${error}`
+    : `${count}, read ${new Date().toLocaleTimeString()}`;
 }
 
 /** Follow re-fetches every 2 s while the panel is open and Follow is checked, never otherwise. */

@@ -14,7 +14,12 @@ const refresh = debounce(() => refreshParts(`/ui/hosts/${hostId}/panel`, PARTS),
 
 live.on("frame", (frame) => {
   const c = frame.changed || {};
-  if ((c.host || []).includes(hostId) || (c.gpu || []).some((id) => gpuIds.includes(id)) || c.operation) refresh();
+  if (
+    (c.host || []).includes(hostId) ||
+    (c.gpu || []).some((id) => gpuIds.includes(id)) ||
+    c.operation
+  )
+    refresh();
 });
 live.on("resync", () => refresh());
 live.on("hello", () => live.subscribe([])); // no telemetry needed here
@@ -22,16 +27,25 @@ live.on("hello", () => live.subscribe([])); // no telemetry needed here
 /** Show the API's message (or clear it). */
 function showError(result) {
   if (!error) return;
-  if (result === null) { error.hidden = true; error.textContent = ""; return; }
-  error.textContent = (result.data && result.data.message) || `The request failed (${result.status}).`;
+  if (result === null) {
+    error.hidden = true;
+    error.textContent = "";
+    return;
+  }
+  error.textContent =
+    (result.data && result.data.message) || `The request failed (${result.status}).`;
   error.hidden = false;
 }
 
 async function act(action, body) {
   showError(null);
   const result = await api("POST", `/api/v1/hosts/${hostId}/${action}`, body);
-  if (!result.ok) { showError(result); return; }
-  const done = { cordon: "cordoned", uncordon: "back in service", drain: "drain started" }[action] || action;
+  if (!result.ok) {
+    showError(result);
+    return;
+  }
+  const done =
+    { cordon: "cordoned", uncordon: "back in service", drain: "drain started" }[action] || action;
   toast(`Host ${done}`, { kind: "ok" });
   refresh();
 }
@@ -47,7 +61,9 @@ if (actions) {
   });
 }
 
-const scheduleForm = /** @type {HTMLFormElement | null} */ (document.getElementById("drain-at-form"));
+const scheduleForm = /** @type {HTMLFormElement | null} */ (
+  document.getElementById("drain-at-form")
+);
 if (scheduleForm) {
   const input = /** @type {HTMLInputElement} */ (scheduleForm.elements.namedItem("at"));
   scheduleForm.addEventListener("submit", (event) => {
@@ -85,7 +101,8 @@ if (labelsForm) {
     if (!result.ok) {
       const problems = (result.data && result.data.details && result.data.details.fields) || null;
       const detail = problems && problems.labels ? ` ${[].concat(problems.labels).join(" ")}` : "";
-      labelsError.textContent = ((result.data && result.data.message) || `The request failed (${result.status}).`) + detail;
+      labelsError.textContent =
+        ((result.data && result.data.message) || `The request failed (${result.status}).`) + detail;
       labelsError.hidden = false;
       input.setAttribute("aria-invalid", "true");
       return;
@@ -102,12 +119,16 @@ if (reserveForm) {
   reserveForm.addEventListener("submit", async (event) => {
     event.preventDefault();
     // The server judges the teams (and says which it does not know): send what was typed.
-    const teams = input.value.split(",").map((team) => team.trim()).filter(Boolean);
+    const teams = input.value
+      .split(",")
+      .map((team) => team.trim())
+      .filter(Boolean);
     reserveError.hidden = true;
     input.removeAttribute("aria-invalid");
     const result = await api("PUT", `/api/v1/hosts/${hostId}/reservation`, { teams });
     if (!result.ok) {
-      reserveError.textContent = (result.data && result.data.message) || `The request failed (${result.status}).`;
+      reserveError.textContent =
+        (result.data && result.data.message) || `The request failed (${result.status}).`;
       reserveError.hidden = false;
       input.setAttribute("aria-invalid", "true");
       return;

@@ -8,18 +8,29 @@ const body = /** @type {HTMLElement} */ (document.getElementById("rollouts-body"
 const refresh = debounce(() => refreshRows("/ui/rollouts", body, "tr"), 300);
 
 body.addEventListener("click", async (event) => {
-  const button = /** @type {HTMLElement | null} */ (/** @type {Element} */ (event.target).closest("button[data-action]"));
+  const button = /** @type {HTMLElement | null} */ (
+    /** @type {Element} */ (event.target).closest("button[data-action]")
+  );
   if (!button) return;
   const id = button.dataset.rollout;
   const action = button.dataset.action;
-  if (action === "abort" && !confirm(`Abort rollout ${id}? Drains under way finish; no new one starts.`)) return;
+  if (
+    action === "abort" &&
+    !confirm(`Abort rollout ${id}? Drains under way finish; no new one starts.`)
+  )
+    return;
   const result = await api("POST", `/api/v1/rollouts/${id}/${action}`, {});
-  if (!result.ok) { toastError(result, `Could not ${action} rollout ${id}`); return; }
+  if (!result.ok) {
+    toastError(result, `Could not ${action} rollout ${id}`);
+    return;
+  }
   toast(`Rollout ${id}: ${action === "abort" ? "aborting" : "resumed"}`, { kind: "ok" });
   refresh();
 });
 
-live.on("frame", (frame) => { if ((frame.changed || {}).operation) refresh(); });
+live.on("frame", (frame) => {
+  if ((frame.changed || {}).operation) refresh();
+});
 live.on("resync", () => refresh());
 live.on("hello", () => live.subscribe([]));
 live.start();

@@ -15,19 +15,26 @@ import { cardOfPartition, describeTarget } from "./targets.js";
  * @returns {Promise<boolean>} whether the server accepted it
  */
 export async function move(allocationId, label, fromCard, target) {
-  const card = (target.gpu != null ? document.getElementById(`gpu-${target.gpu}`) : null)
-    || cardOfPartition(target.partition);
+  const card =
+    (target.gpu != null ? document.getElementById(`gpu-${target.gpu}`) : null) ||
+    cardOfPartition(target.partition);
   const where = describeTarget(card, target);
   const result = await api("POST", `/api/v1/allocations/${allocationId}/move`, target);
   if (!result.ok) {
-    if (card) { card.classList.add("refused"); setTimeout(() => card.classList.remove("refused"), 500); }
+    if (card) {
+      card.classList.add("refused");
+      setTimeout(() => card.classList.remove("refused"), 500);
+    }
     toastError(result, `${label} cannot move to ${where}`);
     return false;
   }
-  const gpus = [card, fromCard].filter(Boolean).map((c) => Number(/** @type {HTMLElement} */ (c).dataset.gpu));
+  const gpus = [card, fromCard]
+    .filter(Boolean)
+    .map((c) => Number(/** @type {HTMLElement} */ (c).dataset.gpu));
   card?.classList.add("settling");
   toast(`Moving ${label} to ${where}`, {
-    lines: ["The new copy starts there; the old one stops once it runs."], timeout: 5000,
+    lines: ["The new copy starts there; the old one stops once it runs."],
+    timeout: 5000,
   });
   changes.tray = true;
   changes.add("gpu", gpus);

@@ -12,18 +12,25 @@ import { cardOfPartition, describeTarget } from "./targets.js";
  * @returns {Promise<boolean>} whether the server accepted it
  */
 export async function place(deploymentId, name, target) {
-  const card = (target.gpu != null ? document.getElementById(`gpu-${target.gpu}`) : null)
-    || cardOfPartition(target.partition);
+  const card =
+    (target.gpu != null ? document.getElementById(`gpu-${target.gpu}`) : null) ||
+    cardOfPartition(target.partition);
   const where = describeTarget(card, target);
   const result = await api("POST", `/api/v1/deployments/${deploymentId}/place`, target);
   if (!result.ok) {
-    if (card) { card.classList.add("refused"); setTimeout(() => card.classList.remove("refused"), 500); }
+    if (card) {
+      card.classList.add("refused");
+      setTimeout(() => card.classList.remove("refused"), 500);
+    }
     toastError(result, `${name} does not fit on ${where}`);
     return false;
   }
   const gpus = card ? [Number(card.dataset.gpu)] : [];
   card?.classList.add("settling");
-  toast(`Placing ${name} on ${where}`, { lines: ["Waiting for the agent to apply it…"], timeout: 4000 });
+  toast(`Placing ${name} on ${where}`, {
+    lines: ["Waiting for the agent to apply it…"],
+    timeout: 4000,
+  });
   changes.tray = true;
   changes.add("gpu", gpus);
   followWithToasts(result.data, {
