@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NODE_BIN := node_modules/.bin
 NODE_STAMP := node_modules/.package-lock.json
 
-.PHONY: run test test-production test-fast check lint bench clean
+.PHONY: run test test-production test-fast check format lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,7 @@ test-production: $(STAMP)
 	  --ignore=tests/gpu
 
 ## check: lint, types, import contracts, migrations, the OpenAPI schema, the docs (mkdocs --strict)
-## and the dashboard's JavaScript (every file // @ts-check, checked by tsc)
+## and the dashboard's JavaScript and CSS (every file // @ts-check, checked by tsc; prettier's layout)
 check: $(STAMP) $(NODE_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -53,6 +53,12 @@ check: $(STAMP) $(NODE_STAMP)
 	@unchecked=$$(grep -rL --include='*.js' '^// @ts-check' static); \
 	  if [ -n "$$unchecked" ]; then echo "no // @ts-check in: $$unchecked"; exit 1; fi
 	$(NODE_BIN)/tsc -p jsconfig.json
+	$(NODE_BIN)/prettier --check 'static/**/*.{js,css}'
+
+## format: lay out the Python (ruff) and the dashboard's JavaScript and CSS (prettier) in place
+format: $(STAMP) $(NODE_STAMP)
+	$(BIN)/ruff format .
+	$(NODE_BIN)/prettier --write --log-level warn 'static/**/*.{js,css}'
 
 clean:
 	rm -rf $(VENV) node_modules var site .pytest_cache .mypy_cache .ruff_cache .hypothesis
