@@ -39,16 +39,17 @@ REFRESH_ROWS = f"""async () => {{
 
 REFRESH_PARTS = f"""async () => {{
   const {{ refreshParts }} = {IMPORT_CORE};
-  const body = document.getElementById("hosts-body");
-  const wanted = body.innerHTML;
-  body.dataset.state = "kept";
-  body.firstElementChild.firstElementChild.textContent = "edited here";
-  const answered = await refreshParts(location.pathname, ["#hosts-body", "#no-such-part"]);
+  const HEAD = "#hosts-page .page-head";  // no live content: no race with the page's refreshes
+  const head = document.querySelector(HEAD);
+  const wanted = head.innerHTML;
+  head.dataset.state = "kept";
+  head.querySelector("h1").textContent = "edited here";
+  const answered = await refreshParts(location.pathname, [HEAD, "#no-such-part"]);
   return {{
     answered,
-    partStays: document.getElementById("hosts-body") === body && body.dataset.state === "kept",
-    contentBack: body.innerHTML === wanted,
-    missing: await refreshParts("/hosts/999999/", ["#hosts-body"]),
+    partStays: document.querySelector(HEAD) === head && head.dataset.state === "kept",
+    contentBack: head.innerHTML === wanted,
+    missing: await refreshParts("/hosts/999999/", [HEAD]),
   }};
 }}"""
 
