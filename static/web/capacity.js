@@ -4,7 +4,7 @@
 // When replicas wait, operators ask the layout advisor (GET /api/v1/capacity/advice?product=…,
 // rate-limited: a 429 says when to ask again) for layouts and apply the proposal as a rollout
 // (POST /api/v1/rollouts/, its exact body); other roles see no form.
-import { api, debounce, live, refreshParts, toast, toastError } from "./core.js";
+import { api, debounce, refreshOnChanges, refreshParts, toast, toastError } from "./core.js";
 
 const form = /** @type {HTMLFormElement} */ (document.getElementById("cap-form"));
 const kind = /** @type {HTMLSelectElement} */ (document.getElementById("cap-kind"));
@@ -153,11 +153,5 @@ kind.addEventListener("change", showFields);
 form.addEventListener("submit", ask);
 showFields();
 
-live.on("frame", (frame) => {
-  const c = frame.changed || {};
-  // Capacity moves with placements, layouts, health, cordons and host status.
-  if (c.gpu || c.host || c.allocation || c.deployment || c.partition) refresh();
-});
-live.on("resync", () => refresh());
-live.on("hello", () => live.subscribe([])); // counts only: no telemetry needed
-live.start();
+// Capacity moves with placements, layouts, health, cordons and host status.
+refreshOnChanges((c) => c.gpu || c.host || c.allocation || c.deployment || c.partition, refresh);

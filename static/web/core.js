@@ -371,6 +371,21 @@ class Live extends EventTarget {
 export const live = new Live();
 /** @type {any} */ (window).fleetLive = live; // for the browser tests and for debugging from the console
 
+/**
+ * Keeps a page that shows no telemetry up to date, and starts the socket: `refresh` runs when a
+ * frame's changes concern the page and after a re-sync.
+ * @param {(changed: Object<string, number[]>) => unknown} concerns given a frame's `changed`
+ * @param {() => void} refresh
+ */
+export function refreshOnChanges(concerns, refresh) {
+  live.on("frame", (frame) => {
+    if (concerns(frame.changed || {})) refresh();
+  });
+  live.on("resync", () => refresh());
+  live.on("hello", () => live.subscribe([])); // no telemetry needed
+  live.start();
+}
+
 // ---- operations: follow one until it is over ------------------------------------------------
 
 const POLL_MS = 3000; // a fallback: `changed` frames are hints and can be lost

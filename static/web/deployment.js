@@ -1,7 +1,7 @@
 // @ts-check
 // One deployment: its head, replicas, events and operations re-rendered by the server after a
 // change, and the replica count (operators) changed through the REST API.
-import { api, debounce, live, refreshParts, toast } from "./core.js";
+import { api, debounce, refreshOnChanges, refreshParts, toast } from "./core.js";
 
 const page = /** @type {HTMLElement} */ (document.getElementById("deployment-page"));
 const deploymentId = Number(page.dataset.deployment);
@@ -40,14 +40,12 @@ const refresh = debounce(async () => {
   if (ok) syncLogReplicas();
 }, 250);
 
-live.on("frame", (frame) => {
-  const c = frame.changed || {};
+refreshOnChanges((c) => {
   const mine = gpuIds();
-  if ((c.deployment || []).includes(deploymentId) || (c.gpu || []).some((id) => mine.includes(id)))
-    refresh();
-});
-live.on("resync", () => refresh());
-live.on("hello", () => live.subscribe([])); // no telemetry needed here
+  return (
+    (c.deployment || []).includes(deploymentId) || (c.gpu || []).some((id) => mine.includes(id))
+  );
+}, refresh);
 
 // ---- scaling (operators) ----------------------------------------------------------------------
 
@@ -174,5 +172,3 @@ if (logs && logReplica) {
   });
   document.getElementById("logs-refresh")?.addEventListener("click", () => fetchLogs());
 }
-
-live.start();

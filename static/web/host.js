@@ -2,7 +2,7 @@
 // One host: its head, maintenance, GPUs, labels and operations re-rendered by the server after
 // a change; cordon, uncordon, drain (now or at a time) and labels (operators) and the
 // reservation (admins) through the REST API, the API's message shown when it refuses.
-import { api, debounce, live, refreshParts, toast } from "./core.js";
+import { api, debounce, refreshOnChanges, refreshParts, toast } from "./core.js";
 
 const page = /** @type {HTMLElement} */ (document.getElementById("host-page"));
 const hostId = Number(page.dataset.host);
@@ -12,17 +12,13 @@ const error = /** @type {HTMLElement | null} */ (document.getElementById("maint-
 
 const refresh = debounce(() => refreshParts(`/ui/hosts/${hostId}/panel`, PARTS), 250);
 
-live.on("frame", (frame) => {
-  const c = frame.changed || {};
-  if (
+refreshOnChanges(
+  (c) =>
     (c.host || []).includes(hostId) ||
     (c.gpu || []).some((id) => gpuIds.includes(id)) ||
-    c.operation
-  )
-    refresh();
-});
-live.on("resync", () => refresh());
-live.on("hello", () => live.subscribe([])); // no telemetry needed here
+    c.operation,
+  refresh,
+);
 
 /** Show the API's message (or clear it). */
 function showError(result) {
@@ -137,5 +133,3 @@ if (reserveForm) {
     refresh();
   });
 }
-
-live.start();

@@ -1,7 +1,7 @@
 // @ts-check
 // The layout rollouts page: rows re-rendered by the server when an operation changes; operators
 // resume or abort a rollout through the REST API.
-import { api, debounce, live, refreshRows, toast, toastError } from "./core.js";
+import { api, debounce, refreshOnChanges, refreshRows, toast, toastError } from "./core.js";
 
 const body = /** @type {HTMLElement} */ (document.getElementById("rollouts-body"));
 
@@ -28,9 +28,4 @@ body.addEventListener("click", async (event) => {
   refresh();
 });
 
-live.on("frame", (frame) => {
-  if ((frame.changed || {}).operation) refresh();
-});
-live.on("resync", () => refresh());
-live.on("hello", () => live.subscribe([]));
-live.start();
+refreshOnChanges((c) => c.operation, refresh);
