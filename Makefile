@@ -3,14 +3,20 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The dashboard's tools (axe-core, typescript, prettier), exactly as package-lock.json pins them.
+NODE_BIN := node_modules/.bin
+NODE_STAMP := node_modules/.package-lock.json
 
-.PHONY: run test test-production test-fast check lint bench clean
+.PHONY: run test test-production test-fast check format lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+$(NODE_STAMP): package-lock.json
+	npm ci --no-audit --no-fund
 
 ## run: migrate, seed a demo fleet, print a login and serve on http://127.0.0.1:8000
 run: $(STAMP)
@@ -34,8 +40,9 @@ test-production: $(STAMP)
 	  --ignore=tests/hostagent --ignore=tests/mig --ignore=tests/mps --ignore=tests/placement \
 	  --ignore=tests/gpu
 
-## check: lint, types, import contracts, migrations, the OpenAPI schema and the docs (mkdocs --strict)
-check: $(STAMP)
+## check: lint, types, import contracts, migrations, the OpenAPI schema, the docs (mkdocs --strict)
+## and the dashboard's JavaScript and CSS (every file // @ts-check, checked by tsc; prettier's layout)
+check: $(STAMP) $(NODE_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy fleet hostagent manage.py
@@ -43,6 +50,15 @@ check: $(STAMP)
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file /dev/null
 	$(BIN)/mkdocs build --strict --site-dir site
+	@unchecked=$$(grep -rL --include='*.js' '^// @ts-check' static); \
+	  if [ -n "$$unchecked" ]; then echo "no // @ts-check in: $$unchecked"; exit 1; fi
+	$(NODE_BIN)/tsc -p jsconfig.json
+	$(NODE_BIN)/prettier --check 'static/**/*.{js,css}'
+
+## format: lay out the Python (ruff) and the dashboard's JavaScript and CSS (prettier) in place
+format: $(STAMP) $(NODE_STAMP)
+	$(BIN)/ruff format .
+	$(NODE_BIN)/prettier --write --log-level warn 'static/**/*.{js,css}'
 
 clean:
-	rm -rf $(VENV) var site .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) node_modules var site .pytest_cache .mypy_cache .ruff_cache .hypothesis

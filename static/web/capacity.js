@@ -4,12 +4,11 @@
 // When replicas wait, operators ask the layout advisor (GET /api/v1/capacity/advice?product=…,
 // rate-limited: a 429 says when to ask again) for layouts and apply the proposal as a rollout
 // (POST /api/v1/rollouts/, its exact body); other roles see no form.
-import { api, debounce, fragment, live, toast, toastError } from "./core.js";
+import { api, debounce, refreshOnChanges, refreshParts, toast, toastError } from "./core.js";
 
 const form = /** @type {HTMLFormElement} */ (document.getElementById("cap-form"));
 const kind = /** @type {HTMLSelectElement} */ (document.getElementById("cap-kind"));
 const answer = /** @type {HTMLElement} */ (document.getElementById("cap-answer"));
-const holder = /** @type {HTMLElement} */ (document.getElementById("capacity-panel"));
 
 /** Shows the fields of the chosen kind; hidden fields are disabled, so they are not sent. */
 function showFields() {
@@ -22,13 +21,18 @@ function showFields() {
   }
 }
 
-function plural(n, one, many) { return `${n} ${n === 1 ? one : many}`; }
+function plural(n, one, many) {
+  return `${n} ${n === 1 ? one : many}`;
+}
 
 /** The answer as one sentence (the API's `request`). */
 function sentence(request) {
-  const what = request.kind === "mig" ? `${request.profile} instance`
-    : request.kind === "mps" ? `MPS share of ${request.memory_mib} MiB${request.max_compute_percent ? ` (≤ ${request.max_compute_percent}% compute)` : ""}`
-    : `${plural(request.gpu_count, "whole GPU", "whole GPUs")} on one host`;
+  const what =
+    request.kind === "mig"
+      ? `${request.profile} instance`
+      : request.kind === "mps"
+        ? `MPS share of ${request.memory_mib} MiB${request.max_compute_percent ? ` (≤ ${request.max_compute_percent}% compute)` : ""}`
+        : `${plural(request.gpu_count, "whole GPU", "whole GPUs")} on one host`;
   let text = `${plural(request.fits_now, "replica", "replicas")} of a ${what} fit${request.fits_now === 1 ? "s" : ""} now`;
   if (request.fits_if_idle_reshaped !== null && request.fits_if_idle_reshaped !== undefined) {
     text += `; ${request.fits_if_idle_reshaped} after reshaping idle instances`;
@@ -57,24 +61,23 @@ async function ask(event) {
     const list = document.createElement("ul");
     for (const p of request.products) {
       const item = document.createElement("li");
-      item.textContent = `${p.product}: ${p.fits_now} now` + (p.fits_if_idle_reshaped === null ? "" : `, ${p.fits_if_idle_reshaped} after reshaping`);
+      item.textContent =
+        `${p.product}: ${p.fits_now} now` +
+        (p.fits_if_idle_reshaped === null ? "" : `, ${p.fits_if_idle_reshaped} after reshaping`);
       list.append(item);
     }
     answer.append(list);
   }
 }
 
-const refresh = debounce(async () => {
-  let content;
-  try { content = await fragment("/ui/capacity"); } catch { return; }
-  const fresh = content.querySelector("#cap-panel");
-  if (fresh) holder.replaceChildren(fresh);
-}, 500);
+const refresh = debounce(() => refreshParts("/ui/capacity", ["#cap-panel"]), 500);
 
 const adviceForm = /** @type {HTMLFormElement | null} */ (document.getElementById("advice-form"));
 const adviceAnswer = /** @type {HTMLElement | null} */ (document.getElementById("advice-answer"));
 const proposal = /** @type {HTMLElement | null} */ (document.getElementById("advice-proposal"));
-const applyButton = /** @type {HTMLButtonElement | null} */ (document.getElementById("advice-apply"));
+const applyButton = /** @type {HTMLButtonElement | null} */ (
+  document.getElementById("advice-apply")
+);
 /** @type {object | null} the rollout body of the proposal shown */
 let proposedRollout = null;
 
@@ -83,9 +86,15 @@ function proposalRow(gpu) {
   const row = document.createElement("tr");
   const cells = [
     gpu.name,
-    gpu.instances.map((i) => `${i.profile}@${i.start}${i.mps ? " (MPS)" : ""}`).join(", ") || "empty",
-    gpu.places.filter((p) => p.serves !== "moved").map((p) => `${p.serves} ×${p.replicas} on ${p.profile}@${p.start}`).join("; ") || "—",
-    gpu.drained ? `drain: ${plural(gpu.moved_replicas, "replica moves", "replicas move")}` : "none (reshaped in place)",
+    gpu.instances.map((i) => `${i.profile}@${i.start}${i.mps ? " (MPS)" : ""}`).join(", ") ||
+      "empty",
+    gpu.places
+      .filter((p) => p.serves !== "moved")
+      .map((p) => `${p.serves} ×${p.replicas} on ${p.profile}@${p.start}`)
+      .join("; ") || "—",
+    gpu.drained
+      ? `drain: ${plural(gpu.moved_replicas, "replica moves", "replicas move")}`
+      : "none (reshaped in place)",
   ];
   for (const text of cells) {
     const cell = document.createElement("td");
@@ -112,9 +121,10 @@ async function propose(event) {
   const advice = result.data;
   const solver = advice.solver;
   adviceAnswer.dataset.state = "ok";
-  adviceAnswer.textContent = `Places ${advice.placed_replicas} of ${plural(advice.waiting_replicas, "waiting replica", "waiting replicas")}, `
-    + `moves ${plural(advice.moved_replicas, "running replica", "running replicas")}, on ${plural(advice.gpus.length, "GPU", "GPUs")} `
-    + `(${solver.status}; gap to the bound ${solver.gap_percent} %; ${solver.time_s} s).`;
+  adviceAnswer.textContent =
+    `Places ${advice.placed_replicas} of ${plural(advice.waiting_replicas, "waiting replica", "waiting replicas")}, ` +
+    `moves ${plural(advice.moved_replicas, "running replica", "running replicas")}, on ${plural(advice.gpus.length, "GPU", "GPUs")} ` +
+    `(${solver.status}; gap to the bound ${solver.gap_percent} %; ${solver.time_s} s).`;
   if (!advice.rollout) return;
   proposedRollout = advice.rollout;
   proposal.querySelector("tbody")?.replaceChildren(...advice.gpus.map(proposalRow));
@@ -128,7 +138,10 @@ async function applyProposal() {
   applyButton.disabled = true;
   const result = await api("POST", "/api/v1/rollouts/", proposedRollout);
   applyButton.disabled = false;
-  if (!result.ok) { toastError(result, "Could not start the rollout"); return; }
+  if (!result.ok) {
+    toastError(result, "Could not start the rollout");
+    return;
+  }
   toast(`Rollout ${result.data.id} started`, { kind: "ok", lines: [result.data.summary || ""] });
   proposedRollout = null;
   if (proposal) proposal.hidden = true;
@@ -140,11 +153,5 @@ kind.addEventListener("change", showFields);
 form.addEventListener("submit", ask);
 showFields();
 
-live.on("frame", (frame) => {
-  const c = frame.changed || {};
-  // Capacity moves with placements, layouts, health, cordons and host status.
-  if (c.gpu || c.host || c.allocation || c.deployment || c.partition) refresh();
-});
-live.on("resync", () => refresh());
-live.on("hello", () => live.subscribe([])); // counts only: no telemetry needed
-live.start();
+// Capacity moves with placements, layouts, health, cordons and host status.
+refreshOnChanges((c) => c.gpu || c.host || c.allocation || c.deployment || c.partition, refresh);

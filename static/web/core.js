@@ -11,7 +11,9 @@
  *   gpu_filters?: object[], mps_limits?: Object<string, {min: number, max: number}>,
  *   drain_steps?: Object<string, string>}}
  */
-export const config = Object.freeze(JSON.parse(document.getElementById("page-config")?.textContent || "{}"));
+export const config = Object.freeze(
+  JSON.parse(document.getElementById("page-config")?.textContent || "{}"),
+);
 
 export const canOperate = config.can_operate === true;
 /** Acts on some team's deployments (a fleet operator: on every team's). */
@@ -37,16 +39,26 @@ export async function api(method, url, body) {
   let response;
   try {
     response = await fetch(url, {
-      method, headers, credentials: "same-origin",
+      method,
+      headers,
+      credentials: "same-origin",
       body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (error) {
-    return { ok: false, status: 0, data: { code: "network", message: "The server cannot be reached.", details: {} } };
+    return {
+      ok: false,
+      status: 0,
+      data: { code: "network", message: "The server cannot be reached.", details: {} },
+    };
   }
   let data = null;
   const text = await response.text();
   if (text) {
-    try { data = JSON.parse(text); } catch { data = { code: "bad_response", message: text.slice(0, 200), details: {} }; }
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = { code: "bad_response", message: text.slice(0, 200), details: {} };
+    }
   }
   return { ok: response.ok, status: response.status, data };
 }
@@ -63,7 +75,8 @@ function el(tag, attrs = {}, ...children) {
     if (key === "class") node.className = value;
     else if (key === "text") node.textContent = value;
     else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else if (value !== undefined && value !== null && value !== false) node.setAttribute(key, value === true ? "" : value);
+    else if (value !== undefined && value !== null && value !== false)
+      node.setAttribute(key, value === true ? "" : value);
   }
   for (const child of children.flat()) {
     if (child !== null && child !== undefined) node.append(child);
@@ -76,9 +89,18 @@ export { el };
 export function toast(title, { kind = "info", lines = [], timeout = 6000 } = {}) {
   const box = document.getElementById("toasts");
   if (!box) return null;
-  const node = el("div", { class: `toast ${kind}`, role: kind === "error" ? "alert" : "status" },
+  const node = el(
+    "div",
+    { class: `toast ${kind}`, role: kind === "error" ? "alert" : "status" },
     el("strong", { text: title }),
-    lines.length ? el("ul", {}, lines.map((line) => el("li", {}, line))) : null);
+    lines.length
+      ? el(
+          "ul",
+          {},
+          lines.map((line) => el("li", {}, line)),
+        )
+      : null,
+  );
   box.append(node);
   while (box.children.length > 4) box.firstElementChild.remove();
   if (timeout) setTimeout(() => node.remove(), timeout);
@@ -88,22 +110,38 @@ export function toast(title, { kind = "info", lines = [], timeout = 6000 } = {})
 /** Shows an API refusal: the message, then every violation's message with its code. */
 export function toastError(result, title) {
   const data = result.data || {};
-  const lines = violations(data).map((v) => el("span", {}, v.message + " ", el("code", { text: v.code })));
+  const lines = violations(data).map((v) =>
+    el("span", {}, v.message + " ", el("code", { text: v.code })),
+  );
   if (result.status === 403) {
-    toast(title || "Not allowed", { kind: "error", lines: [data.message || "Your role does not allow this action.", ...lines], timeout: 9000 });
+    toast(title || "Not allowed", {
+      kind: "error",
+      lines: [data.message || "Your role does not allow this action.", ...lines],
+      timeout: 9000,
+    });
     return;
   }
-  toast(title ? `${title}: ${data.message || "refused"}` : data.message || `Request failed (${result.status})`,
-    { kind: "error", lines, timeout: 10000 });
+  toast(
+    title
+      ? `${title}: ${data.message || "refused"}`
+      : data.message || `Request failed (${result.status})`,
+    { kind: "error", lines, timeout: 10000 },
+  );
 }
 
 // ---- formatting (the same rules as fleet/web/templatetags) -------------------------------------
 
 export function heatBucket(u) {
-  return u === null || u === undefined ? "na" : String(Math.max(0, Math.min(10, Math.round(u / 10))));
+  return u === null || u === undefined
+    ? "na"
+    : String(Math.max(0, Math.min(10, Math.round(u / 10))));
 }
-export function fmtPct(v) { return v === null || v === undefined ? "n/a" : `${Math.round(v)}%`; }
-export function fmtNum(v, unit) { return v === null || v === undefined ? "n/a" : `${Math.round(v)}${unit}`; }
+export function fmtPct(v) {
+  return v === null || v === undefined ? "n/a" : `${Math.round(v)}%`;
+}
+export function fmtNum(v, unit) {
+  return v === null || v === undefined ? "n/a" : `${Math.round(v)}${unit}`;
+}
 export function fmtMiB(v) {
   if (v === null || v === undefined) return "n/a";
   const gib = v / 1024;
@@ -115,7 +153,9 @@ export function fmtMiB(v) {
 export function fmtMiBPair(used, total) {
   if (used === null || used === undefined) return `n/a of ${fmtMiB(total)}`;
   if (total >= 1024) {
-    return `${(used / 1024).toFixed(1)}/${(total / 1024).toFixed(1)} GiB`.replace(".0/", "/").replace(".0 GiB", " GiB");
+    return `${(used / 1024).toFixed(1)}/${(total / 1024).toFixed(1)} GiB`
+      .replace(".0/", "/")
+      .replace(".0 GiB", " GiB");
   }
   return `${Math.round(used)}/${Math.round(total)} MiB`;
 }
@@ -127,7 +167,10 @@ export function naTitle() {
 
 /** Fetches server-rendered HTML and returns its top-level elements. */
 export async function fragment(url) {
-  const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
+  const response = await fetch(url, {
+    credentials: "same-origin",
+    headers: { Accept: "text/html" },
+  });
   if (!response.ok) throw new Error(`${url}: ${response.status}`);
   const template = document.createElement("template");
   template.innerHTML = await response.text();
@@ -139,6 +182,63 @@ export function swap(old, fresh) {
   if (!old || !fresh) return false;
   if (old.dataset.sig && old.dataset.sig === fresh.dataset.sig) return false;
   old.replaceWith(fresh);
+  return true;
+}
+
+/**
+ * Re-renders parts of the page from the server: fetches `url` and, for each selector, copies the
+ * fresh part's content into the page's where it differs (the part itself stays, with its
+ * listeners). Resolves as api() does, to whether the answer was a success and its status (0 when
+ * the server could not be reached).
+ * @param {string} url
+ * @param {string[]} selectors each names one part, in the page and in the answer
+ * @returns {Promise<{ok: boolean, status: number}>}
+ */
+export async function refreshParts(url, selectors) {
+  let response;
+  try {
+    response = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
+  } catch {
+    return { ok: false, status: 0 };
+  }
+  if (!response.ok) return { ok: false, status: response.status };
+  const template = document.createElement("template");
+  template.innerHTML = await response.text();
+  for (const selector of selectors) {
+    const fresh = template.content.querySelector(selector);
+    const old = document.querySelector(selector);
+    if (fresh && old && fresh.innerHTML !== old.innerHTML) old.innerHTML = fresh.innerHTML;
+  }
+  return { ok: true, status: response.status };
+}
+
+/**
+ * Re-renders a table's rows from the server: fetches `url` and makes its `rowSelector` rows the
+ * children of `body`. A row whose data-sig is unchanged stays as it is (with its state), and the
+ * body is left alone when no row changed. `empty`, if given, shows when no row is left.
+ * @param {string} url
+ * @param {HTMLElement} body
+ * @param {string} rowSelector
+ * @param {{empty?: HTMLElement | null}} [options]
+ * @returns {Promise<boolean>} whether the rows were read
+ */
+export async function refreshRows(url, body, rowSelector, { empty = null } = {}) {
+  let content;
+  try {
+    content = await fragment(url);
+  } catch {
+    return false;
+  }
+  const rows = [
+    .../** @type {NodeListOf<HTMLElement>} */ (content.querySelectorAll(rowSelector)),
+  ].map((row) => {
+    const old = row.id ? document.getElementById(row.id) : null;
+    return old && row.dataset.sig && old.dataset.sig === row.dataset.sig ? old : row;
+  });
+  const same =
+    rows.length === body.children.length && rows.every((row, i) => body.children[i] === row);
+  if (!same) body.replaceChildren(...rows);
+  if (empty) empty.hidden = rows.length > 0;
   return true;
 }
 
@@ -172,7 +272,9 @@ class Live extends EventTarget {
     if (this.socket) return this;
     this.open();
     window.addEventListener("online", () => this.retryNow());
-    document.addEventListener("visibilitychange", () => { if (!document.hidden) this.retryNow(); });
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden) this.retryNow();
+    });
     return this;
   }
 
@@ -215,7 +317,12 @@ class Live extends EventTarget {
     if (event.code === codes.signed_out || event.code === codes.no_role) {
       const signedOut = event.code === codes.signed_out;
       this.setState("closed", signedOut ? "Signed out" : "Not allowed");
-      if (signedOut) toast("Your session has ended", { kind: "warn", lines: ["Sign in again to keep receiving live updates."], timeout: 0 });
+      if (signedOut)
+        toast("Your session has ended", {
+          kind: "warn",
+          lines: ["Sign in again to keep receiving live updates."],
+          timeout: 0,
+        });
       return;
     }
     const delay = Math.min(10000, 500 * 2 ** this.attempt) * (0.75 + Math.random() * 0.5);
@@ -232,7 +339,8 @@ class Live extends EventTarget {
   }
 
   send(message) {
-    if (this.socket && this.socket.readyState === WebSocket.OPEN) this.socket.send(JSON.stringify(message));
+    if (this.socket && this.socket.readyState === WebSocket.OPEN)
+      this.socket.send(JSON.stringify(message));
   }
 
   /** Narrows telemetry to these GPU ids (null: every GPU). Survives reconnects. */
@@ -244,16 +352,39 @@ class Live extends EventTarget {
   setState(state, label) {
     if (!this.status) return;
     this.status.dataset.state = state;
-    const text = { live: "Live", connecting: "Connecting…", reconnecting: "Reconnecting…", closed: label || "Offline" }[state];
+    const text = {
+      live: "Live",
+      connecting: "Connecting…",
+      reconnecting: "Reconnecting…",
+      closed: label || "Offline",
+    }[state];
     this.status.querySelector(".txt").textContent = text;
   }
 
   /** @param {string} type @param {(detail: any) => void} handler */
-  on(type, handler) { this.addEventListener(type, (event) => handler(/** @type {CustomEvent} */ (event).detail)); return this; }
+  on(type, handler) {
+    this.addEventListener(type, (event) => handler(/** @type {CustomEvent} */ (event).detail));
+    return this;
+  }
 }
 
 export const live = new Live();
 /** @type {any} */ (window).fleetLive = live; // for the browser tests and for debugging from the console
+
+/**
+ * Keeps a page that shows no telemetry up to date, and starts the socket: `refresh` runs when a
+ * frame's changes concern the page and after a re-sync.
+ * @param {(changed: Object<string, number[]>) => unknown} concerns given a frame's `changed`
+ * @param {() => void} refresh
+ */
+export function refreshOnChanges(concerns, refresh) {
+  live.on("frame", (frame) => {
+    if (concerns(frame.changed || {})) refresh();
+  });
+  live.on("resync", () => refresh());
+  live.on("hello", () => live.subscribe([])); // no telemetry needed
+  live.start();
+}
 
 // ---- operations: follow one until it is over ------------------------------------------------
 
@@ -263,7 +394,10 @@ const followed = new Map(); // operation id -> {last, onChange, timer, busy, aga
 async function refreshOperation(id) {
   const entry = followed.get(id);
   if (!entry) return;
-  if (entry.busy) { entry.again = true; return; } // re-read once the answer in flight is in
+  if (entry.busy) {
+    entry.again = true;
+    return;
+  } // re-read once the answer in flight is in
   entry.busy = true;
   clearTimeout(entry.timer);
   const result = await api("GET", `/api/v1/operations/${id}/`);
@@ -274,8 +408,10 @@ async function refreshOperation(id) {
   else if (entry.again) setTimeout(() => refreshOperation(id), 0);
   else entry.timer = setTimeout(() => refreshOperation(id), POLL_MS);
   entry.again = false;
-  const moved = fresh && (fresh.status !== entry.last.status
-    || JSON.stringify(fresh.payload) !== JSON.stringify(entry.last.payload));
+  const moved =
+    fresh &&
+    (fresh.status !== entry.last.status ||
+      JSON.stringify(fresh.payload) !== JSON.stringify(entry.last.payload));
   if (moved) {
     entry.last = fresh;
     entry.onChange(fresh);
@@ -304,7 +440,48 @@ export function followOperation(operation, onChange) {
   return entry.stop;
 }
 
+/**
+ * Follows `operation` (followOperation) and toasts how it ended: `succeeded` as the title when it
+ * succeeds, else "`failed` <status>" ("Moving web[0] failed"), with the operation's reason (or
+ * `noReason`) as the line. `onProgress` runs at each move before the end, `onEnd` at the end,
+ * before the toast.
+ * @param {{id: number, status: string, payload?: object}} operation as the API returned it
+ * @param {object} how
+ * @param {string} how.succeeded the title when it succeeds
+ * @param {string} how.failed the title when it fails or expires, before the status
+ * @param {string} [how.noReason] the line of a failure that gives no reason
+ * @param {number} [how.timeout] how long a success shows, in ms (a failure: 10 s)
+ * @param {(operation: any) => void} [how.onProgress]
+ * @param {(operation: any) => void} [how.onEnd]
+ * @returns {() => void} stops following
+ */
+export function followWithToasts(
+  operation,
+  { succeeded, failed, noReason = "", timeout = 10000, onProgress, onEnd },
+) {
+  return followOperation(operation, (/** @type {any} */ latest) => {
+    if (!isFinal(latest.status)) {
+      onProgress?.(latest);
+      return;
+    }
+    onEnd?.(latest);
+    if (latest.status === "succeeded") {
+      toast(succeeded, { kind: "ok", lines: latest.reason ? [latest.reason] : [], timeout });
+    } else {
+      const reason = latest.reason || noReason;
+      toast(`${failed} ${latest.status}`, {
+        kind: "error",
+        lines: reason ? [reason] : [],
+        timeout: 10000,
+      });
+    }
+  });
+}
+
 live.on("frame", (frame) => {
-  for (const id of (frame.changed || {}).operation || []) if (followed.has(id)) refreshOperation(id);
+  for (const id of (frame.changed || {}).operation || [])
+    if (followed.has(id)) refreshOperation(id);
 });
-live.on("resync", () => { for (const id of followed.keys()) refreshOperation(id); });
+live.on("resync", () => {
+  for (const id of followed.keys()) refreshOperation(id);
+});

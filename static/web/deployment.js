@@ -1,11 +1,11 @@
 // @ts-check
 // One deployment: its head, replicas, events and operations re-rendered by the server after a
 // change, and the replica count (operators) changed through the REST API.
-import { api, debounce, live, toast } from "./core.js";
+import { api, debounce, refreshOnChanges, refreshParts, toast } from "./core.js";
 
 const page = /** @type {HTMLElement} */ (document.getElementById("deployment-page"));
 const deploymentId = Number(page.dataset.deployment);
-const PARTS = ["dep-head", "dep-replicas", "dep-side"];
+const PARTS = ["#dep-head", "#dep-replicas", "#dep-side"];
 let gone = false;
 
 /** The GPUs its replicas hold (an agent's ack or event names the GPU, not the deployment). */
@@ -31,29 +31,21 @@ function showGone() {
 
 const refresh = debounce(async () => {
   if (gone) return;
-  let response;
-  try {
-    response = await fetch(`/ui/deployments/${deploymentId}/panel`, { credentials: "same-origin", headers: { Accept: "text/html" } });
-  } catch { return; }
-  if (response.status === 404) { gone = true; showGone(); return; }
-  if (!response.ok) return;
-  const template = document.createElement("template");
-  template.innerHTML = await response.text();
-  for (const id of PARTS) {
-    const fresh = template.content.getElementById(id);
-    const old = document.getElementById(id);
-    if (fresh && old && fresh.innerHTML !== old.innerHTML) old.innerHTML = fresh.innerHTML;
+  const { ok, status } = await refreshParts(`/ui/deployments/${deploymentId}/panel`, PARTS);
+  if (status === 404) {
+    gone = true;
+    showGone();
+    return;
   }
-  syncLogReplicas();
+  if (ok) syncLogReplicas();
 }, 250);
 
-live.on("frame", (frame) => {
-  const c = frame.changed || {};
+refreshOnChanges((c) => {
   const mine = gpuIds();
-  if ((c.deployment || []).includes(deploymentId) || (c.gpu || []).some((id) => mine.includes(id))) refresh();
-});
-live.on("resync", () => refresh());
-live.on("hello", () => live.subscribe([])); // no telemetry needed here
+  return (
+    (c.deployment || []).includes(deploymentId) || (c.gpu || []).some((id) => mine.includes(id))
+  );
+}, refresh);
 
 // ---- scaling (operators) ----------------------------------------------------------------------
 
@@ -73,7 +65,8 @@ if (form) {
     const result = await api("PATCH", `/api/v1/deployments/${deploymentId}/`, { replicas });
     button.disabled = false;
     if (!result.ok) {
-      error.textContent = (result.data && result.data.message) || `The request failed (${result.status}).`;
+      error.textContent =
+        (result.data && result.data.message) || `The request failed (${result.status}).`;
       error.hidden = false;
       input.setAttribute("aria-invalid", "true");
       return;
@@ -88,7 +81,9 @@ if (form) {
 const LOG_LINES = 200;
 const FOLLOW_EVERY_MS = 2000;
 const logs = /** @type {HTMLDetailsElement | null} */ (document.getElementById("dep-logs"));
-const logReplica = /** @type {HTMLSelectElement | null} */ (document.getElementById("logs-replica"));
+const logReplica = /** @type {HTMLSelectElement | null} */ (
+  document.getElementById("logs-replica")
+);
 const logOutput = /** @type {HTMLElement | null} */ (document.getElementById("logs-output"));
 const logError = /** @type {HTMLElement | null} */ (document.getElementById("logs-error"));
 const logStatus = /** @type {HTMLElement | null} */ (document.getElementById("logs-status"));
@@ -100,8 +95,13 @@ let fetching = false;
 /** The picker lists the placed replicas of the (re-rendered) table; the choice is kept. */
 function syncLogReplicas() {
   if (!logReplica) return;
-  const rows = /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll("#replicas tr[data-allocation-id]"));
-  const wanted = [...rows].map((row) => [row.dataset.allocationId || "", row.dataset.logsLabel || ""]);
+  const rows = /** @type {NodeListOf<HTMLElement>} */ (
+    document.querySelectorAll("#replicas tr[data-allocation-id]")
+  );
+  const wanted = [...rows].map((row) => [
+    row.dataset.allocationId || "",
+    row.dataset.logsLabel || "",
+  ]);
   const current = [...logReplica.options].map((o) => [o.value, o.textContent]);
   if (JSON.stringify(wanted) === JSON.stringify(current)) return;
   const chosen = logReplica.value;
@@ -144,7 +144,9 @@ async function fetchLogs() {
     if (atEnd) logOutput.scrollTop = logOutput.scrollHeight;
   }
   const count = `${lines.length} line${lines.length === 1 ? "" : "s"}${truncated ? " (older output not shown)" : ""}`;
-  logStatus.textContent = error ? `${count}: ${error}` : `${count}, read ${new Date().toLocaleTimeString()}`;
+  logStatus.textContent = error
+    ? `${count}: ${error}`
+    : `${count}, read ${new Date().toLocaleTimeString()}`;
 }
 
 /** Follow re-fetches every 2 s while the panel is open and Follow is checked, never otherwise. */
@@ -170,5 +172,3 @@ if (logs && logReplica) {
   });
   document.getElementById("logs-refresh")?.addEventListener("click", () => fetchLogs());
 }
-
-live.start();

@@ -1,21 +1,17 @@
 // @ts-check
 // A deployment's operator actions: a rolling update to a new workload, the defrag proposal and
 // its Apply, handing it to another team, and deleting it. Each calls the REST API and follows the operation it starts.
-import { api, el, followOperation, isFinal, toast, toastError } from "./core.js";
+import { api, el, followWithToasts, toast, toastError } from "./core.js";
 
 const section = document.getElementById("dep-actions");
 const page = /** @type {HTMLElement} */ (document.getElementById("deployment-page"));
 const deploymentId = Number(page.dataset.deployment);
 const name = section?.dataset.name || "";
 
-/** Follow an operation, toasting its outcome. @param {any} operation @param {string} what */
+/** Follow an operation, toasting its start and its outcome. @param {any} operation @param {string} what */
 function follow(operation, what) {
   toast(what, { lines: [operation.summary || ""], timeout: 5000 });
-  followOperation(operation, (latest) => {
-    if (!isFinal(latest.status)) return;
-    const kind = latest.status === "succeeded" ? "ok" : "error";
-    toast(`${what}: ${latest.status}`, { kind, lines: [latest.reason || ""], timeout: 10000 });
-  });
+  followWithToasts(operation, { succeeded: `${what}: succeeded`, failed: `${what}:` });
 }
 
 function wireRollout() {
@@ -37,12 +33,23 @@ function wireRollout() {
       return;
     }
     const data = new FormData(form);
-    const rollout = { max_surge: Number(data.get("max_surge")), max_unavailable: Number(data.get("max_unavailable")) };
-    const result = await api("PATCH", `/api/v1/deployments/${deploymentId}/`, { workload, rollout });
+    const rollout = {
+      max_surge: Number(data.get("max_surge")),
+      max_unavailable: Number(data.get("max_unavailable")),
+    };
+    const result = await api("PATCH", `/api/v1/deployments/${deploymentId}/`, {
+      workload,
+      rollout,
+    });
     if (!result.ok) {
       const details = result.data?.details || {};
-      const problems = (details.problems || []).map((/** @type {{field: string, message: string}} */ p) => `${p.field}: ${p.message}`);
-      error.textContent = [result.data?.message || `The request failed (${result.status}).`, ...problems].join(" · ");
+      const problems = (details.problems || []).map(
+        (/** @type {{field: string, message: string}} */ p) => `${p.field}: ${p.message}`,
+      );
+      error.textContent = [
+        result.data?.message || `The request failed (${result.status}).`,
+        ...problems,
+      ].join(" · ");
       error.hidden = false;
       textarea.setAttribute("aria-invalid", "true");
       return;
@@ -53,13 +60,17 @@ function wireRollout() {
 
 /** @param {any} plan */
 function describePlan(plan) {
-  if (plan.fits_now) return [el("p", { text: "The next replica fits now: place it from the fleet view's tray." })];
+  if (plan.fits_now)
+    return [el("p", { text: "The next replica fits now: place it from the fleet view's tray." })];
   if (!plan.target) return [el("p", { text: "No plan of a few moves lets the next replica fit." })];
-  const items = plan.moves.map((/** @type {any} */ m) => el("li", {
-    text: m.allocation != null
-      ? `Move allocation ${m.allocation} from GPU ${m.from_gpu} to GPU ${m.to_gpu}`
-      : `Destroy the idle slice ${m.partition} on GPU ${m.from_gpu}`,
-  }));
+  const items = plan.moves.map((/** @type {any} */ m) =>
+    el("li", {
+      text:
+        m.allocation != null
+          ? `Move allocation ${m.allocation} from GPU ${m.from_gpu} to GPU ${m.to_gpu}`
+          : `Destroy the idle slice ${m.partition} on GPU ${m.from_gpu}`,
+    }),
+  );
   return [
     el("ol", {}, ...items),
     el("p", { class: "muted small", text: `Then the replica fits on GPU ${plan.target.gpu}.` }),
@@ -73,12 +84,22 @@ function wireDefrag() {
   if (!show || !box) return;
   show.addEventListener("click", async () => {
     const result = await api("GET", `/api/v1/deployments/${deploymentId}/defrag`);
-    if (!result.ok) { toastError(result, "No proposal"); return; }
+    if (!result.ok) {
+      toastError(result, "No proposal");
+      return;
+    }
     box.replaceChildren(...describePlan(result.data));
     document.getElementById("defrag-apply")?.addEventListener("click", async () => {
       const applied = await api("POST", `/api/v1/deployments/${deploymentId}/defrag`, {});
-      if (!applied.ok) { toastError(applied, "Could not apply the proposal"); return; }
-      box.replaceChildren(el("p", { text: `Applying: operation ${applied.data.id}. Each step shows in the operations.` }));
+      if (!applied.ok) {
+        toastError(applied, "Could not apply the proposal");
+        return;
+      }
+      box.replaceChildren(
+        el("p", {
+          text: `Applying: operation ${applied.data.id}. Each step shows in the operations.`,
+        }),
+      );
       follow(applied.data, `Making room for ${name}`);
     });
   });
@@ -91,11 +112,17 @@ function wireHandoff() {
     event.preventDefault();
     const select = /** @type {HTMLSelectElement} */ (form.elements.namedItem("team"));
     const team = select.selectedOptions[0]?.textContent || "";
-    if (!confirm(`Hand ${name} to team ${team}? Its usage is billed to ${team} from now on.`)) return;
-    const result = await api("PATCH", `/api/v1/deployments/${deploymentId}/`, { team: Number(select.value) });
-    if (!result.ok) { toastError(result, `Could not hand ${name} to ${team}`); return; }
+    if (!confirm(`Hand ${name} to team ${team}? Its usage is billed to ${team} from now on.`))
+      return;
+    const result = await api("PATCH", `/api/v1/deployments/${deploymentId}/`, {
+      team: Number(select.value),
+    });
+    if (!result.ok) {
+      toastError(result, `Could not hand ${name} to ${team}`);
+      return;
+    }
     toast(`${name} now belongs to ${team}`, { kind: "ok", timeout: 5000 });
-    window.location.reload();  // the team shows in the heading, the filters and who may act
+    window.location.reload(); // the team shows in the heading, the filters and who may act
   });
 }
 
@@ -105,7 +132,10 @@ function wireDelete() {
   button.addEventListener("click", async () => {
     if (!confirm(`Delete ${name}? Every replica stops; the audit trail stays.`)) return;
     const result = await api("DELETE", `/api/v1/deployments/${deploymentId}/`);
-    if (!result.ok) { toastError(result, `Could not delete ${name}`); return; }
+    if (!result.ok) {
+      toastError(result, `Could not delete ${name}`);
+      return;
+    }
     toast(`Deleting ${name}`, { kind: "ok", lines: ["Its workloads are stopping."] });
     button.disabled = true;
   });

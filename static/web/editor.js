@@ -1,8 +1,21 @@
+// @ts-check
 // The MIG layout editor: pick profiles into free placements, presets, instant validation by the
 // server's MIG rules (POST /mig/validate), MPS inside instances, a drain warning, and Apply with
 // live progress. The MPS limits, operation statuses and drain steps come from the page config.
 import {
-  api, canOperate, config, el, fmtMiB, followOperation, fragment, heatBucket, isFinal, live, swap, toast, toastError,
+  api,
+  canOperate,
+  config,
+  el,
+  fmtMiB,
+  followOperation,
+  fragment,
+  heatBucket,
+  isFinal,
+  live,
+  swap,
+  toast,
+  toastError,
   violations,
 } from "./core.js";
 
@@ -11,7 +24,12 @@ const gpuId = Number(page.dataset.gpu);
 let model = JSON.parse(document.getElementById("editor-model").textContent);
 let mode = model.mode;
 // The layout being edited: {profile_id, start, mps} (mps: the policy inside the instance, or null).
-const fromCurrent = () => model.current.map((c) => ({ profile_id: c.profile_id, start: c.start, mps: c.mps ? { ...c.mps } : null }));
+const fromCurrent = () =>
+  model.current.map((c) => ({
+    profile_id: c.profile_id,
+    start: c.start,
+    mps: c.mps ? { ...c.mps } : null,
+  }));
 let instances = fromCurrent();
 let validation = 0; // sequence number of the latest validation request
 let validated = null; // what the latest validation was asked about (mode and instances)
@@ -46,10 +64,12 @@ function destroyed() {
 }
 
 function busyLosses() {
-  const lost = destroyed().filter((c) => c.busy.length).map((c) => ({
-    what: `${c.profile} at slice${c.size > 1 ? "s" : ""} ${c.start}${c.size > 1 ? `–${c.start + c.size - 1}` : ""}`,
-    busy: c.busy,
-  }));
+  const lost = destroyed()
+    .filter((c) => c.busy.length)
+    .map((c) => ({
+      what: `${c.profile} at slice${c.size > 1 ? "s" : ""} ${c.start}${c.size > 1 ? `–${c.start + c.size - 1}` : ""}`,
+      busy: c.busy,
+    }));
   if (mode === "mig" && model.mode !== "mig" && model.whole_busy.length) {
     lost.push({ what: "the whole-GPU partition", busy: model.whole_busy });
   }
@@ -58,6 +78,8 @@ function busyLosses() {
 
 // The mode tabs by their role: the GPU card in the aside carries a data-mode of its own.
 const MODE_TABS = '.mode-tabs [role="tab"]';
+const tabs = () =>
+  /** @type {NodeListOf<HTMLButtonElement>} */ (document.querySelectorAll(MODE_TABS));
 
 // ---- drawing ----------------------------------------------------------------------------------
 
@@ -65,24 +87,55 @@ function drawCanvas() {
   const canvas = $("canvas");
   const n = model.slice_count;
   const nodes = [];
-  for (let c = 0; c < n; c++) nodes.push(el("div", { class: "cellbg", style: `grid-column:${c + 1}` }));
+  for (let c = 0; c < n; c++)
+    nodes.push(el("div", { class: "cellbg", style: `grid-column:${c + 1}` }));
   for (const inst of [...instances].sort((a, b) => a.start - b.start)) {
     const profile = profileOf(inst.profile_id);
     const kept = model.current.find((c) => same(c, inst));
     const size = sizeOf(inst);
-    const sub = kept ? (kept.busy.length ? kept.busy.join(", ") : "kept · free") : `new · ${fmtMiB(profile.memory_mib)}`;
-    nodes.push(el("div", {
-      class: `inst ${kept ? "kept" : "new"}${kept && kept.busy.length ? " busy" : ""}`,
-      style: `grid-column:${inst.start + 1} / span ${size}`,
-      "data-instance": key(inst),
-      title: `${profile.name} · slices ${inst.start}–${inst.start + size - 1} · ${fmtMiB(profile.memory_mib)}`,
-    },
-    el("span", { class: "nm", text: profile.name }),
-    el("span", { class: "sub", text: sub }),
-    canOperate ? el("button", { type: "button", class: "rm", "aria-label": `Remove ${profile.name} at slice ${inst.start}`, onclick: () => remove(inst) }, "×") : null));
+    const sub = kept
+      ? kept.busy.length
+        ? kept.busy.join(", ")
+        : "kept · free"
+      : `new · ${fmtMiB(profile.memory_mib)}`;
+    nodes.push(
+      el(
+        "div",
+        {
+          class: `inst ${kept ? "kept" : "new"}${kept && kept.busy.length ? " busy" : ""}`,
+          style: `grid-column:${inst.start + 1} / span ${size}`,
+          "data-instance": key(inst),
+          title: `${profile.name} · slices ${inst.start}–${inst.start + size - 1} · ${fmtMiB(profile.memory_mib)}`,
+        },
+        el("span", { class: "nm", text: profile.name }),
+        el("span", { class: "sub", text: sub }),
+        canOperate
+          ? el(
+              "button",
+              {
+                type: "button",
+                class: "rm",
+                "aria-label": `Remove ${profile.name} at slice ${inst.start}`,
+                onclick: () => remove(inst),
+              },
+              "×",
+            )
+          : null,
+      ),
+    );
   }
   for (const lost of destroyed().filter((c) => c.busy.length)) {
-    nodes.push(el("div", { class: "ghost-destroyed", style: `grid-column:${lost.start + 1} / span ${lost.size}`, title: `Would destroy ${lost.profile} running ${lost.busy.join(", ")}` }, `✕ ${lost.profile}: ${lost.busy.join(", ")}`));
+    nodes.push(
+      el(
+        "div",
+        {
+          class: "ghost-destroyed",
+          style: `grid-column:${lost.start + 1} / span ${lost.size}`,
+          title: `Would destroy ${lost.profile} running ${lost.busy.join(", ")}`,
+        },
+        `✕ ${lost.profile}: ${lost.busy.join(", ")}`,
+      ),
+    );
   }
   canvas.replaceChildren(...nodes);
   canvas.style.gridAutoRows = destroyed().some((c) => c.busy.length) ? "78px 26px" : "78px";
@@ -97,38 +150,71 @@ function drawPalette() {
     const lanes = [];
     for (const [start, size] of profile.placements) {
       const candidate = { profile_id: profile.id, start };
-      let lane = lanes.findIndex((taken) => taken.every(([s, z]) => start >= s + z || s >= start + size));
-      if (lane === -1) { lanes.push([]); lane = lanes.length - 1; }
+      let lane = lanes.findIndex((taken) =>
+        taken.every(([s, z]) => start >= s + z || s >= start + size),
+      );
+      if (lane === -1) {
+        lanes.push([]);
+        lane = lanes.length - 1;
+      }
       lanes[lane].push([start, size]);
       const on = instances.some((i) => same(i, candidate));
       const blocked = !on && instances.some((i) => overlaps(i, { profile_id: profile.id, start }));
       const label = `${profile.name} at slice ${start}`;
-      track.append(el("button", {
-        type: "button", class: `pl${on ? " on" : ""}`,
-        style: `grid-column:${start + 1} / span ${size}; grid-row:${lane + 1}`,
-        disabled: !canOperate || blocked,
-        title: on ? `Remove ${label}` : blocked ? `${label}: overlaps an instance` : `Add ${label}`,
-        "aria-pressed": on ? "true" : "false", "aria-label": `${profile.name} @${start}`,
-        "data-profile": profile.name, "data-start": start,
-        onclick: () => (on ? remove(candidate) : add(candidate)),
-      }, `@${start}`));
+      track.append(
+        el(
+          "button",
+          {
+            type: "button",
+            class: `pl${on ? " on" : ""}`,
+            style: `grid-column:${start + 1} / span ${size}; grid-row:${lane + 1}`,
+            disabled: !canOperate || blocked,
+            title: on
+              ? `Remove ${label}`
+              : blocked
+                ? `${label}: overlaps an instance`
+                : `Add ${label}`,
+            "aria-pressed": on ? "true" : "false",
+            "aria-label": `${profile.name} @${start}`,
+            "data-profile": profile.name,
+            "data-start": start,
+            onclick: () => (on ? remove(candidate) : add(candidate)),
+          },
+          `@${start}`,
+        ),
+      );
     }
-    return el("div", { class: "prow" },
-      el("div", {}, el("div", { class: "pname", text: profile.name }),
-        el("div", { class: "pmeta", text: `${profile.compute_slices} compute · ${fmtMiB(profile.memory_mib)} · ${count}/${profile.max_instances}${profile.media ? ` · ${profile.media}` : ""}` })),
-      track);
+    return el(
+      "div",
+      { class: "prow" },
+      el(
+        "div",
+        {},
+        el("div", { class: "pname", text: profile.name }),
+        el("div", {
+          class: "pmeta",
+          text: `${profile.compute_slices} compute · ${fmtMiB(profile.memory_mib)} · ${count}/${profile.max_instances}${profile.media ? ` · ${profile.media}` : ""}`,
+        }),
+      ),
+      track,
+    );
   });
   palette.replaceChildren(...rows);
 }
 
 function drawRuler() {
   const ruler = $("ruler");
-  ruler.replaceChildren(...Array.from({ length: model.slice_count }, (_, i) => el("span", { text: i })));
+  ruler.replaceChildren(
+    ...Array.from({ length: model.slice_count }, (_, i) => el("span", { text: i })),
+  );
 }
 
 function drawDiff() {
   const diff = $("diff");
-  if (mode !== "mig") { diff.replaceChildren(); return; }
+  if (mode !== "mig") {
+    diff.replaceChildren();
+    return;
+  }
   const added = instances.filter((i) => !model.current.some((c) => same(c, i)));
   const gone = destroyed();
   const kept = model.current.length - gone.length;
@@ -137,11 +223,24 @@ function drawDiff() {
     return c && !samePolicy(c.mps, i.mps);
   });
   const parts = [
-    ...added.map((i) => el("span", { class: "add", text: `+ ${profileOf(i.profile_id).name}@${i.start}${i.mps ? " (MPS)" : ""}` })),
+    ...added.map((i) =>
+      el("span", {
+        class: "add",
+        text: `+ ${profileOf(i.profile_id).name}@${i.start}${i.mps ? " (MPS)" : ""}`,
+      }),
+    ),
     ...gone.map((c) => el("span", { class: "del", text: `− ${c.profile}@${c.start}` })),
-    ...mpsChanged.map((i) => el("span", { class: "add", text: `~ ${profileOf(i.profile_id).name}@${i.start}: MPS ${i.mps ? "on" : "off"}` })),
+    ...mpsChanged.map((i) =>
+      el("span", {
+        class: "add",
+        text: `~ ${profileOf(i.profile_id).name}@${i.start}: MPS ${i.mps ? "on" : "off"}`,
+      }),
+    ),
   ];
-  if (!added.length && !gone.length && !mpsChanged.length) parts.push(el("span", { class: "keep", text: "No change yet: pick profiles below, or a preset" }));
+  if (!added.length && !gone.length && !mpsChanged.length)
+    parts.push(
+      el("span", { class: "keep", text: "No change yet: pick profiles below, or a preset" }),
+    );
   else if (kept) parts.push(el("span", { class: "keep", text: `= ${kept} kept` }));
   diff.replaceChildren(...parts);
 }
@@ -150,7 +249,8 @@ function drawDiff() {
 
 const LIMITS = config.mps_limits; // {field: {min, max}}: the bounds the server checks
 const FULL_DEVICE = LIMITS.default_active_thread_percentage.max; // the driver's default
-const MPS_FIELDS = [ // [field, label, placeholder]
+const MPS_FIELDS = [
+  // [field, label, placeholder]
   ["default_active_thread_percentage", "Thread %", String(FULL_DEVICE)],
   ["default_pinned_mem_limit_mib", "Pinned MiB", "none"],
   ["max_clients", "Clients", "auto"],
@@ -160,35 +260,69 @@ const MPS_FIELDS = [ // [field, label, placeholder]
 function drawInstanceMps() {
   const box = $("inst-mps");
   if (!box) return;
-  if (!instances.length) { box.replaceChildren(el("p", { class: "muted small", text: "No instances in the new layout." })); return; }
-  const rows = [...instances].sort((a, b) => a.start - b.start).map((inst) => {
-    const name = `${profileOf(inst.profile_id).name}@${inst.start}`;
-    const inputs = MPS_FIELDS.map(([field, label, placeholder]) => el("label", {},
-      label,
-      el("input", {
-        type: "number", min: LIMITS[field].min, max: LIMITS[field].max, placeholder, name: field, "data-instance": key(inst),
-        value: inst.mps && inst.mps[field] != null ? String(inst.mps[field]) : "",
-        disabled: !canOperate || !inst.mps,
-        onchange: (e) => setMpsField(inst, field, e.target.value),
-      })));
-    return el("div", { class: "inst-mps-row", "data-instance": key(inst) },
-      el("div", { class: "inst-mps-name" },
-        el("span", { class: "mono", text: name }),
-        el("label", { class: "toggle" },
+  if (!instances.length) {
+    box.replaceChildren(el("p", { class: "muted small", text: "No instances in the new layout." }));
+    return;
+  }
+  const rows = [...instances]
+    .sort((a, b) => a.start - b.start)
+    .map((inst) => {
+      const name = `${profileOf(inst.profile_id).name}@${inst.start}`;
+      const inputs = MPS_FIELDS.map(([field, label, placeholder]) =>
+        el(
+          "label",
+          {},
+          label,
           el("input", {
-            type: "checkbox", checked: !!inst.mps, disabled: !canOperate, "data-instance": key(inst),
-            "aria-label": `MPS inside ${name}`, onchange: (e) => setMps(inst, e.target.checked),
+            type: "number",
+            min: LIMITS[field].min,
+            max: LIMITS[field].max,
+            placeholder,
+            name: field,
+            "data-instance": key(inst),
+            value: inst.mps && inst.mps[field] != null ? String(inst.mps[field]) : "",
+            disabled: !canOperate || !inst.mps,
+            onchange: (e) => setMpsField(inst, field, e.target.value),
           }),
-          el("span", { text: inst.mps ? "MPS on" : "MPS off" }))),
-      ...inputs);
-  });
+        ),
+      );
+      return el(
+        "div",
+        { class: "inst-mps-row", "data-instance": key(inst) },
+        el(
+          "div",
+          { class: "inst-mps-name" },
+          el("span", { class: "mono", text: name }),
+          el(
+            "label",
+            { class: "toggle" },
+            el("input", {
+              type: "checkbox",
+              checked: !!inst.mps,
+              disabled: !canOperate,
+              "data-instance": key(inst),
+              "aria-label": `MPS inside ${name}`,
+              onchange: (e) => setMps(inst, e.target.checked),
+            }),
+            el("span", { text: inst.mps ? "MPS on" : "MPS off" }),
+          ),
+        ),
+        ...inputs,
+      );
+    });
   box.replaceChildren(...rows);
 }
 
 function setMps(inst, on) {
   const found = instances.find((i) => same(i, inst));
   if (!found) return;
-  found.mps = on ? { default_active_thread_percentage: FULL_DEVICE, default_pinned_mem_limit_mib: null, max_clients: null } : null;
+  found.mps = on
+    ? {
+        default_active_thread_percentage: FULL_DEVICE,
+        default_pinned_mem_limit_mib: null,
+        max_clients: null,
+      }
+    : null;
   drawInstanceMps();
   edited();
 }
@@ -197,63 +331,108 @@ function setMpsField(inst, field, raw) {
   const found = instances.find((i) => same(i, inst));
   if (!found || !found.mps) return;
   const value = raw === "" ? null : Number(raw);
-  found.mps[field] = field === "default_active_thread_percentage" && value == null ? FULL_DEVICE : value;
+  found.mps[field] =
+    field === "default_active_thread_percentage" && value == null ? FULL_DEVICE : value;
   edited();
 }
 
 /** A change that leaves the instances where they are: no redraw of the form being typed in. */
-function edited() { drawDiff(); updateApply(); }
+function edited() {
+  drawDiff();
+  updateApply();
+}
 
 function drawDrain() {
   const box = $("drain");
   const lost = busyLosses();
   box.hidden = !lost.length;
   if (!lost.length) return;
-  box.replaceChildren(el("div", {},
-    el("strong", { text: "This change needs a drain." }),
-    el("ul", {}, lost.map((l) => el("li", {}, `${l.what} runs ${l.busy.join(", ")}: applying would destroy it. Evict or move these workloads first.`)))));
+  box.replaceChildren(
+    el(
+      "div",
+      {},
+      el("strong", { text: "This change needs a drain." }),
+      el(
+        "ul",
+        {},
+        lost.map((l) =>
+          el(
+            "li",
+            {},
+            `${l.what} runs ${l.busy.join(", ")}: applying would destroy it. Evict or move these workloads first.`,
+          ),
+        ),
+      ),
+    ),
+  );
 }
 
 function changed() {
   if (mode !== model.mode) return true;
   if (mode !== "mig") return true; // MPS policy edits: the server says when nothing changes
-  return instances.length !== model.current.length
-    || instances.some((i) => !model.current.some((c) => same(c, i) && samePolicy(c.mps, i.mps)));
+  return (
+    instances.length !== model.current.length ||
+    instances.some((i) => !model.current.some((c) => same(c, i) && samePolicy(c.mps, i.mps)))
+  );
 }
 
 function drawCurrentMode() {
   const node = $("current-mode");
   if (!node) return;
   const n = model.current.length;
-  node.textContent = model.mode === "mig" ? `Current: MIG, ${n} instance${n === 1 ? "" : "s"}` : `Current: ${model.mode === "mps" ? "MPS" : "dedicated"}`;
+  node.textContent =
+    model.mode === "mig"
+      ? `Current: MIG, ${n} instance${n === 1 ? "" : "s"}`
+      : `Current: ${model.mode === "mps" ? "MPS" : "dedicated"}`;
 }
 
 function render() {
   drawCurrentMode();
-  if (model.slice_count) { drawRuler(); drawCanvas(); drawPalette(); drawDiff(); drawInstanceMps(); }
+  if (model.slice_count) {
+    drawRuler();
+    drawCanvas();
+    drawPalette();
+    drawDiff();
+    drawInstanceMps();
+  }
   drawDrain();
-  for (const pane of document.querySelectorAll("[data-pane]")) pane.hidden = pane.dataset.pane !== mode;
-  for (const tab of document.querySelectorAll(MODE_TABS)) tab.setAttribute("aria-selected", String(tab.dataset.mode === mode));
+  for (const pane of /** @type {NodeListOf<HTMLElement>} */ (
+    document.querySelectorAll("[data-pane]")
+  ))
+    pane.hidden = pane.dataset.pane !== mode;
+  for (const tab of tabs()) tab.setAttribute("aria-selected", String(tab.dataset.mode === mode));
   validate();
 }
 
 // ---- validation: the server's MIG rules, whenever the instances change -------------------------
 
 async function validate() {
-  const asked = JSON.stringify([mode, mode === "mig" ? instances.map((i) => [i.profile_id, i.start]) : null]);
-  if (asked === validated) { updateApply(); return; } // the verdict on screen is still the answer
+  const asked = JSON.stringify([
+    mode,
+    mode === "mig" ? instances.map((i) => [i.profile_id, i.start]) : null,
+  ]);
+  if (asked === validated) {
+    updateApply();
+    return;
+  } // the verdict on screen is still the answer
   validated = asked;
   const seq = ++validation;
   const verdict = $("verdict");
   if (mode !== "mig") {
     valid = true;
-    const text = mode === "mps" ? "MPS: one control daemon for the whole GPU. The server checks the policy when you apply." : "Dedicated: the whole GPU for one workload.";
+    const text =
+      mode === "mps"
+        ? "MPS: one control daemon for the whole GPU. The server checks the policy when you apply."
+        : "Dedicated: the whole GPU for one workload.";
     setVerdict("ok", [el("span", { text })]);
     updateApply();
     return;
   }
   verdict.className = "verdict wait";
-  const body = { gpu: gpuId, instances: instances.map((i) => ({ profile: i.profile_id, start: i.start })) };
+  const body = {
+    gpu: gpuId,
+    instances: instances.map((i) => ({ profile: i.profile_id, start: i.start })),
+  };
   const result = await api("POST", "/api/v1/mig/validate", body);
   if (seq !== validation) return; // a newer edit superseded this answer
   if (!result.ok) {
@@ -264,11 +443,22 @@ async function validate() {
     valid = true;
     const compute = instances.reduce((sum, i) => sum + profileOf(i.profile_id).compute_slices, 0);
     const memory = instances.reduce((sum, i) => sum + sizeOf(i), 0);
-    setVerdict("ok", [el("strong", { text: "Valid layout." }), ` ${instances.length} instance${instances.length === 1 ? "" : "s"} · ${memory}/${model.slice_count} memory slices · ${compute} compute slices.`]);
+    setVerdict("ok", [
+      el("strong", { text: "Valid layout." }),
+      ` ${instances.length} instance${instances.length === 1 ? "" : "s"} · ${memory}/${model.slice_count} memory slices · ${compute} compute slices.`,
+    ]);
   } else {
     valid = false;
-    setVerdict("bad", [el("strong", { text: "Not a valid layout:" }),
-      el("ul", {}, result.data.violations.map((v) => el("li", {}, `${v.message} `, el("code", { text: v.code }))))]);
+    setVerdict("bad", [
+      el("strong", { text: "Not a valid layout:" }),
+      el(
+        "ul",
+        {},
+        result.data.violations.map((v) =>
+          el("li", {}, `${v.message} `, el("code", { text: v.code })),
+        ),
+      ),
+    ]);
   }
   updateApply();
 }
@@ -280,8 +470,8 @@ function setVerdict(kind, children) {
 }
 
 function updateApply() {
-  const button = $("apply");
-  const drain = $("drain-apply");
+  const button = /** @type {HTMLButtonElement} */ ($("apply"));
+  const drain = /** @type {HTMLButtonElement} */ ($("drain-apply"));
   if (!canOperate) return;
   const busy = followed && !isFinal(followed.status);
   const needsDrain = busyLosses().length > 0;
@@ -294,33 +484,57 @@ function updateApply() {
 
 // ---- edits ------------------------------------------------------------------------------------
 
-function add(inst) { instances = [...instances, keeping(inst)]; render(); }
-function remove(inst) { instances = instances.filter((i) => !same(i, inst)); render(); }
+function add(inst) {
+  instances = [...instances, keeping(inst)];
+  render();
+}
+function remove(inst) {
+  instances = instances.filter((i) => !same(i, inst));
+  render();
+}
 
 $("presets")?.addEventListener("click", (e) => {
-  const button = e.target.closest("[data-preset]");
+  const button = /** @type {HTMLElement | null} */ (
+    /** @type {Element} */ (e.target).closest("[data-preset]")
+  );
   if (!button || !canOperate) return;
   const name = button.dataset.preset;
   if (name === "current") instances = fromCurrent();
   else if (name === "empty") instances = [];
-  else instances = model.presets.find((p) => p.key === name).instances.map((i) => keeping({ ...i, mps: null }));
+  else
+    instances = model.presets
+      .find((p) => p.key === name)
+      .instances.map((i) => keeping({ ...i, mps: null }));
   render();
 });
 
-for (const tab of document.querySelectorAll(MODE_TABS)) {
-  tab.addEventListener("click", () => { if (!tab.disabled) { mode = tab.dataset.mode; render(); } });
+for (const tab of tabs()) {
+  tab.addEventListener("click", () => {
+    if (!tab.disabled) {
+      mode = tab.dataset.mode;
+      render();
+    }
+  });
 }
 
 // ---- apply and follow the operation -----------------------------------------------------------
 
 function layoutBody() {
   if (mode === "mig") {
-    return { mode, instances: instances.map((i) => ({ profile: i.profile_id, start: i.start, ...(i.mps ? { mps: i.mps } : {}) })) };
+    return {
+      mode,
+      instances: instances.map((i) => ({
+        profile: i.profile_id,
+        start: i.start,
+        ...(i.mps ? { mps: i.mps } : {}),
+      })),
+    };
   }
   if (mode === "dedicated") return { mode };
   const form = $("mps-form");
   const mps = {};
-  for (const input of form.querySelectorAll("input")) if (input.value !== "") mps[input.name] = Number(input.value);
+  for (const input of form.querySelectorAll("input"))
+    if (input.value !== "") mps[input.name] = Number(input.value);
   return { mode, mps };
 }
 
@@ -328,9 +542,16 @@ $("apply").addEventListener("click", async () => {
   const result = await api("PUT", `/api/v1/gpus/${gpuId}/layout`, layoutBody());
   if (!result.ok) {
     toastError(result, "Layout refused");
-    const lines = violations(result.data).map((v) => el("li", {}, `${v.message} `, el("code", { text: v.code })));
-    const busy = (result.data?.details?.busy || []).map((b) => el("li", {}, `${b.label}: ${b.deployments.join(", ")}`));
-    setVerdict("bad", [el("strong", { text: result.data?.message || `Refused (${result.status})` }), lines.length || busy.length ? el("ul", {}, ...lines, ...busy) : null]);
+    const lines = violations(result.data).map((v) =>
+      el("li", {}, `${v.message} `, el("code", { text: v.code })),
+    );
+    const busy = (result.data?.details?.busy || []).map((b) =>
+      el("li", {}, `${b.label}: ${b.deployments.join(", ")}`),
+    );
+    setVerdict("bad", [
+      el("strong", { text: result.data?.message || `Refused (${result.status})` }),
+      lines.length || busy.length ? el("ul", {}, ...lines, ...busy) : null,
+    ]);
     return;
   }
   follow(result.data);
@@ -338,9 +559,17 @@ $("apply").addEventListener("click", async () => {
 
 $("drain-apply").addEventListener("click", async () => {
   const lost = busyLosses().flatMap((l) => l.busy);
-  if (!confirm(`Drain this GPU? ${lost.join(", ")} will be moved to other capacity (or stopped if none fits), then the new layout is applied.`)) return;
+  if (
+    !confirm(
+      `Drain this GPU? ${lost.join(", ")} will be moved to other capacity (or stopped if none fits), then the new layout is applied.`,
+    )
+  )
+    return;
   const result = await api("POST", `/api/v1/gpus/${gpuId}/drain`, { layout: layoutBody() });
-  if (!result.ok) { toastError(result, "Drain refused"); return; }
+  if (!result.ok) {
+    toastError(result, "Drain refused");
+    return;
+  }
   follow(result.data);
 });
 
@@ -359,12 +588,16 @@ function show(operation) {
   steps.hidden = false;
   const order = ["pending", "dispatched", "succeeded"];
   const reached = operation.status === "succeeded" ? 3 : operation.status === "dispatched" ? 2 : 1;
-  for (const step of steps.querySelectorAll(".st")) {
+  for (const step of /** @type {NodeListOf<HTMLElement>} */ (steps.querySelectorAll(".st"))) {
     const index = order.indexOf(step.dataset.step);
     step.className = "st";
     if (index < reached) step.classList.add("done");
     if (index === reached - 1 && operation.status !== "succeeded") step.classList.add("now");
-    if (isFinal(operation.status) && operation.status !== "succeeded" && step.dataset.step === "succeeded") {
+    if (
+      isFinal(operation.status) &&
+      operation.status !== "succeeded" &&
+      step.dataset.step === "succeeded"
+    ) {
       step.classList.add("fail");
       step.textContent = operation.status === "failed" ? "Failed" : "Expired";
     } else if (step.dataset.step === "succeeded") step.textContent = "Applied";
@@ -377,16 +610,26 @@ function show(operation) {
     updateApply();
     return;
   }
-  note.textContent = operation.status === "succeeded"
-    ? (operation.reason || "The agent applied the layout.")
-    : over ? operation.reason || "" : `Operation #${operation.id}: waiting for the agent…`;
+  note.textContent =
+    operation.status === "succeeded"
+      ? operation.reason || "The agent applied the layout."
+      : over
+        ? operation.reason || ""
+        : `Operation #${operation.id}: waiting for the agent…`;
   updateApply();
   if (operation.status === "succeeded" && operation.id !== adoptedId) {
     adoptedId = operation.id;
     adoptApplied = true;
     reload();
-    toast("Layout applied", { kind: "ok", lines: [operation.summary] }); }
-  else if (over) { reload(); toast(`Layout ${operation.status}`, { kind: "error", lines: [operation.reason || operation.summary], timeout: 0 }); }
+    toast("Layout applied", { kind: "ok", lines: [operation.summary] });
+  } else if (over) {
+    reload();
+    toast(`Layout ${operation.status}`, {
+      kind: "error",
+      lines: [operation.reason || operation.summary],
+      timeout: 0,
+    });
+  }
 }
 
 /** Re-reads the GPU: the drawing of what is on it now, and the editor's baseline. */
@@ -395,7 +638,9 @@ async function reload() {
     const content = await fragment(`/ui/cards?gpu=${gpuId}`);
     const fresh = content.querySelector(`#gpu-${gpuId}`);
     swap(document.getElementById(`gpu-${gpuId}`), fresh);
-  } catch { /* the next change or re-sync redraws it */ }
+  } catch {
+    /* the next change or re-sync redraws it */
+  }
   const result = await api("GET", `/ui/gpus/${gpuId}/editor`);
   if (result.ok) {
     const wasCurrent = !changed();
@@ -417,7 +662,9 @@ live.on("frame", (frame) => {
   if (t && card) {
     card.dataset.heat = heatBucket(t.utilization_percent);
     for (const [pid, v] of Object.entries(t.partitions || {})) {
-      const slice = card.querySelector(`.slice[data-partition="${pid}"]`);
+      const slice = /** @type {HTMLElement | null} */ (
+        card.querySelector(`.slice[data-partition="${pid}"]`)
+      );
       if (slice) slice.dataset.heat = heatBucket(v.utilization_percent);
     }
   }

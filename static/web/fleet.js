@@ -20,14 +20,21 @@ live.on("frame", (frame) => {
     latest.set(gpuId, values);
     if (paint(gpuId, values)) changes.add("gpu", [Number(gpuId)]); // its health changed
   }
-  if (frame.fleet) setText(document.getElementById("fleet-util"), fmtPct(frame.fleet.utilization_percent));
+  if (frame.fleet)
+    setText(document.getElementById("fleet-util"), fmtPct(frame.fleet.utilization_percent));
   if (frame.load) showLoad(frame.load);
   const changed = frame.changed || {};
   for (const kind of CARD_KINDS) {
     if (changed[kind]) changes.add(kind, changed[kind]);
   }
   // The tray says what fits now: capacity that changes (a layout, a cordon, a host) redraws it too.
-  if (changed.deployment || changed.allocation || changed.partition || changed.gpu || changed.host) {
+  if (
+    changed.deployment ||
+    changed.allocation ||
+    changed.partition ||
+    changed.gpu ||
+    changed.host
+  ) {
     changes.tray = true;
     changes.flush();
   }
@@ -45,14 +52,23 @@ function showLoad(load) {
     return;
   }
   const every = load.telemetry_interval_s ? `every ${load.telemetry_interval_s} s` : "less often";
-  setText(banner, `Telemetry delayed and coarsened: the servers are ${load.name}, so hosts report ${every} `
-    + "and this page updates every second. Heartbeats and changes still go through.");
+  setText(
+    banner,
+    `Telemetry delayed and coarsened: the servers are ${load.name}, so hosts report ${every} ` +
+      "and this page updates every second. Heartbeats and changes still go through.",
+  );
   banner.hidden = false;
 }
 
-live.on("resync", () => { changes.all = true; changes.flush(); });
+live.on("resync", () => {
+  changes.all = true;
+  changes.flush();
+});
 
-hostsBox.addEventListener("hostsdrawn", () => { applyFilters(false); announceVisible(); });
+hostsBox.addEventListener("hostsdrawn", () => {
+  applyFilters(false);
+  announceVisible();
+});
 
 enableDragAndDrop();
 enableDialogs();

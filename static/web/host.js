@@ -2,49 +2,46 @@
 // One host: its head, maintenance, GPUs, labels and operations re-rendered by the server after
 // a change; cordon, uncordon, drain (now or at a time) and labels (operators) and the
 // reservation (admins) through the REST API, the API's message shown when it refuses.
-import { api, debounce, live, toast } from "./core.js";
+import { api, debounce, refreshOnChanges, refreshParts, toast } from "./core.js";
 
 const page = /** @type {HTMLElement} */ (document.getElementById("host-page"));
 const hostId = Number(page.dataset.host);
 const gpuIds = (page.dataset.gpus || "").split(",").filter(Boolean).map(Number);
-const PARTS = ["host-head", "host-maint", "host-gpus", "host-labels", "host-side"];
+const PARTS = ["#host-head", "#host-maint", "#host-gpus", "#host-labels", "#host-side"];
 const error = /** @type {HTMLElement | null} */ (document.getElementById("maint-error"));
 
-const refresh = debounce(async () => {
-  let response;
-  try {
-    response = await fetch(`/ui/hosts/${hostId}/panel`, { credentials: "same-origin", headers: { Accept: "text/html" } });
-  } catch { return; }
-  if (!response.ok) return;
-  const template = document.createElement("template");
-  template.innerHTML = await response.text();
-  for (const id of PARTS) {
-    const fresh = template.content.getElementById(id);
-    const old = document.getElementById(id);
-    if (fresh && old && fresh.innerHTML !== old.innerHTML) old.innerHTML = fresh.innerHTML;
-  }
-}, 250);
+const refresh = debounce(() => refreshParts(`/ui/hosts/${hostId}/panel`, PARTS), 250);
 
-live.on("frame", (frame) => {
-  const c = frame.changed || {};
-  if ((c.host || []).includes(hostId) || (c.gpu || []).some((id) => gpuIds.includes(id)) || c.operation) refresh();
-});
-live.on("resync", () => refresh());
-live.on("hello", () => live.subscribe([])); // no telemetry needed here
+refreshOnChanges(
+  (c) =>
+    (c.host || []).includes(hostId) ||
+    (c.gpu || []).some((id) => gpuIds.includes(id)) ||
+    c.operation,
+  refresh,
+);
 
 /** Show the API's message (or clear it). */
 function showError(result) {
   if (!error) return;
-  if (result === null) { error.hidden = true; error.textContent = ""; return; }
-  error.textContent = (result.data && result.data.message) || `The request failed (${result.status}).`;
+  if (result === null) {
+    error.hidden = true;
+    error.textContent = "";
+    return;
+  }
+  error.textContent =
+    (result.data && result.data.message) || `The request failed (${result.status}).`;
   error.hidden = false;
 }
 
 async function act(action, body) {
   showError(null);
   const result = await api("POST", `/api/v1/hosts/${hostId}/${action}`, body);
-  if (!result.ok) { showError(result); return; }
-  const done = { cordon: "cordoned", uncordon: "back in service", drain: "drain started" }[action] || action;
+  if (!result.ok) {
+    showError(result);
+    return;
+  }
+  const done =
+    { cordon: "cordoned", uncordon: "back in service", drain: "drain started" }[action] || action;
   toast(`Host ${done}`, { kind: "ok" });
   refresh();
 }
@@ -60,7 +57,9 @@ if (actions) {
   });
 }
 
-const scheduleForm = /** @type {HTMLFormElement | null} */ (document.getElementById("drain-at-form"));
+const scheduleForm = /** @type {HTMLFormElement | null} */ (
+  document.getElementById("drain-at-form")
+);
 if (scheduleForm) {
   const input = /** @type {HTMLInputElement} */ (scheduleForm.elements.namedItem("at"));
   scheduleForm.addEventListener("submit", (event) => {
@@ -98,7 +97,8 @@ if (labelsForm) {
     if (!result.ok) {
       const problems = (result.data && result.data.details && result.data.details.fields) || null;
       const detail = problems && problems.labels ? ` ${[].concat(problems.labels).join(" ")}` : "";
-      labelsError.textContent = ((result.data && result.data.message) || `The request failed (${result.status}).`) + detail;
+      labelsError.textContent =
+        ((result.data && result.data.message) || `The request failed (${result.status}).`) + detail;
       labelsError.hidden = false;
       input.setAttribute("aria-invalid", "true");
       return;
@@ -115,12 +115,16 @@ if (reserveForm) {
   reserveForm.addEventListener("submit", async (event) => {
     event.preventDefault();
     // The server judges the teams (and says which it does not know): send what was typed.
-    const teams = input.value.split(",").map((team) => team.trim()).filter(Boolean);
+    const teams = input.value
+      .split(",")
+      .map((team) => team.trim())
+      .filter(Boolean);
     reserveError.hidden = true;
     input.removeAttribute("aria-invalid");
     const result = await api("PUT", `/api/v1/hosts/${hostId}/reservation`, { teams });
     if (!result.ok) {
-      reserveError.textContent = (result.data && result.data.message) || `The request failed (${result.status}).`;
+      reserveError.textContent =
+        (result.data && result.data.message) || `The request failed (${result.status}).`;
       reserveError.hidden = false;
       input.setAttribute("aria-invalid", "true");
       return;
@@ -129,5 +133,3 @@ if (reserveForm) {
     refresh();
   });
 }
-
-live.start();

@@ -3,17 +3,21 @@
 // the moves that empty N GPUs of a product (cost, the solver's bound, the method), a link that
 // outlines the GPUs involved on the fleet view (/?highlight=…), and, for operators, Apply
 // (POST): one repack operation, followed here until it ends.
-import { api, canOperate, el, followOperation, isFinal, toast } from "./core.js";
+import { api, canOperate, el, followWithToasts } from "./core.js";
 
 const form = /** @type {HTMLFormElement} */ (document.getElementById("repack-form"));
 const box = /** @type {HTMLElement} */ (document.getElementById("repack-plan"));
 
-function plural(n, one, many) { return `${n} ${n === 1 ? one : many}`; }
+function plural(n, one, many) {
+  return `${n} ${n === 1 ? one : many}`;
+}
 
 /** @param {any} move */
 function moveText(move) {
   if (move.to_gpu === null) return `Destroy an idle slice on ${move.from_label}`;
-  const who = move.deployment ? `${move.deployment}[${move.replica}]` : `allocation ${move.allocation}`;
+  const who = move.deployment
+    ? `${move.deployment}[${move.replica}]`
+    : `allocation ${move.allocation}`;
   return `Move ${who} from ${move.from_label} to ${move.to_label}`;
 }
 
@@ -28,25 +32,70 @@ function involved(plan) {
 function describe(plan, asked) {
   const method = plan.method === "cp-sat" ? "CP-SAT" : "greedy";
   if (!plan.feasible) {
-    return [el("p", { class: "repack-summary", text: `No plan: ${plan.reason}` }),
-      el("p", { class: "muted small", text: `${plural(plan.already_free, "GPU", "GPUs")} of ${plan.product} already free (${method}, ${plan.status}).` })];
+    return [
+      el("p", { class: "repack-summary", text: `No plan: ${plan.reason}` }),
+      el("p", {
+        class: "muted small",
+        text: `${plural(plan.already_free, "GPU", "GPUs")} of ${plan.product} already free (${method}, ${plan.status}).`,
+      }),
+    ];
   }
   const parts = [
-    el("p", { class: "repack-summary", text: `Empty ${plan.freed.map((/** @type {any} */ g) => `${g.host}/gpu${g.index}`).join(", ")} by moving ${plural(plan.cost, "replica", "replicas")}.` }),
-    el("dl", { class: "repack-figures" },
-      el("dt", { text: "Cost" }), el("dd", { class: "repack-cost", text: String(plan.cost) }),
-      el("dt", { text: "Lower bound" }), el("dd", { class: "repack-bound", text: String(plan.bound) }),
-      el("dt", { text: "Method" }), el("dd", { class: "repack-method", text: `${method} (${plan.status})` })),
+    el("p", {
+      class: "repack-summary",
+      text: `Empty ${plan.freed.map((/** @type {any} */ g) => `${g.host}/gpu${g.index}`).join(", ")} by moving ${plural(plan.cost, "replica", "replicas")}.`,
+    }),
+    el(
+      "dl",
+      { class: "repack-figures" },
+      el("dt", { text: "Cost" }),
+      el("dd", { class: "repack-cost", text: String(plan.cost) }),
+      el("dt", { text: "Lower bound" }),
+      el("dd", { class: "repack-bound", text: String(plan.bound) }),
+      el("dt", { text: "Method" }),
+      el("dd", { class: "repack-method", text: `${method} (${plan.status})` }),
+    ),
   ];
   if (plan.reason) parts.push(el("p", { class: "muted small", text: plan.reason }));
-  if (plan.moves.length) parts.push(el("ol", { class: "repack-moves" }, ...plan.moves.map((/** @type {any} */ m) => el("li", { text: moveText(m) }))));
+  if (plan.moves.length)
+    parts.push(
+      el(
+        "ol",
+        { class: "repack-moves" },
+        ...plan.moves.map((/** @type {any} */ m) => el("li", { text: moveText(m) })),
+      ),
+    );
   if (plan.unmovable.length) {
-    parts.push(el("p", { class: "muted small", text: `Not emptied: ${plan.unmovable.map((/** @type {any} */ u) => `${u.host}/gpu${u.index} ${u.reason}`).join("; ")}.` }));
+    parts.push(
+      el("p", {
+        class: "muted small",
+        text: `Not emptied: ${plan.unmovable.map((/** @type {any} */ u) => `${u.host}/gpu${u.index} ${u.reason}`).join("; ")}.`,
+      }),
+    );
   }
-  const actions = el("p", { class: "repack-actions" },
-    el("a", { href: `/?highlight=${involved(plan).join(",")}`, id: "repack-highlight" }, "Show these GPUs on the fleet view"));
+  const actions = el(
+    "p",
+    { class: "repack-actions" },
+    el(
+      "a",
+      { href: `/?highlight=${involved(plan).join(",")}`, id: "repack-highlight" },
+      "Show these GPUs on the fleet view",
+    ),
+  );
   if (canOperate) {
-    actions.append(" ", el("button", { type: "button", class: "btn small primary", id: "repack-apply", onclick: () => apply(asked) }, "Apply"));
+    actions.append(
+      " ",
+      el(
+        "button",
+        {
+          type: "button",
+          class: "btn small primary",
+          id: "repack-apply",
+          onclick: () => apply(asked),
+        },
+        "Apply",
+      ),
+    );
   }
   parts.push(actions);
   return parts;
@@ -64,26 +113,40 @@ async function apply(asked) {
   const result = await api("POST", "/api/v1/capacity/repack", body);
   if (!result.ok) {
     box.dataset.state = "error";
-    box.replaceChildren(el("p", { text: `${result.data?.message || "The repack could not start."} (${result.data?.code || result.status})` }));
+    box.replaceChildren(
+      el("p", {
+        text: `${result.data?.message || "The repack could not start."} (${result.data?.code || result.status})`,
+      }),
+    );
     return;
   }
-  const progress = el("p", { id: "repack-progress", text: `Applying: operation ${result.data.id}.` });
+  const progress = el("p", {
+    id: "repack-progress",
+    text: `Applying: operation ${result.data.id}.`,
+  });
   box.dataset.state = "applying";
   box.replaceChildren(progress);
-  followOperation(result.data, (/** @type {any} */ latest) => {
-    const log = latest.payload?.log || [];
-    const last = log.length ? log[log.length - 1].note : "";
-    if (!isFinal(latest.status)) { progress.textContent = `Applying (operation ${latest.id}): ${last}`; return; }
-    box.dataset.state = latest.status === "succeeded" ? "done" : "error";
-    progress.textContent = `Repack ${latest.status}: ${latest.reason}`;
-    toast(`Repack ${latest.status}`, { kind: latest.status === "succeeded" ? "ok" : "error", lines: [latest.reason || ""], timeout: 10000 });
+  followWithToasts(result.data, {
+    succeeded: "Repack succeeded",
+    failed: "Repack",
+    onProgress: (latest) => {
+      const log = latest.payload?.log || [];
+      progress.textContent = `Applying (operation ${latest.id}): ${log.length ? log[log.length - 1].note : ""}`;
+    },
+    onEnd: (latest) => {
+      box.dataset.state = latest.status === "succeeded" ? "done" : "error";
+      progress.textContent = `Repack ${latest.status}: ${latest.reason}`;
+    },
   });
 }
 
 async function propose(/** @type {SubmitEvent} */ event) {
   event.preventDefault();
   const asked = new FormData(form);
-  const query = new URLSearchParams({ product: String(asked.get("product") || ""), free_gpus: String(asked.get("free_gpus") || "").trim() });
+  const query = new URLSearchParams({
+    product: String(asked.get("product") || ""),
+    free_gpus: String(asked.get("free_gpus") || "").trim(),
+  });
   box.dataset.state = "asking";
   box.textContent = "Planning…";
   const result = await api("GET", `/api/v1/capacity/repack?${query}`);

@@ -14,7 +14,10 @@ let inFlight = false;
 /** @returns {{ allocation: string, window: string }} */
 function chosen() {
   const data = new FormData(/** @type {HTMLFormElement} */ (form));
-  return { allocation: String(data.get("allocation") || ""), window: String(data.get("window") || "1h") };
+  return {
+    allocation: String(data.get("allocation") || ""),
+    window: String(data.get("window") || "1h"),
+  };
 }
 
 async function load() {
@@ -24,7 +27,10 @@ async function load() {
   inFlight = true;
   body.setAttribute("aria-busy", "true");
   try {
-    const response = await fetch(`${panel.dataset.url}?${query}`, { credentials: "same-origin", headers: { Accept: "text/html" } });
+    const response = await fetch(`${panel.dataset.url}?${query}`, {
+      credentials: "same-origin",
+      headers: { Accept: "text/html" },
+    });
     if (response.ok) body.innerHTML = await response.text();
   } catch {
     // The next refresh tries again; the charts drawn last stay.
@@ -37,13 +43,22 @@ async function load() {
 
 function schedule() {
   window.clearTimeout(timer);
-  const every = REFRESH_MS[/** @type {"1h" | "24h" | "7d"} */ (chosen().window)] || REFRESH_MS["1h"];
-  timer = window.setTimeout(() => { if (document.visibilityState === "visible") load(); else schedule(); }, every);
+  const every =
+    REFRESH_MS[/** @type {"1h" | "24h" | "7d"} */ (chosen().window)] || REFRESH_MS["1h"];
+  timer = window.setTimeout(() => {
+    if (document.visibilityState === "visible") load();
+    else schedule();
+  }, every);
 }
 
 if (form) {
   form.addEventListener("change", () => load());
-  form.addEventListener("submit", (event) => { event.preventDefault(); load(); });
-  document.addEventListener("visibilitychange", () => { if (document.visibilityState === "visible") load(); });
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    load();
+  });
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible") load();
+  });
   schedule();
 }

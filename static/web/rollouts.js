@@ -1,30 +1,31 @@
 // @ts-check
 // The layout rollouts page: rows re-rendered by the server when an operation changes; operators
 // resume or abort a rollout through the REST API.
-import { api, debounce, fragment, live, toast, toastError } from "./core.js";
+import { api, debounce, refreshOnChanges, refreshRows, toast, toastError } from "./core.js";
 
 const body = /** @type {HTMLElement} */ (document.getElementById("rollouts-body"));
 
-const refresh = debounce(async () => {
-  let content;
-  try { content = await fragment("/ui/rollouts"); } catch { return; }
-  const rows = content.querySelectorAll ? [...content.querySelectorAll("tr")] : [];
-  body.replaceChildren(...rows);
-}, 300);
+const refresh = debounce(() => refreshRows("/ui/rollouts", body, "tr"), 300);
 
 body.addEventListener("click", async (event) => {
-  const button = /** @type {HTMLElement | null} */ (/** @type {Element} */ (event.target).closest("button[data-action]"));
+  const button = /** @type {HTMLElement | null} */ (
+    /** @type {Element} */ (event.target).closest("button[data-action]")
+  );
   if (!button) return;
   const id = button.dataset.rollout;
   const action = button.dataset.action;
-  if (action === "abort" && !confirm(`Abort rollout ${id}? Drains under way finish; no new one starts.`)) return;
+  if (
+    action === "abort" &&
+    !confirm(`Abort rollout ${id}? Drains under way finish; no new one starts.`)
+  )
+    return;
   const result = await api("POST", `/api/v1/rollouts/${id}/${action}`, {});
-  if (!result.ok) { toastError(result, `Could not ${action} rollout ${id}`); return; }
+  if (!result.ok) {
+    toastError(result, `Could not ${action} rollout ${id}`);
+    return;
+  }
   toast(`Rollout ${id}: ${action === "abort" ? "aborting" : "resumed"}`, { kind: "ok" });
   refresh();
 });
 
-live.on("frame", (frame) => { if ((frame.changed || {}).operation) refresh(); });
-live.on("resync", () => refresh());
-live.on("hello", () => live.subscribe([]));
-live.start();
+refreshOnChanges((c) => c.operation, refresh);

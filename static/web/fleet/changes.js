@@ -26,7 +26,10 @@ export const changes = {
   async run() {
     // Never redraw a card under the pointer during a drag: a swapped source card cancels the
     // gesture (its dragend never reaches us) and a swapped target can swallow the drop.
-    if (drag.current) { this.held = true; return; }
+    if (drag.current) {
+      this.held = true;
+      return;
+    }
     const all = this.all;
     const params = new URLSearchParams();
     for (const [kind, ids] of Object.entries(this.pending)) {
@@ -34,7 +37,8 @@ export const changes = {
       ids.clear();
     }
     this.all = false;
-    if (all && serverFiltered()) await reloadHosts(); // the groups the filters show, afresh
+    if (all && serverFiltered())
+      await reloadHosts(); // the groups the filters show, afresh
     else if (all) params.set("all", "1");
     if ([...params.keys()].length) {
       if (serverFiltered()) params.set("drawn", drawnHostIds().join(","));
@@ -50,8 +54,14 @@ export const changes = {
 /** @param {URLSearchParams} params */
 async function refreshCards(params) {
   let content;
-  try { content = await fragment(`/ui/cards?${params}`); } catch { return; }
-  for (const section of /** @type {NodeListOf<HTMLElement>} */ (content.querySelectorAll("section.host"))) {
+  try {
+    content = await fragment(`/ui/cards?${params}`);
+  } catch {
+    return;
+  }
+  for (const section of /** @type {NodeListOf<HTMLElement>} */ (
+    content.querySelectorAll("section.host")
+  )) {
     const existing = document.getElementById(section.id);
     if (!existing) {
       hostsBox.append(section);
@@ -62,7 +72,9 @@ async function refreshCards(params) {
     swapHead(existing, section);
     if (existing.hasAttribute("data-lazy") || section.hasAttribute("data-lazy")) continue;
     const grid = /** @type {HTMLElement} */ (existing.querySelector(".gpus"));
-    for (const card of /** @type {HTMLElement[]} */ ([...section.querySelectorAll("article.gpu")])) {
+    for (const card of /** @type {HTMLElement[]} */ ([
+      ...section.querySelectorAll("article.gpu"),
+    ])) {
       const old = document.getElementById(card.id);
       if (old) {
         if (swap(old, card)) afterSwap(card);
@@ -95,22 +107,40 @@ function afterSwap(card) {
 
 /** Re-reads the tray, unless a deployment is being dragged (then once the drag ends). */
 export async function refreshTray() {
-  if (drag.current) { changes.tray = true; return; } // never pull the card from under the pointer
+  if (drag.current) {
+    changes.tray = true;
+    return;
+  } // never pull the card from under the pointer
   let content;
   const team = document.getElementById("tray")?.dataset.team;
-  try { content = await fragment(team ? `/ui/tray?team=${encodeURIComponent(team)}` : "/ui/tray"); } catch { return; }
+  try {
+    content = await fragment(team ? `/ui/tray?team=${encodeURIComponent(team)}` : "/ui/tray");
+  } catch {
+    return;
+  }
   const fresh = content.querySelector("#tray-list");
   const old = document.getElementById("tray-list");
   if (!fresh || !old) return;
   /** @param {Element} root */
-  const sigs = (root) => [...root.querySelectorAll(".dep")].map((d) => d.id + /** @type {HTMLElement} */ (d).dataset.sig).join();
+  const sigs = (root) =>
+    [...root.querySelectorAll(".dep")]
+      .map((d) => d.id + /** @type {HTMLElement} */ (d).dataset.sig)
+      .join();
   if (sigs(old) === sigs(fresh)) return;
   const focused = document.activeElement && document.activeElement.closest(".dep");
-  const before = new Map([...old.querySelectorAll(".dep")].map((d) => [d.id, /** @type {HTMLElement} */ (d).dataset.sig]));
+  const before = new Map(
+    [...old.querySelectorAll(".dep")].map((d) => [
+      d.id,
+      /** @type {HTMLElement} */ (d).dataset.sig,
+    ]),
+  );
   old.replaceWith(fresh);
   for (const dep of /** @type {NodeListOf<HTMLElement>} */ (fresh.querySelectorAll(".dep"))) {
     if (before.has(dep.id) && before.get(dep.id) !== dep.dataset.sig) dep.classList.add("settled");
   }
-  setText(document.querySelector(".tray-head .count"), String(fresh.querySelectorAll(".dep").length));
+  setText(
+    document.querySelector(".tray-head .count"),
+    String(fresh.querySelectorAll(".dep").length),
+  );
   if (focused) /** @type {HTMLElement | null} */ (document.getElementById(focused.id))?.focus();
 }

@@ -18,10 +18,13 @@ async function openPlaceDialog(dep) {
   const name = dep.dataset.name || "";
   const allocation = dep.dataset.allocation ? Number(dep.dataset.allocation) : null;
   const from = /** @type {HTMLElement | null} */ (dep.closest("article.gpu"));
-  /** @type {HTMLElement} */ (placeDialog.querySelector("#place-title")).textContent = `${allocation == null ? "Place" : "Move"} ${name}`;
+  /** @type {HTMLElement} */ (placeDialog.querySelector("#place-title")).textContent =
+    `${allocation == null ? "Place" : "Move"} ${name}`;
   const list = /** @type {HTMLElement} */ (placeDialog.querySelector("#place-targets"));
   const sub = /** @type {HTMLElement} */ (placeDialog.querySelector("#place-sub"));
-  list.replaceChildren(el("p", { class: "muted small" }, el("span", { class: "spinner" }), " Checking every GPU…"));
+  list.replaceChildren(
+    el("p", { class: "muted small" }, el("span", { class: "spinner" }), " Checking every GPU…"),
+  );
   sub.textContent = dep.querySelector(".chip")?.textContent || "";
   placeDialog.showModal();
   const targets = await loadTargets(id);
@@ -54,18 +57,50 @@ function targetRows(targets, choose, verb) {
   }
   feasible.sort((a, b) => (b.info.best?.score ?? 0) - (a.info.best?.score ?? 0));
   const rows = [el("h3", { text: `Fits (${feasible.length})` })];
-  if (!feasible.length) rows.push(el("p", { class: "muted small", text: "No GPU can take it right now." }));
+  if (!feasible.length)
+    rows.push(el("p", { class: "muted small", text: "No GPU can take it right now." }));
   for (const { gpu, info, card } of feasible.slice(0, 50)) {
     const target = info.gpuFeasible ? { gpu } : { partition: info.best.partition };
-    rows.push(el("div", { class: "target" },
-      el("div", {}, el("div", { class: "where", text: describeTarget(card, target) }),
-        el("div", { class: "score", text: `${fitNote(info)} · score ${Number(info.best?.score ?? 0).toFixed(2)}` })),
-      el("button", { type: "button", class: "btn small primary", onclick: () => choose(target), "data-gpu": gpu }, verb)));
+    rows.push(
+      el(
+        "div",
+        { class: "target" },
+        el(
+          "div",
+          {},
+          el("div", { class: "where", text: describeTarget(card, target) }),
+          el("div", {
+            class: "score",
+            text: `${fitNote(info)} · score ${Number(info.best?.score ?? 0).toFixed(2)}`,
+          }),
+        ),
+        el(
+          "button",
+          {
+            type: "button",
+            class: "btn small primary",
+            onclick: () => choose(target),
+            "data-gpu": gpu,
+          },
+          verb,
+        ),
+      ),
+    );
   }
   rows.push(el("h3", { text: `Does not fit (${infeasible.length})` }));
   for (const { gpu, info, label } of infeasible.slice(0, 80)) {
-    rows.push(el("div", { class: "target no", "data-gpu": gpu },
-      el("div", {}, el("div", { class: "where", text: label }), el("div", { class: "why", text: fitNote(info) }))));
+    rows.push(
+      el(
+        "div",
+        { class: "target no", "data-gpu": gpu },
+        el(
+          "div",
+          {},
+          el("div", { class: "where", text: label }),
+          el("div", { class: "why", text: fitNote(info) }),
+        ),
+      ),
+    );
   }
   return rows;
 }
@@ -73,11 +108,24 @@ function targetRows(targets, choose, verb) {
 /** Without a preview: the shown GPUs, and the server checks the fit.
  * @param {(target: {gpu: number}) => void} choose @param {string} verb */
 function fallbackRows(choose, verb) {
-  const rows = [el("p", { class: "muted small", text: "No fit preview from the server: pick a GPU and the server checks the fit." })];
-  for (const card of /** @type {HTMLElement[]} */ ([...hostsBox.querySelectorAll("article.gpu:not([hidden])")]).slice(0, 200)) {
+  const rows = [
+    el("p", {
+      class: "muted small",
+      text: "No fit preview from the server: pick a GPU and the server checks the fit.",
+    }),
+  ];
+  for (const card of /** @type {HTMLElement[]} */ ([
+    ...hostsBox.querySelectorAll("article.gpu:not([hidden])"),
+  ]).slice(0, 200)) {
     const gpu = Number(card.dataset.gpu);
-    rows.push(el("div", { class: "target" }, el("div", { class: "where", text: `${card.dataset.label} · ${card.dataset.mode}` }),
-      el("button", { type: "button", class: "btn small", onclick: () => choose({ gpu }) }, verb)));
+    rows.push(
+      el(
+        "div",
+        { class: "target" },
+        el("div", { class: "where", text: `${card.dataset.label} · ${card.dataset.mode}` }),
+        el("button", { type: "button", class: "btn small", onclick: () => choose({ gpu }) }, verb),
+      ),
+    );
   }
   return rows;
 }
@@ -87,8 +135,13 @@ async function evict(dep) {
   const name = dep.dataset.name;
   if (!confirm(`Evict every replica of ${name}? Its workloads stop.`)) return;
   const result = await api("POST", `/api/v1/deployments/${dep.dataset.deployment}/evict`, {});
-  if (!result.ok) { toastError(result, `Could not evict ${name}`); return; }
-  toast(`Evicting ${name}`, { lines: [`${result.data.length} replica(s) released; the agents stop them.`] });
+  if (!result.ok) {
+    toastError(result, `Could not evict ${name}`);
+    return;
+  }
+  toast(`Evicting ${name}`, {
+    lines: [`${result.data.length} replica(s) released; the agents stop them.`],
+  });
   changes.tray = true;
   changes.flush();
 }
@@ -101,12 +154,22 @@ async function placeAll(dep, button) {
   button.disabled = true;
   const result = await api("POST", `/api/v1/deployments/${dep.dataset.deployment}/place-all`, {});
   button.disabled = false;
-  if (!result.ok) { toastError(result, `Could not place ${name}`); return; }
+  if (!result.ok) {
+    toastError(result, `Could not place ${name}`);
+    return;
+  }
   const { placed, unplaced, reasons } = result.data;
-  const left = unplaced ? [`${unplaced} left unplaced: ${reasons[0]?.message || "no capacity"}`] : [];
-  toast(`Placing ${placed.length} replica(s) of ${name}`, { kind: unplaced ? "warn" : "ok", lines: ["Waiting for the agents to apply them…", ...left] });
+  const left = unplaced
+    ? [`${unplaced} left unplaced: ${reasons[0]?.message || "no capacity"}`]
+    : [];
+  toast(`Placing ${placed.length} replica(s) of ${name}`, {
+    kind: unplaced ? "warn" : "ok",
+    lines: ["Waiting for the agents to apply them…", ...left],
+  });
   changes.tray = true;
-  changes.add("gpu", [...new Set(placed.map((/** @type {{gpu: number | null}} */ op) => op.gpu).filter(Boolean))]);
+  changes.add("gpu", [
+    ...new Set(placed.map((/** @type {{gpu: number | null}} */ op) => op.gpu).filter(Boolean)),
+  ]);
 }
 
 // ---- new deployment ---------------------------------------------------------------------------
@@ -116,7 +179,9 @@ const newForm = /** @type {HTMLFormElement} */ (document.getElementById("new-for
 const newError = /** @type {HTMLElement} */ (newForm.querySelector("#new-error"));
 const newPolicy = /** @type {HTMLElement} */ (newForm.querySelector("#new-policy"));
 const teamSelect = /** @type {HTMLSelectElement} */ (newForm.querySelector('select[name="team"]'));
-const runtimeSelect = /** @type {HTMLSelectElement} */ (newForm.querySelector('select[name="runtime"]'));
+const runtimeSelect = /** @type {HTMLSelectElement} */ (
+  newForm.querySelector('select[name="runtime"]')
+);
 
 function syncPolicy() {
   showPolicy(teamSelect, newPolicy, runtimeSelect);
@@ -125,11 +190,20 @@ function syncPolicy() {
 function syncKind() {
   const data = new FormData(newForm);
   const kind = data.get("kind");
-  for (const label of /** @type {NodeListOf<HTMLElement>} */ (newForm.querySelectorAll("[data-for]"))) label.hidden = label.dataset.for !== kind;
+  for (const label of /** @type {NodeListOf<HTMLElement>} */ (
+    newForm.querySelectorAll("[data-for]")
+  ))
+    label.hidden = label.dataset.for !== kind;
   const runtime = String(data.get("runtime") || "none");
-  for (const el of /** @type {NodeListOf<HTMLElement>} */ (newForm.querySelectorAll("[data-runtime]"))) el.hidden = !(el.dataset.runtime || "").split(" ").includes(runtime);
+  for (const el of /** @type {NodeListOf<HTMLElement>} */ (
+    newForm.querySelectorAll("[data-runtime]")
+  ))
+    el.hidden = !(el.dataset.runtime || "").split(" ").includes(runtime);
   const health = String(data.get("health") || "");
-  for (const el of /** @type {NodeListOf<HTMLElement>} */ (newForm.querySelectorAll("[data-health]"))) el.hidden = !health || !(el.dataset.health || "").split(" ").includes(health);
+  for (const el of /** @type {NodeListOf<HTMLElement>} */ (
+    newForm.querySelectorAll("[data-health]")
+  ))
+    el.hidden = !health || !(el.dataset.health || "").split(" ").includes(health);
 }
 
 /** Arguments as a shell would split them: spaces separate, quotes ('…' or "…") group.
@@ -137,7 +211,8 @@ function syncKind() {
 export function splitArgs(text) {
   const args = [];
   const pattern = /"((?:[^"\\]|\\.)*)"|'([^']*)'|(\S+)/g;
-  for (const m of text.matchAll(pattern)) args.push(m[1] !== undefined ? m[1].replace(/\\(.)/g, "$1") : m[2] ?? m[3]);
+  for (const m of text.matchAll(pattern))
+    args.push(m[1] !== undefined ? m[1].replace(/\\(.)/g, "$1") : (m[2] ?? m[3]));
   return args;
 }
 
@@ -163,9 +238,13 @@ function workloadBody(data) {
   workload.restart = data.get("restart") || "always";
   workload.stop_grace_s = Number(data.get("stop_grace_s") || 30);
   const health = String(data.get("health") || "");
-  if (health === "http") workload.health = { http: { port: Number(data.get("health_port")), path: String(data.get("health_path") || "/") } };
+  if (health === "http")
+    workload.health = {
+      http: { port: Number(data.get("health_port")), path: String(data.get("health_path") || "/") },
+    };
   if (health === "tcp") workload.health = { tcp: { port: Number(data.get("health_port")) } };
-  if (health === "exec") workload.health = { exec: { command: splitArgs(String(data.get("health_command") || "")) } };
+  if (health === "exec")
+    workload.health = { exec: { command: splitArgs(String(data.get("health_command") || "")) } };
   return workload;
 }
 
@@ -174,7 +253,10 @@ function workloadBody(data) {
 function fieldErrors(node, path = "") {
   if (node === null || node === undefined) return [];
   if (typeof node !== "object") return [`${path}: ${node}`];
-  if (Array.isArray(node)) return node.every((v) => typeof v !== "object") ? [`${path}: ${node.join(" ")}`] : node.flatMap((v, i) => fieldErrors(v, `${path}[${i}]`));
+  if (Array.isArray(node))
+    return node.every((v) => typeof v !== "object")
+      ? [`${path}: ${node.join(" ")}`]
+      : node.flatMap((v, i) => fieldErrors(v, `${path}[${i}]`));
   return Object.entries(node).flatMap(([k, v]) => fieldErrors(v, path ? `${path}.${k}` : k));
 }
 
@@ -195,7 +277,8 @@ function deploymentBody(data) {
   if (kind === "mig") body.profile = data.get("profile");
   if (kind === "mps") {
     body.memory_mib = Number(data.get("memory_mib"));
-    if (data.get("max_compute_percent")) body.max_compute_percent = Number(data.get("max_compute_percent"));
+    if (data.get("max_compute_percent"))
+      body.max_compute_percent = Number(data.get("max_compute_percent"));
   }
   if (kind === "gpu") body.gpu_count = Number(data.get("gpu_count") || 1);
   const workload = workloadBody(data);
@@ -210,9 +293,17 @@ async function createDeployment(e) {
   const result = await api("POST", "/api/v1/deployments/", body);
   if (!result.ok) {
     const details = result.data?.details || {};
-    const problems = (details.problems || []).map((/** @type {{field: string, message: string}} */ p) => `workload.${p.field}: ${p.message}`);
+    const problems = (details.problems || []).map(
+      (/** @type {{field: string, message: string}} */ p) => `workload.${p.field}: ${p.message}`,
+    );
     const fields = details.fields ? fieldErrors(details.fields) : problems;
-    newError.textContent = [result.data?.message, ...violations(result.data).map((v) => v.message), ...fields].filter(Boolean).join(" · ");
+    newError.textContent = [
+      result.data?.message,
+      ...violations(result.data).map((v) => v.message),
+      ...fields,
+    ]
+      .filter(Boolean)
+      .join(" · ");
     newError.hidden = false;
     return;
   }
@@ -225,12 +316,15 @@ async function createDeployment(e) {
 /** Wires the tray's buttons and keys, and the new-deployment form. */
 export function enableDialogs() {
   trayBox.addEventListener("click", (e) => {
-    const button = /** @type {HTMLElement | null} */ (/** @type {Element} */ (e.target).closest("button[data-action]"));
+    const button = /** @type {HTMLElement | null} */ (
+      /** @type {Element} */ (e.target).closest("button[data-action]")
+    );
     if (!button) return;
     const dep = /** @type {HTMLElement} */ (button.closest(".dep"));
     if (button.dataset.action === "place") openPlaceDialog(dep);
     else if (button.dataset.action === "evict") evict(dep);
-    else if (button.dataset.action === "place-all") placeAll(dep, /** @type {HTMLButtonElement} */ (button));
+    else if (button.dataset.action === "place-all")
+      placeAll(dep, /** @type {HTMLButtonElement} */ (button));
     else if (button.dataset.action === "new-deployment") openNewDialog();
   });
   trayBox.addEventListener("keydown", (e) => {
@@ -248,13 +342,17 @@ export function enableDialogs() {
   });
   // A placed replica: focus it, Enter, then pick where it moves (the drag's alternative).
   hostsBox.addEventListener("keydown", (e) => {
-    const replica = /** @type {HTMLElement} */ (e.target).closest?.('[data-allocation][draggable="true"]');
+    const replica = /** @type {HTMLElement} */ (e.target).closest?.(
+      '[data-allocation][draggable="true"]',
+    );
     if (!replica || (e.key !== "Enter" && e.key !== " ")) return;
     e.preventDefault();
     if (canDeploy) openPlaceDialog(/** @type {HTMLElement} */ (replica));
   });
   newForm.addEventListener("change", syncKind);
   teamSelect.addEventListener("change", syncPolicy);
-  newForm.addEventListener("click", (e) => { if (/** @type {Element} */ (e.target).closest("[data-close]")) newDialog.close(); });
+  newForm.addEventListener("click", (e) => {
+    if (/** @type {Element} */ (e.target).closest("[data-close]")) newDialog.close();
+  });
   newForm.addEventListener("submit", createDeployment);
 }

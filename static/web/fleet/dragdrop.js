@@ -23,10 +23,15 @@ function startDrag(dep) {
     if (!drag.current || drag.current.id !== id) return;
     drag.current.targets = targets;
     if (!targets) {
-      toast("No fit preview", { lines: ["The server will check the fit when you drop."], timeout: 2500 });
+      toast("No fit preview", {
+        lines: ["The server will check the fit when you drop."],
+        timeout: 2500,
+      });
       return;
     }
-    for (const card of /** @type {NodeListOf<HTMLElement>} */ (hostsBox.querySelectorAll("article.gpu:not([hidden])"))) {
+    for (const card of /** @type {NodeListOf<HTMLElement>} */ (
+      hostsBox.querySelectorAll("article.gpu:not([hidden])")
+    )) {
       markCard(card, targets.get(Number(card.dataset.gpu)));
     }
   });
@@ -34,17 +39,22 @@ function startDrag(dep) {
 
 function endDrag() {
   document.body.classList.remove("dragging");
-  for (const node of document.querySelectorAll(".is-dragging")) node.classList.remove("is-dragging");
+  for (const node of document.querySelectorAll(".is-dragging"))
+    node.classList.remove("is-dragging");
   clearMarks();
   drag.current = null;
-  if (changes.held) { changes.held = false; changes.flush(); }
-  else if (changes.tray) refreshTray();
+  if (changes.held) {
+    changes.held = false;
+    changes.flush();
+  } else if (changes.tray) refreshTray();
 }
 
 /** @param {Event} e @param {string} selector @returns {HTMLElement | null} */
 const closest = (e, selector) => {
   const target = /** @type {Element | null} */ (e.target);
-  return target && target.closest ? /** @type {HTMLElement | null} */ (target.closest(selector)) : null;
+  return target && target.closest
+    ? /** @type {HTMLElement | null} */ (target.closest(selector))
+    : null;
 };
 
 /** Wires the tray and the cards for dragging (operators only). */
@@ -59,7 +69,9 @@ export function enableDragAndDrop() {
   });
   // However the gesture ends (dropped anywhere, Escape, a source that left the page), the
   // cards and tray held back during it are redrawn.
-  document.addEventListener("dragend", () => { if (drag.current) endDrag(); });
+  document.addEventListener("dragend", () => {
+    if (drag.current) endDrag();
+  });
   hostsBox.addEventListener("dragstart", (e) => {
     const replica = closest(e, '[data-allocation][draggable="true"]');
     if (!replica || !e.dataTransfer) return;
@@ -94,7 +106,10 @@ export function enableDragAndDrop() {
     const card = closest(e, "article.gpu");
     const into = /** @type {Node | null} */ (e.relatedTarget);
     if (card && !card.contains(into)) card.classList.remove("drop-hover");
-    if (hovered && !hovered.contains(into)) { hovered.classList.remove("drop-hover"); hovered = null; }
+    if (hovered && !hovered.contains(into)) {
+      hovered.classList.remove("drop-hover");
+      hovered = null;
+    }
   });
   hostsBox.addEventListener("drop", async (e) => {
     if (!drag.current) return;

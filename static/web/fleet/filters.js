@@ -22,7 +22,12 @@ const FALSE = ["false", "0"];
 
 /** @type {Object<string, (have: string, want: string, filter: GpuFilter) => boolean>} */
 const MATCH = {
-  terms: (have, want) => want.toLowerCase().split(/\s+/).filter(Boolean).every((term) => have.toLowerCase().includes(term)),
+  terms: (have, want) =>
+    want
+      .toLowerCase()
+      .split(/\s+/)
+      .filter(Boolean)
+      .every((term) => have.toLowerCase().includes(term)),
   exact: (have, want, filter) => have === want || !filter.choices.some(([value]) => value === want),
   contains: (have, want) => have.toLowerCase().includes(want.toLowerCase()),
   flag: (have, want) => {
@@ -39,8 +44,9 @@ const MATCH = {
  * @returns {[GpuFilter, string][]}
  */
 function chosen(params) {
-  return FILTERS.map((f) => /** @type {[GpuFilter, string]} */ ([f, String(params.get(f.name) || "").trim()]))
-    .filter(([, value]) => value);
+  return FILTERS.map(
+    (f) => /** @type {[GpuFilter, string]} */ ([f, String(params.get(f.name) || "").trim()]),
+  ).filter(([, value]) => value);
 }
 
 /**
@@ -57,22 +63,33 @@ export function applyFilters(updateUrl = true) {
   const filters = chosen(new FormData(form));
   let shown = 0;
   let total = 0;
-  for (const host of /** @type {NodeListOf<HTMLElement>} */ (hostsBox.querySelectorAll("section.host"))) {
+  for (const host of /** @type {NodeListOf<HTMLElement>} */ (
+    hostsBox.querySelectorAll("section.host")
+  )) {
     if (host.hasAttribute("data-lazy")) continue; // not drawn: the server matched its GPUs
     let any = false;
-    for (const card of /** @type {NodeListOf<HTMLElement>} */ (host.querySelectorAll("article.gpu"))) {
+    for (const card of /** @type {NodeListOf<HTMLElement>} */ (
+      host.querySelectorAll("article.gpu")
+    )) {
       const ok = matches(card, filters);
       total += 1;
-      if (ok) { shown += 1; any = true; }
+      if (ok) {
+        shown += 1;
+        any = true;
+      }
       if (card.hidden === ok) card.hidden = !ok;
     }
     if (host.hidden === any) host.hidden = !any;
   }
-  if (serverFiltered()) { // fleet-wide counts, from the server's match
+  if (serverFiltered()) {
+    // fleet-wide counts, from the server's match
     shown = Number(hostsBox.dataset.shown);
     total = Number(hostsBox.dataset.total);
   }
-  setText(document.getElementById("match-count"), shown === total ? `${total} GPUs` : `${shown} of ${total} GPUs`);
+  setText(
+    document.getElementById("match-count"),
+    shown === total ? `${total} GPUs` : `${shown} of ${total} GPUs`,
+  );
   if (updateUrl) {
     const params = new URLSearchParams(filters.map(([f, value]) => [f.name, value]));
     history.replaceState(null, "", params.toString() ? `?${params}` : location.pathname);
@@ -91,7 +108,11 @@ let asked = 0; // the latest search sent: older answers are dropped
 export async function reloadHosts() {
   const mine = ++asked;
   let content;
-  try { content = await fragment(`/ui/hosts?${filterParams()}`); } catch { return; }
+  try {
+    content = await fragment(`/ui/hosts?${filterParams()}`);
+  } catch {
+    return;
+  }
   const fresh = /** @type {HTMLElement | null} */ (content.querySelector("#hosts"));
   if (!fresh || mine !== asked) return;
   resetLazy();
@@ -123,7 +144,10 @@ async function onFilterInput() {
 }
 
 form.addEventListener("input", debounce(onFilterInput, serverFiltered() ? 250 : 60));
-form.addEventListener("submit", (e) => { e.preventDefault(); onFilterInput(); });
+form.addEventListener("submit", (e) => {
+  e.preventDefault();
+  onFilterInput();
+});
 document.addEventListener("keydown", (e) => {
   const target = /** @type {HTMLElement} */ (e.target);
   if (e.key === "/" && !target.closest("input, textarea, select, dialog")) {

@@ -4,7 +4,10 @@
 // live change or drawn later as the page scrolls stays outlined; a status line names them.
 
 const ids = (new URLSearchParams(location.search).get("highlight") || "")
-  .split(",").map((s) => s.trim()).filter((s) => /^\d+$/.test(s)).slice(0, 1000);
+  .split(",")
+  .map((s) => s.trim())
+  .filter((s) => /^\d+$/.test(s))
+  .slice(0, 1000);
 
 /** The GPU ids outlined. */
 export const highlighted = ids.map(Number);

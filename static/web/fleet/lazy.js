@@ -31,14 +31,17 @@ const queued = new Set();
 let generation = 0; // bumped when the host list is replaced: answers for the old one are dropped
 let running = false;
 
-const observer = new IntersectionObserver((entries) => {
-  for (const entry of entries) {
-    const id = /** @type {HTMLElement} */ (entry.target).dataset.host || "";
-    if (entry.isIntersecting) queued.add(id);
-    else queued.delete(id);
-  }
-  drawSoon();
-}, { rootMargin: "600px 0px" });
+const observer = new IntersectionObserver(
+  (entries) => {
+    for (const entry of entries) {
+      const id = /** @type {HTMLElement} */ (entry.target).dataset.host || "";
+      if (entry.isIntersecting) queued.add(id);
+      else queued.delete(id);
+    }
+    drawSoon();
+  },
+  { rootMargin: "600px 0px" },
+);
 
 const drawSoon = debounce(drawQueued, 30);
 
@@ -66,16 +69,23 @@ async function drawHosts(ids) {
   params.set("host", ids.join(","));
   params.set("drawn", ids.join(","));
   let content;
-  try { content = await fragment(`/ui/cards?${params}`); } catch { return; }
+  try {
+    content = await fragment(`/ui/cards?${params}`);
+  } catch {
+    return;
+  }
   if (mine !== generation) return;
   const answered = new Set();
-  for (const section of /** @type {NodeListOf<HTMLElement>} */ (content.querySelectorAll("section.host"))) {
+  for (const section of /** @type {NodeListOf<HTMLElement>} */ (
+    content.querySelectorAll("section.host")
+  )) {
     answered.add(section.dataset.host);
     const old = document.getElementById(section.id);
     if (!old || !old.hasAttribute("data-lazy")) continue; // drawn meanwhile, or gone
     replace(old, section);
   }
-  for (const id of ids) { // no GPU of the host matches any more: nothing to draw
+  for (const id of ids) {
+    // no GPU of the host matches any more: nothing to draw
     const old = document.getElementById(`host-${id}`);
     if (!answered.has(id) && old && old.hasAttribute("data-lazy")) {
       observer.unobserve(old);
@@ -91,7 +101,9 @@ function replace(old, section) {
   forgetHost(old);
   old.replaceWith(section);
   observeHosts(section);
-  for (const card of /** @type {NodeListOf<HTMLElement>} */ (section.querySelectorAll("article.gpu"))) {
+  for (const card of /** @type {NodeListOf<HTMLElement>} */ (
+    section.querySelectorAll("article.gpu")
+  )) {
     const id = /** @type {string} */ (card.dataset.gpu);
     const t = latest.get(id);
     if (t) paint(id, t);
@@ -114,16 +126,22 @@ export function resetLazy() {
 
 /** The host ids whose cards are drawn (the live changes re-render only theirs). */
 export function drawnHostIds() {
-  return [...hostsBox.querySelectorAll("section.host:not([data-lazy])")]
-    .map((host) => /** @type {HTMLElement} */ (host).dataset.host);
+  return [...hostsBox.querySelectorAll("section.host:not([data-lazy])")].map(
+    (host) => /** @type {HTMLElement} */ (host).dataset.host,
+  );
 }
 
 /** Resolves once the host groups on the first screen have their cards drawn. */
 export function firstScreenDrawn() {
   return new Promise((resolve) => {
-    const onScreen = () => [...hostsBox.querySelectorAll("section.host[data-lazy]")]
-      .some((host) => host.getBoundingClientRect().top < innerHeight);
-    if (!onScreen()) { resolve(undefined); return; }
+    const onScreen = () =>
+      [...hostsBox.querySelectorAll("section.host[data-lazy]")].some(
+        (host) => host.getBoundingClientRect().top < innerHeight,
+      );
+    if (!onScreen()) {
+      resolve(undefined);
+      return;
+    }
     const check = () => {
       if (onScreen()) return;
       hostsBox.removeEventListener("hostsdrawn", check);

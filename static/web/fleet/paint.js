@@ -16,8 +16,10 @@ function refs(card) {
   if (!found) {
     const slices = new Map();
     for (const node of card.querySelectorAll(".slice[data-partition]")) {
-      slices.set(/** @type {HTMLElement} */ (node).dataset.partition,
-        { node, pu: node.querySelector('[data-live="pu"]') });
+      slices.set(/** @type {HTMLElement} */ (node).dataset.partition, {
+        node,
+        pu: node.querySelector('[data-live="pu"]'),
+      });
     }
     found = {
       util: card.querySelector('[data-live="util"]'),
@@ -88,13 +90,16 @@ export const announceVisible = debounce(() => {
   live.subscribe(ids);
 }, 150);
 
-const observer = new IntersectionObserver((entries) => {
-  for (const entry of entries) {
-    if (entry.isIntersecting) visibleHosts.add(entry.target);
-    else visibleHosts.delete(entry.target);
-  }
-  announceVisible();
-}, { rootMargin: "300px 0px" });
+const observer = new IntersectionObserver(
+  (entries) => {
+    for (const entry of entries) {
+      if (entry.isIntersecting) visibleHosts.add(entry.target);
+      else visibleHosts.delete(entry.target);
+    }
+    announceVisible();
+  },
+  { rootMargin: "300px 0px" },
+);
 
 /** Stops watching a host section (replaced by its drawn cards). @param {Element} host */
 export function forgetHost(host) {

@@ -25,7 +25,10 @@ function users(policy) {
     ? "uids " + policy.uids.map(([lo, hi]) => (lo === hi ? `${lo}` : `${lo}–${hi}`)).join(", ")
     : "any user";
   const root = policy.allow_root ? "root allowed" : "never root";
-  const process = policy.runtimes.includes("process") && policy.process_user ? `; processes run as ${policy.process_user}` : "";
+  const process =
+    policy.runtimes.includes("process") && policy.process_user
+      ? `; processes run as ${policy.process_user}`
+      : "";
   return `${ranges} (${root})${process}`;
 }
 
@@ -35,7 +38,10 @@ export function policyRows(policy) {
     ["Runtimes", ["none", ...policy.runtimes].join(", ")],
     ["Registries", policy.registries.length ? policy.registries.join(", ") : "any"],
     ["Users", users(policy)],
-    ["Host memory", `up to ${memory(policy.max_host_memory_mib)} a replica (default ${memory(policy.default_host_memory_mib)})`],
+    [
+      "Host memory",
+      `up to ${memory(policy.max_host_memory_mib)} a replica (default ${memory(policy.default_host_memory_mib)})`,
+    ],
     ["PIDs", `up to ${policy.max_pids} a replica`],
     ["Host network", policy.host_network ? "yes" : "no (containers get no network)"],
   ];
@@ -49,22 +55,40 @@ export function policyRows(policy) {
 export async function showPolicy(select, box, runtime) {
   const option = select.selectedOptions[0];
   const id = option?.dataset.teamId;
-  if (!id) { box.hidden = true; return; }
+  if (!id) {
+    box.hidden = true;
+    return;
+  }
   if (!cache.has(id)) cache.set(id, api("GET", `/api/v1/teams/${id}/policy`));
   const result = await /** @type {Promise<{ok: boolean, data: any}>} */ (cache.get(id));
   if (select.selectedOptions[0]?.dataset.teamId !== id) return; // another team was chosen since
   box.dataset.team = option.value;
   if (!result.ok) {
     cache.delete(id);
-    box.replaceChildren(el("p", { class: "muted small", text: `The policy of ${option.text} cannot be read: ${result.data?.message || "no answer"}` }));
+    box.replaceChildren(
+      el("p", {
+        class: "muted small",
+        text: `The policy of ${option.text} cannot be read: ${result.data?.message || "no answer"}`,
+      }),
+    );
     box.hidden = false;
     return;
   }
   /** @type {Policy} */
   const policy = result.data;
   box.replaceChildren(
-    el("p", { class: "small", text: `Policy of ${option.text}: the server refuses what it does not allow.` }),
-    el("dl", { class: "kv small" }, policyRows(policy).flatMap(([key, value]) => [el("dt", { text: key }), el("dd", { text: value, "data-policy": key.toLowerCase().replace(" ", "-") })])),
+    el("p", {
+      class: "small",
+      text: `Policy of ${option.text}: the server refuses what it does not allow.`,
+    }),
+    el(
+      "dl",
+      { class: "kv small" },
+      policyRows(policy).flatMap(([key, value]) => [
+        el("dt", { text: key }),
+        el("dd", { text: value, "data-policy": key.toLowerCase().replace(" ", "-") }),
+      ]),
+    ),
   );
   for (const choice of runtime.options) {
     const allowed = choice.value === "none" || policy.runtimes.includes(choice.value);

@@ -42,7 +42,12 @@ export async function loadTargets(deploymentId) {
   const quota = (result.data.quota || []).map((/** @type {{message: string}} */ v) => v.message);
   if (quota.length) {
     for (const i of byGpu.values()) {
-      Object.assign(i, { fit: false, best: null, gpuFeasible: null, gpuReasons: [...quota, ...i.gpuReasons] });
+      Object.assign(i, {
+        fit: false,
+        best: null,
+        gpuFeasible: null,
+        gpuReasons: [...quota, ...i.gpuReasons],
+      });
       for (const key of i.partitions.keys()) i.partitions.set(key, { fit: false, reasons: quota });
     }
   }
@@ -53,7 +58,8 @@ export async function loadTargets(deploymentId) {
 export function fitNote(i) {
   if (i.fit) {
     const entry = i.best;
-    if (entry && entry.new_instance) return `Fits: new instance at slice ${entry.new_instance.start}`;
+    if (entry && entry.new_instance)
+      return `Fits: new instance at slice ${entry.new_instance.start}`;
     if (entry && entry.partition != null) return "Fits on a free instance";
     return "Fits";
   }
@@ -64,10 +70,19 @@ export function fitNote(i) {
 /** Marks a card (and its slices) with the preview's verdict. @param {HTMLElement} card @param {TargetInfo | undefined} i */
 export function markCard(card, i) {
   const note = /** @type {HTMLElement | null} */ (card.querySelector(".fit-note"));
-  if (!i) { delete card.dataset.fit; if (note) note.textContent = ""; return; }
+  if (!i) {
+    delete card.dataset.fit;
+    if (note) note.textContent = "";
+    return;
+  }
   card.dataset.fit = i.fit ? "yes" : "no";
-  if (note) { note.textContent = fitNote(i); note.title = note.textContent; }
-  for (const slice of /** @type {NodeListOf<HTMLElement>} */ (card.querySelectorAll(".slice[data-partition]"))) {
+  if (note) {
+    note.textContent = fitNote(i);
+    note.title = note.textContent;
+  }
+  for (const slice of /** @type {NodeListOf<HTMLElement>} */ (
+    card.querySelectorAll(".slice[data-partition]")
+  )) {
     const p = i.partitions.get(Number(slice.dataset.partition));
     if (p) {
       slice.dataset.fit = p.fit ? "yes" : "no";
@@ -77,7 +92,10 @@ export function markCard(card, i) {
 }
 
 export function clearMarks() {
-  for (const node of /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll("[data-fit]"))) delete node.dataset.fit;
+  for (const node of /** @type {NodeListOf<HTMLElement>} */ (
+    document.querySelectorAll("[data-fit]")
+  ))
+    delete node.dataset.fit;
   for (const node of document.querySelectorAll(".fit-note")) node.textContent = "";
   for (const node of document.querySelectorAll(".drop-hover")) node.classList.remove("drop-hover");
 }
