@@ -171,6 +171,7 @@ from hostagent.protocol.messages import (
 from hostagent.protocol.ports import (
     HEALTH_PORT_NAME,
     MAX_PORTS,
+    PORT_NAME_PATTERN,
     Port,
     PortName,
     PortSpec,
@@ -259,6 +260,7 @@ __all__ = [
     "MAX_UUID",
     "MESSAGE_TYPES",
     "MPS_DEVICE",
+    "PORT_NAME_PATTERN",
     "PROTOCOL_VERSION",
     "REPORT_PATH",
     "RESERVED_NAMES",
