@@ -99,6 +99,28 @@ def parser() -> argparse.ArgumentParser:
         help="pull a container's image before every start (always, the default) or only when "
         "it is missing (if-not-present: locally built images)",
     )
+    p.add_argument(
+        "--port-range",
+        metavar="FIRST-LAST",
+        help="host ports given to replicas, one per declared port (default 20000-29999)",
+    )
+    p.add_argument(
+        "--container-network",
+        metavar="NAME",
+        help="Docker bridge network of containers without the host's network (default fleet; "
+        "created when missing)",
+    )
+    p.add_argument(
+        "--publish-address",
+        metavar="IP",
+        help="address the replicas' host ports are published at (default 127.0.0.1: this host "
+        "only; the address a load balancer reaches, or 0.0.0.0, to serve others)",
+    )
+    p.add_argument(
+        "--address",
+        help="host name or IP other machines reach this host's replicas at, reported to the "
+        "control plane (default: the publish address, or the hostname when it is 0.0.0.0)",
+    )
     p.add_argument("--once", action="store_true", help="discover, sample once, print, exit")
     p.add_argument(
         "--probe",
@@ -135,10 +157,15 @@ def config_from_args(args: argparse.Namespace, base: AgentConfig) -> AgentConfig
         "process_as_agent_user": args.process_as_agent_user,
         "cgroup_base": args.cgroup_base,
         "image_pull": args.image_pull,
+        "port_range": args.port_range,
+        "container_network": args.container_network,
+        "publish_address": args.publish_address,
+        "address": args.address,
     }
     config = replace(base, **{k: v for k, v in overrides.items() if v is not None})
     if config.interval_s <= 0:
         raise ConfigError("--interval must be positive")
+    config.check_ports()
     return config
 
 

@@ -77,6 +77,7 @@ class Collector:
         runtime: AgentRuntime = "none",
         owners: Owners | None = None,
         process_runtime: bool = False,
+        address: str | None = None,
     ) -> None:
         self.backend = backend
         self.mps = mps
@@ -85,6 +86,7 @@ class Collector:
         self.runtime: AgentRuntime = runtime
         self.process_runtime = process_runtime and runtime != "none"
         self.owners = owners
+        self.address = address
         # Set while an apply runs: it may have released NVML on purpose (the Ampere reset path),
         # and a telemetry thread initialising it again would hold the GPU the reset needs.
         self.applying = threading.Event()
@@ -210,7 +212,7 @@ class Collector:
         gpus = self.gpu_infos()
         kind: BackendKind = "nvml" if self.backend.kind == "nvml" else "simulated"
         driver, nvml = self._versions()
-        return {
+        hello: Hello = {
             "type": "hello",
             "protocol": PROTOCOL_VERSION,
             "agent_version": clip(__version__),
@@ -224,6 +226,9 @@ class Collector:
             "runtime": self.runtime,
             "process_runtime": self.process_runtime,
         }
+        if self.address:
+            hello["address"] = clip(self.address, 253)
+        return hello
 
     def _versions(self) -> tuple[str | None, str | None]:
         """Driver and NVML versions (``nvmlSystemGetDriverVersion``/``…NVMLVersion``)."""

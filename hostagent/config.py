@@ -31,9 +31,11 @@ The state directory holds the process runtime's state file and the processes' lo
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import logging
 import os
+import re
 import socket
 import stat
 from collections.abc import Mapping
@@ -44,12 +46,21 @@ from typing import Any, Literal
 from hostagent.mps import DEFAULT_BASE_DIR
 from hostagent.protocol import AgentRuntime, ProtocolError, SimulatedGpuSpec, validate
 from hostagent.runtime.base import IMAGE_PULLS, ImagePull
+from hostagent.runtime.ports import (
+    DEFAULT_NETWORK,
+    DEFAULT_PORT_RANGE,
+    DEFAULT_PUBLISH_ADDRESS,
+    PortRange,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_STATE_FILE = Path("/var/lib/fleet-agent/state.json")
 TRUE = {"1", "true", "yes", "on"}
 RUNTIMES: tuple[AgentRuntime, ...] = ("docker", "process", "none")
+NETWORK_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
+ADDRESS = re.compile(r"^[A-Za-z0-9.:\[\]-]{1,253}$")
+"""What hello's ``address`` may hold (``hostagent.protocol.Hello``)."""
 
 
 class ConfigError(ValueError):
@@ -86,6 +97,42 @@ class AgentConfig:
     # agent's own.
     cgroup_base: str | None = None
     image_pull: ImagePull = "always"
+    # Per-replica host ports (hostagent.runtime.ports): the range they come from, the Docker
+    # network bridged containers join, the address their ports are published at, and the
+    # address this host is reached at (reported in hello; None: the publish address, or the
+    # hostname when that is a wildcard).
+    port_range: str = DEFAULT_PORT_RANGE
+    container_network: str = DEFAULT_NETWORK
+    publish_address: str = DEFAULT_PUBLISH_ADDRESS
+    address: str | None = None
+
+    def check_ports(self) -> None:
+        """Raise :class:`ConfigError` when a port flag is malformed."""
+        try:
+            PortRange.parse(self.port_range)
+        except ValueError as exc:
+            raise ConfigError(f"--port-range: {exc}") from exc
+        try:
+            ipaddress.ip_address(self.publish_address)
+        except ValueError:
+            raise ConfigError(
+                f"--publish-address must be an IP address, not {self.publish_address!r}"
+            ) from None
+        if not NETWORK_NAME.match(self.container_network):
+            raise ConfigError(
+                f"--container-network: not a network name: {self.container_network!r}"
+            )
+        if self.address is not None and not ADDRESS.match(self.address):
+            raise ConfigError(f"--address must be a host name or IP address, not {self.address!r}")
+
+    @property
+    def reported_address(self) -> str:
+        """What hello says this host is reached at (see ``address``)."""
+        if self.address:
+            return self.address
+        if ipaddress.ip_address(self.publish_address).is_unspecified:
+            return self.hostname[:253]
+        return self.publish_address
 
     @property
     def workload_dir(self) -> Path:
@@ -140,6 +187,10 @@ class AgentConfig:
                 process_as_agent_user=(get("PROCESS_AS_AGENT_USER") or "").lower() in TRUE,
                 cgroup_base=get("CGROUP_BASE"),
                 image_pull=next(p for p in IMAGE_PULLS if p == image_pull),
+                port_range=get("PORT_RANGE") or DEFAULT_PORT_RANGE,
+                container_network=get("CONTAINER_NETWORK") or DEFAULT_NETWORK,
+                publish_address=get("PUBLISH_ADDRESS") or DEFAULT_PUBLISH_ADDRESS,
+                address=get("ADDRESS"),
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc

@@ -32,6 +32,7 @@ from hostagent.runtime import (
     build_runtimes,
     default_runtime,
 )
+from hostagent.runtime.ports import PortAllocator, PortRange, bindable
 from hostagent.transport import server_problem
 
 logger = logging.getLogger(__name__)
@@ -187,13 +188,22 @@ def build_workloads(
             process_as_agent_user=config.process_as_agent_user,
             cgroups=cgroups,
             image_pull=config.image_pull,
+            network=config.container_network,
+            publish_address=config.publish_address,
         )
     except RuntimeUnavailable as exc:
         raise ConfigError(f"--runtime {runtime}: {exc}") from exc
     except OSError as exc:
         raise ConfigError(f"cannot use {config.workload_dir}: {exc}") from exc
     supervisor = Supervisor(
-        runtimes, agent_runtime=runtime, state_dir=config.workload_dir if runtimes else None
+        runtimes,
+        agent_runtime=runtime,
+        state_dir=config.workload_dir if runtimes else None,
+        ports=PortAllocator(
+            PortRange.parse(config.port_range),
+            probe=bindable(config.publish_address),
+            seed=config.hostname,
+        ),
     )
     return WorkloadSync(supervisor, backend, gpu_request=backend.kind == "nvml")
 
@@ -221,6 +231,7 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> N
         runtime=runtime,
         owners=workloads.owners,
         process_runtime=config.allow_process_runtime,
+        address=config.reported_address,
     )
     assert config.server is not None  # checked by resolve_state
     client = AgentClient(

@@ -14,6 +14,13 @@ from hostagent.gpu.simulated import SimulatedBackend
 from hostagent.mps import MpsManager
 from hostagent.protocol import AgentRuntime, SimulatedGpuSpec, UpMessage
 from hostagent.runtime import Supervisor, WorkloadSync, build_runtimes
+from hostagent.runtime.ports import (
+    DEFAULT_PORT_RANGE,
+    DEFAULT_PUBLISH_ADDRESS,
+    PortAllocator,
+    PortRange,
+    bindable,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +142,16 @@ def _workloads(
         image_pull="if-not-present",
     )
     supervisor = Supervisor(
-        runtimes, agent_runtime=runtime, state_dir=state_dir if runtimes else None
+        runtimes,
+        agent_runtime=runtime,
+        state_dir=state_dir if runtimes else None,
+        # The swarm's hosts share this machine's ports: each starts at its own place of the
+        # range and skips a port something binds already.
+        ports=PortAllocator(
+            PortRange.parse(DEFAULT_PORT_RANGE),
+            probe=bindable(DEFAULT_PUBLISH_ADDRESS),
+            seed=hostname,
+        ),
     )
     supervisor.start()
     return WorkloadSync(supervisor, sim, gpu_request=False)

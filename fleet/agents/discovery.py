@@ -105,6 +105,7 @@ def agent_hello(*, host: Host, hello: protocol.Hello) -> bool:
     host.runtime = hello.get("runtime", AgentRuntime.NONE)
     # Process workloads go only to agents started with --allow-process-runtime.
     host.process_runtime = bool(hello.get("process_runtime", False))
+    host.address = hello.get("address", "")[:253]
     host.last_seen_at = timezone.now()
     if host.status == HostStatus.OFFLINE:
         host.status = HostStatus.READY

@@ -154,6 +154,9 @@ class Allocation(TimeStampedModel):
     exit_code = models.SmallIntegerField(null=True, blank=True)
     restarts = models.PositiveIntegerField(default=0)
     workload_message = models.CharField(max_length=256, blank=True)
+    # The replica's host port per declared port name (``{"http": 20001}``), as its agent
+    # reported them and :func:`hostagent.protocol.report_port_problems` accepted.
+    ports = models.JSONField(default=dict, blank=True)
     # A move's new copy of a replica (make before break): it runs beside the copy it replaces
     # until it is running, then that one is released (:mod:`fleet.allocations.moves`).
     # What this copy runs (``hostagent.protocol.Workload``), fixed when it was placed: a rolling

@@ -15,6 +15,8 @@ from django.db.models import F, Sum
 
 from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
 from fleet.allocations.workloads import runtime_of
+from fleet.core.models import Team
+from fleet.core.policy import effective_policy
 from fleet.domain import Violation
 from fleet.inventory.models import HELD_STATUSES, Gpu, GpuHealth, Host, HostStatus, SharingMode
 from fleet.mig import Product
@@ -42,7 +44,7 @@ from fleet.placement import (
     rank,
     shape_of,
 )
-from hostagent.protocol import RUNS_ON
+from hostagent.protocol import RUNS_ON, declared_ports
 
 UNAVAILABLE_HOST_STATUSES = (*HELD_STATUSES, HostStatus.UNHEALTHY)
 
@@ -168,7 +170,11 @@ def placement_demands(deployments: Iterable[Deployment]) -> dict[int, Demand]:
     """:func:`placement_demand` of many deployments: one query for the hosts that the copies of
     all those with a port hold (the tray asks for every deployment at once)."""
     rows = list(deployments)
-    ported = [d.pk for d in rows if workload_port(d.workload)]
+    policies = dict(
+        Team.objects.filter(pk__in={d.team_id for d in rows}).values_list("pk", "policy")
+    )
+    ports = {d.pk: host_network_port(d, policies.get(d.team_id)) for d in rows}
+    ported = [pk for pk, port in ports.items() if port]
     held: dict[int, set[int]] = {pk: set() for pk in ported}
     if ported:
         copies = (
@@ -179,10 +185,12 @@ def placement_demands(deployments: Iterable[Deployment]) -> dict[int, Demand]:
         )
         for deployment_id, host_id in copies:
             held[deployment_id].add(host_id)
-    return {d.pk: placement_demand(d, held=held.get(d.pk)) for d in rows}
+    return {d.pk: placement_demand(d, held=held.get(d.pk), port=ports[d.pk]) for d in rows}
 
 
-def placement_demand(deployment: Deployment, *, held: set[int] | None = None) -> Demand:
+def placement_demand(
+    deployment: Deployment, *, held: set[int] | None = None, port: int | None = None
+) -> Demand:
     """What the deployment's replicas need beside their GPU share: a host whose agent runs
     their workload (``RUNS_ON``; a process: an agent started with --allow-process-runtime),
     that carries the labels it requires (``host_labels``) and that is not reserved for other
@@ -192,12 +200,15 @@ def placement_demand(deployment: Deployment, *, held: set[int] | None = None) ->
     labels = tuple(sorted((str(k), str(v)) for k, v in (deployment.host_labels or {}).items()))
     if runs_on is None or runs_on == RUNS_ON["none"]:
         return Demand(host_labels=labels, team=deployment.team_id)
-    port = workload_port(deployment.workload)
+    if port is None:
+        port = host_network_port(deployment, deployment.team.policy)
     avoid: frozenset[int] = frozenset()
     if port:
-        # Copies share the host's network: one per host, a move's new copy included (the old
-        # one runs until the new one does). A copy that is stopping frees the port in seconds:
-        # the agent retries the new one's start meanwhile. ``held``: read already.
+        # Containers in the host's network bind their declared ports there: one copy per
+        # host, a move's new copy included (the old one runs until the new one does). A copy
+        # that is stopping frees the port in seconds: the agent retries the new one's start
+        # meanwhile. Other replicas get host ports of their own from their agent, so copies
+        # may share a host. ``held``: read already.
         avoid = frozenset(
             held
             if held is not None
@@ -219,18 +230,25 @@ def placement_demand(deployment: Deployment, *, held: set[int] | None = None) ->
 
 
 def workload_port(workload: Any) -> int:
-    """The port a workload listens on in its host's network, as its health check says (an
-    ``http`` or ``tcp`` check), or 0. Containers and processes run in the host's network."""
+    """The first port a workload declares (its health check's port counts), or 0."""
     if not isinstance(workload, dict):
         return 0
-    health = workload.get("health")
-    if not isinstance(health, dict):
+    ports = workload.get("ports")
+    if not isinstance(ports, list) or not all(
+        isinstance(p, dict) and isinstance(p.get("port"), int) for p in ports
+    ):
+        workload = {**workload, "ports": []}
+    declared = declared_ports(workload)
+    return declared[0]["port"] if declared else 0
+
+
+def host_network_port(deployment: Deployment, policy: Any) -> int:
+    """The port its replicas bind in their host's network, or 0: only containers whose team's
+    policy gives them the host's network (``host_network``) bind their declared ports there;
+    the others are published on, or listen on, host ports of their own."""
+    if runtime_of(deployment) != "container" or not effective_policy(policy)["host_network"]:
         return 0
-    for probe in ("http", "tcp"):
-        check = health.get(probe)
-        if isinstance(check, dict) and isinstance(check.get("port"), int):
-            return int(check["port"])
-    return 0
+    return workload_port(deployment.workload)
 
 
 def request_mix() -> RequestMix:

@@ -227,7 +227,19 @@ def workloads_record(
     query = Allocation.objects.select_for_update().filter(gpu__host_id=host_id)
     if not full:
         query = query.filter(pk__in=list(by_id))
-    rows = list(query.only("pk", "state", "deployment_id", "gpu_id", "replica", *_STATUS_FIELDS))
+    rows = list(
+        query.only(
+            "pk",
+            "state",
+            "deployment_id",
+            "gpu_id",
+            "replica",
+            "workload",
+            "ports",
+            *_STATUS_FIELDS,
+        )
+    )
+    ported = _ports_checked(host_id, rows, by_id)
     changed: list[Allocation] = []
     released: list[Allocation] = []
     crashlooping: list[Allocation] = []
@@ -238,7 +250,7 @@ def workloads_record(
             released.append(row)
         elif status is not None:
             was = row.workload_state
-            if _apply(row, status):
+            if _apply(row, status, ported.get(row.pk, row.ports)):
                 changed.append(row)
                 if row.workload_state == WorkloadState.CRASHLOOP != was:
                     crashlooping.append(row)
@@ -246,7 +258,7 @@ def workloads_record(
     for row in changed:
         row.updated_at = now
     if changed:
-        Allocation.objects.bulk_update(changed, [*_STATUS_FIELDS, "updated_at"])
+        Allocation.objects.bulk_update(changed, [*_STATUS_FIELDS, "ports", "updated_at"])
     if released:
         Allocation.objects.filter(pk__in=[r.pk for r in released]).delete()
         logger.info(
@@ -283,9 +295,40 @@ def _alert_crashloops(rows: list[Allocation]) -> None:
         )
 
 
-def _apply(row: Allocation, status: protocol.WorkloadStatus) -> bool:
+def _ports_checked(
+    host_id: int, rows: list[Allocation], by_id: Mapping[int, protocol.WorkloadStatus]
+) -> dict[int, dict[str, int]]:
+    """The host ports to store per allocation that reports some: only names its workload
+    declares, no port another replica of the host holds (what the agent says is checked, not
+    trusted: a refused report of ports is logged and changes nothing)."""
+    reporting = [r for r in rows if "ports" in by_id.get(r.pk, {})]
+    if not reporting:
+        return {}
+    taken = {
+        port: pk
+        for pk, ports in Allocation.objects.filter(gpu__host_id=host_id).values_list("pk", "ports")
+        if isinstance(ports, dict)
+        for port in ports.values()
+    }
+    deployments = Deployment.objects.in_bulk({r.deployment_id for r in reporting})
+    accepted: dict[int, dict[str, int]] = {}
+    for row in reporting:
+        reported = dict(by_id[row.pk]["ports"])
+        declared = protocol.declared_ports(workload_of(deployments[row.deployment_id], row))
+        others = {port: pk for port, pk in taken.items() if pk != row.pk}
+        problem = protocol.report_port_problems(reported, declared, others)
+        if problem is not None:
+            logger.warning("host %s, allocation %s: ports refused: %s", host_id, row.pk, problem)
+            continue
+        accepted[row.pk] = reported
+        taken = {**others, **dict.fromkeys(reported.values(), row.pk)}
+    return accepted
+
+
+def _apply(row: Allocation, status: protocol.WorkloadStatus, ports: Any) -> bool:
     started = status["started_at"]
     values: dict[str, Any] = {
+        "ports": ports,
         "workload_state": status["state"],
         "started_at": datetime.fromtimestamp(started, tz=UTC) if started is not None else None,
         "exit_code": status["exit_code"],

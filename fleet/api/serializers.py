@@ -16,6 +16,7 @@ from fleet.allocations.models import (
     RequestKind,
     WorkloadState,
 )
+from fleet.allocations.ports import allocation_address, allocation_ports, allocation_ready
 from fleet.allocations.selectors import allocation_environment
 from fleet.allocations.workloads import workload_of
 from fleet.api.fields import BoundedDictField, BoundedListField, IdField
@@ -598,6 +599,38 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
         source="workload_message", read_only=True, help_text="The agent's word on the workload."
     )
     environment = serializers.SerializerMethodField()
+    ports = serializers.SerializerMethodField()
+    address = serializers.SerializerMethodField()
+    ready = serializers.SerializerMethodField()
+
+    @extend_schema_field(
+        serializers.DictField(
+            child=serializers.IntegerField(min_value=1, max_value=65535),
+            help_text="The replica's host port per declared port name, as its agent reported "
+            "it (`{}`: none yet, or the workload declares none).",
+        )
+    )
+    def get_ports(self, obj: Allocation) -> dict[str, int]:
+        return allocation_ports(obj)
+
+    @extend_schema_field(
+        serializers.CharField(
+            allow_null=True,
+            help_text="`host:port` of its first declared port: the host's address (its "
+            "agent's `--address`) and the replica's host port; null while either is unknown.",
+        )
+    )
+    def get_address(self, obj: Allocation) -> str | None:
+        return allocation_address(obj)
+
+    @extend_schema_field(
+        serializers.BooleanField(
+            help_text="It serves: its workload is `running` (its health check passed, or it "
+            "has none) on a host that is not offline."
+        )
+    )
+    def get_ready(self, obj: Allocation) -> bool:
+        return allocation_ready(obj)
 
     @extend_schema_field(
         serializers.DictField(
@@ -642,6 +675,9 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
             "exit_code",
             "restarts",
             "message",
+            "ports",
+            "address",
+            "ready",
             "replaces",
             "created_at",
         ]

@@ -102,6 +102,22 @@ class HealthCheckSerializer(_Strict):
     )
 
 
+class WorkloadPortSerializer(_Strict):
+    """A port the workload listens on; each replica gets a host port of its own for it."""
+
+    name = serializers.RegexField(
+        protocol.PORT_NAME_PATTERN,
+        max_length=15,
+        help_text="Lower case, digits and `_` (`FLEET_PORT_<NAME>` in the environment).",
+    )
+    port = serializers.IntegerField(
+        min_value=1,
+        max_value=65535,
+        help_text="The port the program listens on in its container (a process listens on "
+        "`FLEET_PORT_<NAME>`, its host port).",
+    )
+
+
 class WorkloadSerializer(_Strict):
     """What each replica runs on its slice. ``none`` (the default) runs nothing: the slice is
     reserved and an outside launcher reads the allocation's ``environment``."""
@@ -147,6 +163,14 @@ class WorkloadSerializer(_Strict):
         help_text="SIGTERM, then SIGKILL after this many seconds.",
     )
     health = HealthCheckSerializer(required=False, allow_null=True, default=None)
+    ports = BoundedListField(
+        child=WorkloadPortSerializer(),
+        max_length=protocol.MAX_PORTS,
+        default=list,
+        help_text=f"At most {protocol.MAX_PORTS}, names and ports unique. Each replica gets a "
+        "host port of its own per port (the allocation's `ports`); an http or tcp health "
+        "check's port that is not declared is declared as `health`.",
+    )
 
 
 class LogsQuerySerializer(serializers.Serializer[Any]):

@@ -304,7 +304,7 @@ class AllocationViewSet(ReadViewSet[Allocation]):
     ordering_fields = ["created_at", "deployment", "gpu"]
     permission_classes = [TeamRolePermission]
     team_actions = frozenset({"move"})
-    queryset = Allocation.objects.select_related("deployment", "gpu", "partition").order_by(
+    queryset = Allocation.objects.select_related("deployment", "gpu__host", "partition").order_by(
         "deployment_id", "replica", "gpu_slot"
     )
 

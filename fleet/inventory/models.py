@@ -61,6 +61,9 @@ class Host(TimeStampedModel):
     # Whether the agent was started with --allow-process-runtime (``hello.process_runtime``):
     # process workloads are placed only on such hosts.
     process_runtime = models.BooleanField(default=False)
+    # Where other machines reach the replicas' published host ports (the agent's --address,
+    # ``hello.address``); empty: the agent did not say.
+    address = models.CharField(max_length=253, blank=True)
     # Reserved for these teams only (like a Kubernetes taint): empty means every team may use it.
     reserved_for = models.ManyToManyField("core.Team", blank=True, related_name="reserved_hosts")
     agent_version = models.CharField(max_length=64, blank=True)

@@ -235,6 +235,9 @@ class _HelloOptional(TypedDict, total=False):
     # Whether the agent runs process workloads (started with --allow-process-runtime); absent:
     # it does not.
     process_runtime: bool
+    # The address other machines reach this host's published ports at (--address); absent:
+    # the agent did not say (the control plane then shows none).
+    address: Annotated[str, Meta(pattern=r"^[A-Za-z0-9.:\[\]-]{1,253}$")]
 
 
 class Hello(_HelloOptional):

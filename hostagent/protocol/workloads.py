@@ -25,6 +25,7 @@ from typing import Annotated, Literal, TypedDict
 from msgspec import Meta
 
 from hostagent.protocol.bounds import MAX_PROCESSES, U32, Text, Timestamp
+from hostagent.protocol.ports import MAX_PORTS, Port, PortName, PortSpec, port_problems
 
 WorkloadRuntime = Literal["container", "process", "none"]
 """What a deployment asks for."""
@@ -65,6 +66,8 @@ RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
 RESERVED_PREFIXES = ("CUDA_", "NVIDIA_")
 """Environment names Fleet sets itself (case-insensitively): a deployment may not set them."""
 RESERVED_NAMES = frozenset({"FLEET_ALLOCATION_ID", "FLEET_DEPLOYMENT", "FLEET_REPLICA"})
+RESERVED_FLEET_PREFIXES = ("FLEET_PORT_", "FLEET_HOST_PORT_")
+"""The per-port variables (:func:`hostagent.protocol.ports.port_environment`)."""
 
 LABEL_ALLOCATION = "fleet.allocation"
 LABEL_DEPLOYMENT = "fleet.deployment"
@@ -73,7 +76,6 @@ LABEL_HOST = "fleet.host"
 
 Arg = Annotated[str, Meta(max_length=MAX_ARG_CHARS)]
 EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
-Port = Annotated[int, Meta(ge=1, le=65535)]
 Seconds = Annotated[int, Meta(ge=1, le=3600)]
 ExitCode = Annotated[int, Meta(ge=-255, le=255)]
 """A process's exit status; negative: killed by that signal (``-9``: SIGKILL)."""
@@ -116,7 +118,13 @@ class HealthCheck(_HealthCheckOptional):
     start_period_s: Annotated[int, Meta(ge=0, le=3600)]
 
 
-class Workload(TypedDict):
+class _WorkloadOptional(TypedDict, total=False):
+    # The ports it listens on (hostagent.protocol.ports); absent from a server older than
+    # per-replica ports: none.
+    ports: Annotated[list[PortSpec], Meta(max_length=MAX_PORTS)]
+
+
+class Workload(_WorkloadOptional):
     """What each replica of a deployment runs (see the module docstring)."""
 
     runtime: WorkloadRuntime
@@ -164,7 +172,13 @@ def default_security() -> Security:
     }
 
 
-class WorkloadStatus(TypedDict):
+class _WorkloadStatusOptional(TypedDict, total=False):
+    # The replica's host port per declared port name (hostagent.protocol.ports); absent from an
+    # agent older than per-replica ports.
+    ports: Annotated[dict[PortName, Port], Meta(max_length=MAX_PORTS)]
+
+
+class WorkloadStatus(_WorkloadStatusOptional):
     """One replica's workload as the agent sees it. ``pids`` are its host PIDs (the container's
     or the process group's), so the processes NVML reports can be named by replica."""
 
@@ -224,6 +238,7 @@ def default_workload() -> Workload:
         "restart": "always",
         "stop_grace_s": 30,
         "health": None,
+        "ports": [],
     }
 
 
@@ -260,6 +275,10 @@ def workload_problems(workload: Workload) -> list[tuple[str, str]]:
             problems.append(
                 (f"env.{name}", "Fleet sets CUDA_*, NVIDIA_* and FLEET_* device variables itself.")
             )
+        elif upper.startswith(RESERVED_FLEET_PREFIXES):
+            problems.append(
+                (f"env.{name}", "Fleet sets FLEET_PORT_* and FLEET_HOST_PORT_* itself.")
+            )
         if "\x00" in value:
             problems.append((f"env.{name}", "A value cannot contain a NUL character."))
     cwd = workload["cwd"]
@@ -285,7 +304,7 @@ def workload_problems(workload: Workload) -> list[tuple[str, str]]:
             problems.append(("health.exec.command", "An argument cannot contain a NUL character."))
         if health["timeout_s"] > health["interval_s"]:
             problems.append(("health.timeout_s", "The timeout cannot exceed the interval."))
-    return problems
+    return problems + port_problems(workload)
 
 
 # --------------------------------------------------------------------------------------------

@@ -63,6 +63,8 @@ def build_runtimes(
     process_as_agent_user: bool = False,
     cgroups: Cgroups | None = None,
     image_pull: ImagePull = "always",
+    network: str = "fleet",
+    publish_address: str = "127.0.0.1",
 ) -> dict[WorkloadRuntime, Runtime]:
     """The runtimes of an agent: containers and processes with ``docker``, processes with
     ``process``, nothing with ``none``. Without ``allow_process`` the process runtime starts
@@ -83,7 +85,9 @@ def build_runtimes(
     if agent_runtime == "docker":
         from hostagent.runtime.docker import DockerRuntime  # see docker_answers
 
-        runtimes["container"] = DockerRuntime(hostname, image_pull=image_pull)
+        runtimes["container"] = DockerRuntime(
+            hostname, image_pull=image_pull, network=network, publish_address=publish_address
+        )
     return runtimes
 
 

@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from hostagent.protocol import Security, Workload, default_security
+from hostagent.protocol import (
+    Security,
+    Workload,
+    declared_ports,
+    default_security,
+    port_environment,
+)
 from hostagent.runtime.output import Output
 
 RuntimeName = Literal["docker", "process"]
@@ -60,6 +66,8 @@ class ReplicaSpec:
             drops their values), masked in the replica's logs, and left out of
             :meth:`fingerprint` (a new value reaches a replica when it starts again, as a
             Kubernetes secret in env does; the control plane rolls it out on request).
+        host_ports: the replica's host port per declared port name, given by the supervisor
+            (:meth:`with_host_ports`), kept across agent restarts by the replica store.
     """
 
     allocation_id: int
@@ -74,6 +82,7 @@ class ReplicaSpec:
     gpu_request: bool = False
     security: Security | None = None
     secret_env: tuple[str, ...] = ()
+    host_ports: dict[str, int] = field(default_factory=dict)
 
     def confinement(self) -> Security:
         """The ``security`` to apply: the one sent, else the restricted defaults with the
@@ -92,6 +101,9 @@ class ReplicaSpec:
                 self.mps_pipe_directory,
                 self.gpu_request,
                 *([self.security] if self.security is not None else []),
+                # Only where there are ports: a replica without any keeps the fingerprint it
+                # had before ports existed, so an upgraded agent adopts it.
+                *([self.host_ports] if self.host_ports else []),
             ],
             sort_keys=True,
         )
@@ -113,8 +125,30 @@ class ReplicaSpec:
         return any(name not in self.workload["env"] for name in self.secret_env)
 
     def full_environment(self) -> dict[str, str]:
-        """The workload's ``env`` with Fleet's variables over it (Fleet's always win)."""
-        return {**self.workload["env"], **self.environment}
+        """The workload's ``env`` with Fleet's variables over it (Fleet's always win), its
+        ports' included."""
+        ports = port_environment(
+            declared_ports(self.workload), self.host_ports, in_container=self.bridged()
+        )
+        return {**self.workload["env"], **self.environment, **ports}
+
+    def bridged(self) -> bool:
+        """A container on the agent's bridge network (not the host's): it listens on its
+        declared ports, published on its host ports."""
+        return self.workload["runtime"] == "container" and not self.confinement()["host_network"]
+
+    def allocates_ports(self) -> bool:
+        """Whether the replica needs host ports from the agent's range: it declares ports and
+        is not a container in the host's network (that one binds its declared ports)."""
+        return bool(declared_ports(self.workload)) and (
+            self.workload["runtime"] != "container" or self.bridged()
+        )
+
+    def fixed_ports(self) -> dict[str, int]:
+        """The host ports of a container in the host's network: its declared ports."""
+        if self.allocates_ports():
+            return {}
+        return {p["name"]: p["port"] for p in declared_ports(self.workload)}
 
 
 @dataclass(frozen=True)
@@ -134,6 +168,11 @@ class Running:
     gpu_uuid: str | None = None
     deployment: str = ""
     stop_grace_s: int = 30
+    host_ports: dict[str, int] = field(default_factory=dict)
+    """The host ports it was started with (a container's labels say them), for an adoption
+    without the replica store."""
+    address: str | None = None
+    """Where its own network answers (a bridged container's IP), for the health checks."""
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,15 @@ so), as :mod:`hostagent.gpu.nvml` is for NVML. What every container gets, and wh
   capability dropped (``cap_add`` adds back what the team's policy allows),
   ``no-new-privileges``, a PID limit and the host memory limit, a non-root user (uid 0 only
   when ``allow_root``; with no ``user``, the image's own user, refused when it is root);
-* no network (``none``) unless the policy gives the host's (``host_network``): per-replica
-  published ports come later; a private IPC namespace; no restart policy of Docker's own: the
-  agent counts restarts, backs off and says ``crashloop``;
+* no network (``none``) for a container that declares no ports; one that does joins the
+  agent's user-defined bridge network (``--container-network``, ``fleet``; created when
+  missing, with inter-container traffic off where Docker enforces it), unless the policy gives
+  the host's (``host_network``). Each declared port is published on the replica's own host
+  port (:mod:`hostagent.runtime.ports`) at ``--publish-address``; with ``dockerd
+  --iptables=false`` Docker's userland proxy (``docker-proxy``) carries it. The health checks
+  go to the container's own address on that network, not through the proxy: the proxy accepts
+  a connection even when nothing listens behind it. A private IPC namespace; no restart
+  policy of Docker's own: the agent counts restarts, backs off and says ``crashloop``;
 * the image pulled before every create (``--image-pull always``, Kubernetes'
   ``AlwaysPullImages``): an image pulled once for one team does not run for another without
   the registry's say. When the pull fails, a local image is used only if the reference pins
@@ -32,6 +38,7 @@ so), as :mod:`hostagent.gpu.nvml` is for NVML. What every container gets, and wh
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import time
@@ -43,7 +50,7 @@ import docker
 import docker.errors
 import docker.types
 
-from hostagent.protocol import LABEL_ALLOCATION, LABEL_DEPLOYMENT, LABEL_HOST
+from hostagent.protocol import LABEL_ALLOCATION, LABEL_DEPLOYMENT, LABEL_HOST, declared_ports
 from hostagent.runtime.base import (
     Exit,
     Found,
@@ -55,12 +62,19 @@ from hostagent.runtime.base import (
     StartError,
 )
 from hostagent.runtime.output import NoOutput, Output, split_lines
+from hostagent.runtime.ports import DEFAULT_NETWORK, DEFAULT_PUBLISH_ADDRESS
 
 logger = logging.getLogger(__name__)
 
 LABEL_GPU = "fleet.gpu"
 LABEL_STOP_GRACE = "fleet.stop-grace-s"
 LABEL_REPLICA = "fleet.replica"
+LABEL_PORTS = "fleet.host-ports"
+"""The replica's host ports, as JSON (``{"http": 20001}``): an adoption without the replica
+store still knows them."""
+NETWORK_OPTIONS = {"com.docker.network.bridge.enable_icc": "false"}
+"""Replicas of different teams share the network: no traffic between containers, where
+Docker's iptables rules enforce it (``dockerd --iptables=false`` enforces nothing)."""
 API_TIMEOUT_S = 60
 """Per request; a stop adds its grace period, a pull has none (docker-py does both)."""
 POOL_SIZE = 16
@@ -116,12 +130,17 @@ def gpu_request(device_uuid: str) -> dict[str, Any]:
     }
 
 
-def container_config(spec: ReplicaSpec, hostname: str) -> dict[str, Any]:
+def container_config(
+    spec: ReplicaSpec,
+    hostname: str,
+    network: str = DEFAULT_NETWORK,
+    publish_address: str = DEFAULT_PUBLISH_ADDRESS,
+) -> dict[str, Any]:
     """The create parameters of one replica's container (pure: tests read them).
 
     Raises:
         StartError: the replica's ``user`` is root and its policy does not allow root, or it
-            has an http or tcp health check and no network of the host's.
+            declares ports and has no host ports yet.
     """
     workload, security = spec.workload, spec.confinement()
     user = security["user"] or ""
@@ -130,17 +149,7 @@ def container_config(spec: ReplicaSpec, hostname: str) -> dict[str, Any]:
             f"refusing to run the container as root ({user!r}): set workload.user to a "
             "non-root uid, or ask an admin to allow root"
         )
-    health = workload["health"]
-    if (
-        health is not None
-        and not security["host_network"]
-        and ("http" in health or "tcp" in health)
-    ):
-        raise StartError(
-            "an http or tcp health check needs the host's network, which this replica does "
-            "not have (no network until per-replica ports come): use an exec check, or ask "
-            "an admin for host_network"
-        )
+    published = _published(spec, publish_address)
     labels = {
         LABEL_ALLOCATION: str(spec.allocation_id),
         LABEL_DEPLOYMENT: spec.deployment,
@@ -148,9 +157,11 @@ def container_config(spec: ReplicaSpec, hostname: str) -> dict[str, Any]:
         LABEL_GPU: spec.gpu_uuid,
         LABEL_REPLICA: str(spec.replica),
         LABEL_STOP_GRACE: str(workload["stop_grace_s"]),
+        LABEL_PORTS: json.dumps(spec.host_ports, sort_keys=True),
     }
     host: dict[str, Any] = {
-        "network_mode": "host" if security["host_network"] else "none",
+        "network_mode": _network_mode(spec, network),
+        "port_bindings": published,
         "ipc_mode": "private",
         "restart_policy": {"Name": "no"},
         "cap_drop": ["ALL"],
@@ -176,8 +187,29 @@ def container_config(spec: ReplicaSpec, hostname: str) -> dict[str, Any]:
         "environment": spec.full_environment(),
         "user": user,
         "working_dir": workload["cwd"],
+        "ports": sorted(int(key.partition("/")[0]) for key in published),
         "host": host,
     }
+
+
+def _network_mode(spec: ReplicaSpec, network: str) -> str:
+    """The host's network where the policy gives it, the agent's bridge network for a
+    container that declares ports, else none at all (it serves nothing)."""
+    if spec.confinement()["host_network"]:
+        return "host"
+    return network if declared_ports(spec.workload) else "none"
+
+
+def _published(spec: ReplicaSpec, address: str) -> dict[str, tuple[str, int]]:
+    """``docker run -p <address>:<host port>:<port>`` of each declared port of a bridged
+    container (none in the host's network: it binds its ports itself)."""
+    if not spec.bridged():
+        return {}
+    declared = declared_ports(spec.workload)
+    missing = [p["name"] for p in declared if p["name"] not in spec.host_ports]
+    if missing:
+        raise StartError(f"no host port for {', '.join(missing)} yet")
+    return {f"{p['port']}/tcp": (address, spec.host_ports[p["name"]]) for p in declared}
 
 
 def is_root_user(user: str) -> bool:
@@ -214,10 +246,19 @@ class DockerRuntime:
     refusal: str | None = None
 
     def __init__(
-        self, hostname: str, base_url: str | None = None, image_pull: ImagePull = "always"
+        self,
+        hostname: str,
+        base_url: str | None = None,
+        image_pull: ImagePull = "always",
+        *,
+        network: str = DEFAULT_NETWORK,
+        publish_address: str = DEFAULT_PUBLISH_ADDRESS,
     ) -> None:
         self.hostname = hostname
         self.image_pull = image_pull
+        self.network = network
+        self.publish_address = publish_address
+        self._network_ready = False
         try:
             self._docker = _client(base_url, API_TIMEOUT_S)
             self._api = self._docker.api
@@ -240,7 +281,9 @@ class DockerRuntime:
     def start(self, spec: ReplicaSpec) -> Running:
         """Pull the image (see ``image_pull``), check its user, create and start the
         container."""
-        config = container_config(spec, self.hostname)
+        config = container_config(spec, self.hostname, self.network, self.publish_address)
+        if config["host"]["network_mode"] == self.network:
+            self._ensure_network()
         self._remove_leftover(config["name"])
         image = self._image(config["image"])
         if not config["user"] and not spec.confinement()["allow_root"]:
@@ -253,12 +296,37 @@ class DockerRuntime:
             raise StartError(f"cannot create the container: {_explain(exc)}") from exc
         try:
             self._api.start(container_id)
-            state = self._api.inspect_container(container_id)["State"]
+            inspected = self._api.inspect_container(container_id)
         except (docker.errors.DockerException, OSError) as exc:
             with contextlib.suppress(docker.errors.DockerException, OSError):
                 self._api.remove_container(container_id, force=True)
             raise StartError(f"cannot start the container: {_explain(exc)}") from exc
-        return self._running(container_id, config["labels"], state)
+        return self._running(container_id, config["labels"], inspected)
+
+    def _ensure_network(self) -> None:
+        """Create the bridge network when it is missing (once per agent; when a racing agent
+        created it first, that one is used)."""
+        if self._network_ready:
+            return
+        try:
+            if not self._network_exists():
+                try:
+                    self._api.create_network(
+                        self.network,
+                        driver="bridge",
+                        options=dict(NETWORK_OPTIONS),
+                        labels={LABEL_HOST: self.hostname},
+                        check_duplicate=True,
+                    )
+                except docker.errors.APIError:
+                    if not self._network_exists():
+                        raise
+                logger.info("created the Docker network %s", self.network)
+        except (docker.errors.DockerException, OSError) as exc:
+            raise StartError(
+                f"cannot create the Docker network {self.network}: {_explain(exc)}"
+            ) from exc
+        self._network_ready = True
 
     def _image(self, image: str) -> dict[str, Any]:
         """The image to run, inspected, as the pull policy says (see the module docstring)."""
@@ -297,6 +365,7 @@ class DockerRuntime:
             environment=config["environment"],
             user=config["user"],
             working_dir=config["working_dir"],
+            ports=config["ports"] or None,
             host_config=host_config,
         )
         return str(created["Id"])
@@ -381,12 +450,15 @@ class DockerRuntime:
                 with contextlib.suppress(docker.errors.DockerException):
                     self._api.remove_container(summary["Id"], force=True)
                 continue
-            running = self._running(summary["Id"], labels, state)
+            running = self._running(summary["Id"], labels, inspected)
             ended = None if state.get("Status") in _RUNNING_STATES else self._exit(summary["Id"])
             found.append(Found(running, ended))
         return found
 
-    def _running(self, container_id: str, labels: dict[str, str], state: dict[str, Any]) -> Running:
+    def _running(
+        self, container_id: str, labels: dict[str, str], inspected: dict[str, Any]
+    ) -> Running:
+        state = inspected.get("State") or {}
         grace = labels.get(LABEL_STOP_GRACE, "30")
         return Running(
             allocation_id=int(labels[LABEL_ALLOCATION]),
@@ -397,7 +469,20 @@ class DockerRuntime:
             gpu_uuid=labels.get(LABEL_GPU),
             deployment=labels.get(LABEL_DEPLOYMENT, ""),
             stop_grace_s=int(grace) if grace.isdecimal() else 30,
+            host_ports=_label_ports(labels.get(LABEL_PORTS)),
+            address=self._address(inspected),
         )
+
+    def _network_exists(self) -> bool:
+        # ``names`` filters by substring: ``fleet`` finds ``fleet-test`` too.
+        found = self._api.networks(names=[self.network])
+        return any(n.get("Name") == self.network for n in found)
+
+    def _address(self, inspected: dict[str, Any]) -> str | None:
+        """The container's IP on the agent's network (``None`` in the host's network)."""
+        networks = (inspected.get("NetworkSettings") or {}).get("Networks") or {}
+        ip = (networks.get(self.network) or {}).get("IPAddress")
+        return str(ip) if ip else None
 
     def discard(self, running: Running) -> None:
         """Remove the ended container."""
@@ -451,6 +536,18 @@ def _has_digest(image: dict[str, Any], digest: str) -> bool:
     return image.get("Id") == digest or any(
         str(d).partition("@")[2] == digest for d in repo_digests
     )
+
+
+def _label_ports(value: str | None) -> dict[str, int]:
+    """The host ports a container's label says (a label is the container's, not ours: an
+    unreadable one says none)."""
+    try:
+        ports = json.loads(value or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(ports, dict):
+        return {}
+    return {str(k): v for k, v in ports.items() if isinstance(v, int) and 1 <= v <= 65535}
 
 
 def _explain(exc: BaseException) -> str:

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from hostagent.logs import FailureLog
@@ -24,6 +25,7 @@ from hostagent.protocol import (
     WorkloadRuntime,
     WorkloadStatus,
     clip,
+    declared_ports,
 )
 from hostagent.runtime.adoption import adopt_found, unsupported
 from hostagent.runtime.base import Exit, ReplicaSpec, Running, Runtime, StartError
@@ -35,6 +37,14 @@ from hostagent.runtime.policy import (
     on_exit,
     on_start_failure,
     on_started,
+)
+from hostagent.runtime.ports import (
+    DEFAULT_PORT_RANGE,
+    DEFAULT_PUBLISH_ADDRESS,
+    PortAllocator,
+    PortRange,
+    PortsExhausted,
+    bindable,
 )
 from hostagent.runtime.store import ReplicaStore, Stored
 from hostagent.runtime.workers import Workers
@@ -58,8 +68,14 @@ class Reconciler:
         timing: Timing | None = None,
         workers: int = WORKERS,
         clock: Callable[[], float] = time.monotonic,
+        ports: PortAllocator | None = None,
     ) -> None:
         self.runtimes = dict(runtimes)
+        self.ports = ports or PortAllocator(
+            PortRange.parse(DEFAULT_PORT_RANGE),
+            probe=bindable(DEFAULT_PUBLISH_ADDRESS),
+            seed=str(state_dir or id(self)),
+        )
         self.agent_runtime = agent_runtime
         self.timing = timing or Timing()
         self._by_name = {r.name: r for r in self.runtimes.values()}
@@ -150,8 +166,55 @@ class Reconciler:
             return
         if spec.secrets_missing():  # read back from the store: the values were never written
             return
-        if now >= r.not_before:
-            self._start(r, runtime, spec)
+        if now >= r.not_before and self._ports_given(r, now):
+            self._start(r, runtime, r.spec or spec)
+
+    # -- host ports (hostagent.runtime.ports) -----------------------------------------------------
+
+    def _with_ports(self, r: Replica, spec: ReplicaSpec) -> ReplicaSpec:
+        """``spec`` with the replica's host ports: a host-network container's declared ones,
+        else those it has (the record's, or the running workload's after an adoption without
+        a store), else new ones from the range. Raises :class:`PortsExhausted`."""
+        if not spec.allocates_ports():
+            return replace(spec, host_ports=spec.fixed_ports())
+        kept = dict(spec.host_ports)
+        if not kept and r.spec is not None:
+            kept = dict(r.spec.host_ports)
+        if not kept and r.running is not None:
+            kept = dict(r.running.host_ports)
+        taken = {
+            port
+            for other in self._replicas.values()
+            if other is not r
+            for port in _ports_of(other).values()
+        }
+        kept = {name: port for name, port in kept.items() if port not in taken}
+        ports = self.ports.allocate(declared_ports(spec.workload), kept, taken)
+        return replace(spec, host_ports=ports)
+
+    def _try_ports(self, r: Replica, spec: ReplicaSpec) -> ReplicaSpec:
+        """:meth:`_with_ports`, or ``spec`` as it is when the range is full (the start tries
+        again, and says why it cannot)."""
+        try:
+            return self._with_ports(r, spec)
+        except PortsExhausted:
+            return spec
+
+    def _ports_given(self, r: Replica, now: float) -> bool:
+        """Whether the replica has all its host ports, given now if need be; when the range is
+        full it is ``failed`` with the reason and retried with the restart backoff."""
+        spec = r.spec
+        assert spec is not None
+        if not spec.allocates_ports() or len(spec.host_ports) == len(declared_ports(spec.workload)):
+            return True
+        try:
+            r.spec = self._with_ports(r, spec)
+        except PortsExhausted as exc:
+            on_start_failure(r, clip(str(exc)), now, self.timing)
+            self._changed(r)
+            return False
+        self._save()
+        return True
 
     # -- operations (submitted under the lock, run on a worker, finished under the lock) ---------
 
@@ -325,7 +388,7 @@ class Reconciler:
     # -- bookkeeping ----------------------------------------------------------------------------
 
     def _changed(self, r: Replica) -> None:
-        key = (r.state, r.started_at, r.exit_code, r.restarts, r.message)
+        key = (r.state, r.started_at, r.exit_code, r.restarts, r.message, str(_ports_of(r)))
         if key != r.reported and r.allocation_id in self._replicas:
             r.reported = key
             self._dirty.add(r.allocation_id)
@@ -382,4 +445,13 @@ def status_of(r: Replica) -> WorkloadStatus:
         "restarts": min(r.restarts, 2**31 - 1),
         "message": clip(r.message),
         "pids": [],
+        "ports": _ports_of(r),
     }
+
+
+def _ports_of(r: Replica) -> dict[str, int]:
+    """The replica's host ports: its spec's, else (adopted, not claimed yet) its workload's."""
+    if r.spec is not None and r.spec.host_ports:
+        return dict(r.spec.host_ports)
+    live = r.running or r.ended
+    return dict(live.host_ports) if live is not None else {}

@@ -286,6 +286,7 @@ class ProcessRuntime:
             gpu_uuid=spec.gpu_uuid,
             deployment=spec.deployment,
             stop_grace_s=workload["stop_grace_s"],
+            host_ports=dict(spec.host_ports),
         )
         with self._lock:
             self._children[child.pid] = child
@@ -521,6 +522,7 @@ def _entry(running: Running, ticks: int) -> dict[str, Any]:
         "gpu_uuid": running.gpu_uuid,
         "deployment": running.deployment,
         "stop_grace_s": running.stop_grace_s,
+        "host_ports": running.host_ports,
     }
 
 
@@ -535,6 +537,7 @@ def _running(entry: dict[str, Any]) -> Running | None:
             gpu_uuid=entry.get("gpu_uuid"),
             deployment=str(entry.get("deployment", "")),
             stop_grace_s=int(entry.get("stop_grace_s", 30)),
+            host_ports={str(k): int(v) for k, v in dict(entry.get("host_ports") or {}).items()},
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -118,3 +118,56 @@ def members(leaders: Leaders) -> dict[int, list[int]]:
 
 def _host_namespace() -> str | None:
     return pid_namespace(os.getpid())
+
+
+_TCP_LISTEN = "0A"
+
+
+def listening_inodes(port: int, proc: Path = PROC) -> set[int]:
+    """The socket inodes that listen on TCP ``port`` (any address, IPv4 or IPv6) in the
+    agent's network namespace (``/proc/net/tcp``, ``/proc/net/tcp6``)."""
+    found: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (proc / "net" / table).read_text(encoding="ascii").splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != _TCP_LISTEN:
+                continue
+            _, _, hex_port = fields[1].rpartition(":")
+            if int(hex_port, 16) == port and fields[9].isdecimal():
+                found.add(int(fields[9]))
+    return found
+
+
+def socket_inodes(pid: int, proc: Path = PROC) -> set[int]:
+    """The socket inodes among ``pid``'s open files (``socket:[<inode>]`` links)."""
+    inodes: set[int] = set()
+    fd_dir = proc / str(pid) / "fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return inodes
+    for name in names:
+        try:
+            target = os.readlink(fd_dir / name)
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1].isdecimal():
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def session_listens(port: int, leader: int, proc: Path = PROC) -> bool:
+    """Whether a process of the session ``leader`` leads (a process workload) holds a socket
+    that listens on ``port``: the answer on that port is the replica's, not a squatter's."""
+    listeners = listening_inodes(port, proc)
+    if not listeners:
+        return False
+    for pid in all_pids(proc):
+        stat = read_stat(pid, proc)
+        if stat is not None and stat.session == leader and socket_inodes(pid, proc) & listeners:
+            return True
+    return False

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hostagent.protocol import ProtocolError, Security, Workload, validate
+from hostagent.protocol import Port, PortName, ProtocolError, Security, Workload, validate
 from hostagent.runtime.base import ReplicaSpec
 from hostagent.runtime.process import write_json_atomic
 
@@ -49,12 +49,14 @@ def _to_json(stored: Stored) -> dict[str, Any]:
         "mps_pipe_directory": s.mps_pipe_directory,
         "gpu_request": s.gpu_request,
         "security": s.security,
+        "host_ports": s.host_ports,
         "restarts": stored.restarts,
     }
 
 
 def _from_json(data: dict[str, Any]) -> Stored:
     workload: Workload = validate(data["workload"], Workload)
+    host_ports = validate(data.get("host_ports") or {}, dict[PortName, Port])
     environment = {str(k): str(v) for k, v in dict(data["environment"]).items()}
     spec = ReplicaSpec(
         allocation_id=int(data["allocation_id"]),
@@ -71,6 +73,7 @@ def _from_json(data: dict[str, Any]) -> Stored:
         # How it was confined: part of the fingerprint, so that a restarted agent adopts the
         # replica it left running instead of starting it again.
         security=None if data.get("security") is None else validate(data["security"], Security),
+        host_ports=dict(host_ports),
     )
     return Stored(spec, int(data.get("restarts", 0)))
 

@@ -94,8 +94,9 @@ class Supervisor(Reconciler):
             for spec in specs:
                 r = self._replicas.get(spec.allocation_id)
                 if r is None:
-                    r = self._replicas[spec.allocation_id] = Replica(spec.allocation_id, spec)
-                elif r.spec is None:  # adopted, now claimed: it runs what it was started with
+                    r = self._replicas[spec.allocation_id] = Replica(spec.allocation_id, None)
+                spec = self._try_ports(r, spec)
+                if r.spec is None:  # adopted, now claimed: it runs what it was started with
                     r.launched = spec.fingerprint() if r.running is not None else ""
                     r.stop_reason = None
                 r.spec, r.wanted, r.hold = spec, True, False

@@ -121,3 +121,18 @@ def test_the_hello_says_whether_the_agent_runs_process_workloads(mem_store):
     del hello["process_runtime"]
     agent_hello(host=Host.objects.get(pk=host.pk), hello=hello)
     assert Host.objects.get(pk=host.pk).process_runtime is False
+
+
+def test_the_hello_says_the_address_its_replicas_are_reached_at(mem_store):
+    host, _ = host_create(name="node-a")
+    host_issue_token(host)
+    Host.objects.filter(pk=host.pk).update(hostname="sim-7")
+    agent = SimAgent(["h100-sxm5-80gb"], seed=7)
+    hello = {**agent.hello(), "runtime": "docker", "address": "10.0.0.7"}
+
+    agent_hello(host=Host.objects.get(pk=host.pk), hello=hello)
+    assert Host.objects.get(pk=host.pk).address == "10.0.0.7"
+
+    del hello["address"]  # restarted without --address
+    agent_hello(host=Host.objects.get(pk=host.pk), hello=hello)
+    assert Host.objects.get(pk=host.pk).address == ""

@@ -12,6 +12,7 @@ from fleet.allocations.health import replace_allocations
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.selectors import placement_demand, placement_demands
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
+from fleet.core.models import Team
 from fleet.inventory.models import Gpu
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
@@ -201,10 +202,15 @@ def test_health_re_placement_moves_a_container_only_to_a_host_that_runs_it(
 SERVER = {**CONTAINER, "health": {"http": {"port": 8080, "path": "/ready"}}}
 
 
-def test_copies_of_a_workload_with_a_port_go_one_per_host(operator_client):
-    """Containers share their host's network: the second copy of a server listening on 8080
-    goes to the other host, though the first host's MPS GPU has room for both; a third copy has
-    nowhere to go and says why."""
+def host_network_for_every_team() -> None:
+    Team.objects.update(policy={"host_network": True})
+
+
+def test_copies_of_a_host_network_workload_with_a_port_go_one_per_host(operator_client):
+    """Containers in their host's network (the team's policy gives it) bind their port there:
+    the second copy of a server listening on 8080 goes to the other host, though the first
+    host's MPS GPU has room for both; a third copy has nowhere to go and says why."""
+    host_network_for_every_team()
     near = mps_gpu("near", "docker")
     GpuFactory(host=near.host, product_key="a30-24gb")
     far = mps_gpu("far", "docker")
@@ -228,6 +234,21 @@ def test_copies_of_a_workload_with_a_port_go_one_per_host(operator_client):
     assert "placement.port_in_use" in codes
 
 
+@pytest.mark.parametrize("workload", [SERVER, {**PROCESS, "health": SERVER["health"]}])
+def test_copies_with_host_ports_of_their_own_may_share_a_host(operator_client, workload):
+    """Without the host's network, each replica gets host ports of its own from its agent: two
+    copies of a server on port 8080 fit on one host, and no host is avoided. A process gets
+    its own even where the team's policy gives containers the host's network."""
+    if workload["runtime"] == "process":
+        allow_process(host_network=True)
+    near = mps_gpu("near", "docker")
+    created = create(operator_client, "server", workload, replicas=2, auto=True)
+    assert created.status_code == 201, created.json()
+    assert set(Allocation.objects.values_list("gpu_id", flat=True)) == {near.pk}
+    demand = placement_demand(Allocation.objects.first().deployment)
+    assert demand is not None and demand.port == 0 and not demand.avoid_hosts
+
+
 def test_a_workload_without_a_port_may_run_twice_on_one_host(operator_client):
     near = mps_gpu("near", "docker")
     created = create(operator_client, "batch", CONTAINER, replicas=2, auto=True)
@@ -239,7 +260,8 @@ def test_the_demands_of_many_deployments_are_read_at_once_and_the_same_as_one_by
     operator_client, django_assert_max_num_queries
 ):
     """The tray asks for every deployment's demand: the hosts their copies hold are one query,
-    however many deployments listen on a port."""
+    however many deployments listen on a port (and the teams' policies are one more)."""
+    host_network_for_every_team()
     mps_gpu("near", "docker")
     mps_gpu("far", "docker")
     for n in range(4):
@@ -247,7 +269,7 @@ def test_the_demands_of_many_deployments_are_read_at_once_and_the_same_as_one_by
         created = create(operator_client, f"server-{n}", workload, replicas=2, auto=True)
         assert created.status_code == 201, created.json()
     deployments = list(Deployment.objects.order_by("pk"))
-    with django_assert_max_num_queries(1):
+    with django_assert_max_num_queries(2):
         together = placement_demands(deployments)
     assert together == {d.pk: placement_demand(d) for d in deployments}
     assert sum(1 for demand in together.values() if demand and demand.avoid_hosts) == 2

@@ -151,3 +151,40 @@ def test_a_restarted_service_keeps_its_host_token_instead_of_enrolling_again(tmp
         token_file=token_file,
     )
     assert daemon.resolve_state(config) == AgentState("host-token", "3", 4)
+
+
+def test_the_port_flags_default_to_the_range_the_bridge_and_loopback():
+    config = cli.config_from_args(cli.parser().parse_args([]), AgentConfig(hostname="gpu-7"))
+    assert (config.port_range, config.container_network) == ("20000-29999", "fleet")
+    assert config.publish_address == "127.0.0.1" == config.reported_address
+    wildcard = cli.parser().parse_args(["--publish-address", "0.0.0.0"])
+    assert cli.config_from_args(wildcard, AgentConfig(hostname="gpu-7")).reported_address == "gpu-7"
+    named = cli.parser().parse_args(["--port-range", "30000-30099", "--address", "10.0.0.7"])
+    config = cli.config_from_args(named, AgentConfig(hostname="gpu-7"))
+    assert (config.port_range, config.reported_address) == ("30000-30099", "10.0.0.7")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--port-range", "80-90"], "--port-range"),
+        (["--port-range", "2-1"], "--port-range"),
+        (["--publish-address", "example.com"], "--publish-address must be an IP"),
+        (["--container-network", "bad name"], "--container-network"),
+        (["--address", "a b"], "--address must be"),
+    ],
+)
+def test_a_malformed_port_flag_is_a_clear_error(flags, message):
+    with pytest.raises(ConfigError, match=message):
+        cli.config_from_args(cli.parser().parse_args(flags), AgentConfig())
+
+
+def test_hello_carries_the_hosts_address_when_given():
+    from hostagent.collector import Collector
+    from hostagent.gpu.simulated import SimulatedBackend
+
+    sim = SimulatedBackend([specs.a30()], seed=1)
+    sim.init()
+    hello = Collector(sim, hostname="h", address="10.0.0.7").hello(applied_generation=0)
+    assert hello["address"] == "10.0.0.7"
+    assert "address" not in Collector(sim, hostname="h").hello(applied_generation=0)

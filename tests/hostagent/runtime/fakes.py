@@ -22,6 +22,7 @@ class FakeRuntime:
         self.live: dict[str, Running] = {}
         self.ended: dict[str, Exit] = {}
         self.starts: list[int] = []
+        self.specs: dict[int, ReplicaSpec] = {}
         self.stops: list[tuple[int, float]] = []
         self.fail_start: dict[int, str] = {}
         self.exit_on_start: dict[int, int] = {}
@@ -35,6 +36,7 @@ class FakeRuntime:
     def start(self, spec: ReplicaSpec) -> Running:
         with self.lock:
             self.starts.append(spec.allocation_id)
+            self.specs[spec.allocation_id] = spec
             if spec.allocation_id in self.fail_start:
                 raise StartError(self.fail_start[spec.allocation_id])
             running = Running(

@@ -54,10 +54,11 @@ class ChildAgent:
 
 def replica(allocation_id: int, runtime: str) -> dict:
     command = ["sh", "-c", "exec sleep 300"]
+    ports = [{"name": "http", "port": 8080}]
     w = (
-        workload("container", image=IMAGE, command=command, stop_grace_s=1)
+        workload("container", image=IMAGE, command=command, stop_grace_s=1, ports=ports)
         if runtime == "docker"
-        else workload("process", command=command, stop_grace_s=1)
+        else workload("process", command=command, stop_grace_s=1, ports=ports)
     )
     spec = ReplicaSpec(
         allocation_id=allocation_id,
@@ -139,6 +140,8 @@ def test_a_killed_agent_adopts_everything_exactly_once_and_stops_orphans_only_wh
     )
     before = workload_instances(runtime, hostname, docker_client)
     assert sorted(before) == [1, 2, 3, 4] and all(len(v) == 1 for v in before.values())
+    ports = {i: w["ports"] for i, w in first.states().items()}
+    assert len({p["http"] for p in ports.values()}) == 4  # a host port of its own each
 
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait()
@@ -161,6 +164,8 @@ def test_a_killed_agent_adopts_everything_exactly_once_and_stops_orphans_only_wh
     )
     assert workload_instances(runtime, hostname, docker_client) == before  # same ones, once each
     assert all(w["restarts"] == 0 for w in states.values())
+    # With its ports: from the saved specs, and for 4 (not saved) from the workload itself.
+    assert {i: w["ports"] for i, w in states.items()} == ports
     time.sleep(0.5)
     assert second.states()[4]["state"] == "running"  # unreachable is not failed
     assert second.call("events") == []
@@ -171,3 +176,8 @@ def test_a_killed_agent_adopts_everything_exactly_once_and_stops_orphans_only_wh
     assert [e["kind"] for e in second.call("events")] == ["orphan_stopped"]
     after = workload_instances(runtime, hostname, docker_client)
     assert after == {k: v for k, v in before.items() if k != 4}
+    # Given again without host ports (the control plane knows none): kept, nothing restarted.
+    assert {i: w["ports"] for i, w in second.states().items()} == {
+        i: p for i, p in ports.items() if i != 4
+    }
+    assert all(w["restarts"] == 0 for w in second.states().values())

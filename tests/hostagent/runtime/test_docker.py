@@ -12,9 +12,11 @@ import pytest
 from hostagent.protocol import workload_environment
 from hostagent.runtime import ReplicaSpec, StartError
 from hostagent.runtime.docker import DockerRuntime, container_config, gpu_request
+from hostagent.runtime.health import http_check
 from hostagent.runtime.output import NoOutput
 from tests.hostagent.runtime.conftest import IMAGE
 from tests.hostagent.runtime.fakes import wait_for, workload
+from tests.hostagent.runtime.test_health import free_port
 
 MIG = "MIG-7d5bd3e0-5a4c-5d6e-9b4e-2f1c0a9e8d7c"
 
@@ -222,3 +224,42 @@ def test_a_replica_without_a_container_or_without_output_has_no_lines(runtime):
     runtime.start(container_spec(13, command=["sleep", "30"]))
     with pytest.raises(NoOutput, match="no output yet"):
         runtime.logs(13, 10)
+
+
+def test_a_declared_port_is_published_on_the_replicas_host_port_and_named_in_its_env(
+    runtime, docker_client
+):
+    host_port = free_port()
+    serve = "env; mkdir -p /tmp/w && echo ok > /tmp/w/index.html && exec httpd -f -p 8080 -h /tmp/w"
+    spec = replace(
+        container_spec(command=["sh", "-c", serve], ports=[{"name": "http", "port": 8080}]),
+        host_ports={"http": host_port},
+    )
+    running = runtime.start(spec)
+    attrs = docker_client.api.inspect_container(running.ident)
+    assert attrs["HostConfig"]["NetworkMode"] == "fleet"
+    assert attrs["HostConfig"]["PortBindings"] == {
+        "8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(host_port)}]
+    }
+    assert attrs["Config"]["Labels"]["fleet.host-ports"] == f'{{"http": {host_port}}}'
+    env = env_of(docker_client, running.ident)
+    assert (env["PORT"], env["FLEET_PORT_HTTP"]) == ("8080", "8080")
+    assert env["FLEET_HOST_PORT_HTTP"] == str(host_port)
+    # Served through the published port (Docker's userland proxy: dockerd --iptables=false),
+    # and at the container's own address, where the health checks go.
+    wait_for(lambda: http_check(host_port, "/index.html", 1) is None)
+    assert running.address and http_check(8080, "/index.html", 1, running.address) is None
+    # A restarted agent finds the ports on the container.
+    [found] = [f for f in runtime.find() if f.running.ident == running.ident]
+    assert found.running.host_ports == {"http": host_port}
+    assert found.running.address == running.address
+
+
+def test_a_container_that_declares_no_port_has_no_network():
+    config = container_config(container_spec(), "h")
+    assert config["host"]["network_mode"] == "none" and config["host"]["port_bindings"] == {}
+
+
+def test_a_declared_port_without_its_host_port_is_not_started():
+    with pytest.raises(StartError, match="no host port for http"):
+        container_config(container_spec(ports=[{"name": "http", "port": 8080}]), "h")

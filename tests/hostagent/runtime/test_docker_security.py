@@ -67,12 +67,16 @@ def test_a_root_user_is_refused_unless_the_policy_allows_root(user):
     assert container_config(spec({"user": user, "allow_root": True}), "h1")["user"] == user
 
 
-def test_an_http_check_without_the_hosts_network_is_refused():
+def test_an_http_check_without_the_hosts_network_publishes_its_port_on_the_bridge():
     http = {**exec_health(), "http": {"port": 8000, "path": "/health"}}
     del http["exec"]
-    with pytest.raises(StartError, match="needs the host's network"):
+    with pytest.raises(StartError, match="no host port for health"):
         container_config(spec(health=http), "h1")
-    assert container_config(spec({"host_network": True}, health=http), "h1")
+    bridged = container_config(replace(spec(health=http), host_ports={"health": 20005}), "h1")
+    assert bridged["host"]["network_mode"] == "fleet"
+    assert bridged["host"]["port_bindings"] == {"8000/tcp": ("127.0.0.1", 20005)}
+    on_host = container_config(spec({"host_network": True}, health=http), "h1")
+    assert on_host["host"]["network_mode"] == "host" and on_host["host"]["port_bindings"] == {}
 
 
 def test_a_pinned_digest_is_read_from_the_reference():
@@ -119,6 +123,7 @@ class FakeApi:
 def fake_runtime(api: FakeApi, image_pull="always") -> DockerRuntime:
     runtime = object.__new__(DockerRuntime)
     runtime.hostname, runtime.image_pull, runtime._log_config = "h1", image_pull, None
+    runtime.network, runtime.publish_address, runtime._network_ready = "fleet", "127.0.0.1", True
     runtime._api = api  # type: ignore[assignment]
     runtime._docker = type("Client", (), {"images": api})()  # type: ignore[assignment]
     return runtime
