@@ -59,7 +59,7 @@ DEFAULT_STATE_FILE = Path("/var/lib/fleet-agent/state.json")
 TRUE = {"1", "true", "yes", "on"}
 RUNTIMES: tuple[AgentRuntime, ...] = ("docker", "process", "none")
 NETWORK_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
-ADDRESS = re.compile(r"^[A-Za-z0-9.:\[\]-]{1,253}$")
+ADDRESS = re.compile(r"^[A-Za-z0-9._:\[\]-]{1,253}$")
 """What hello's ``address`` may hold (``hostagent.protocol.Hello``)."""
 
 
@@ -131,7 +131,8 @@ class AgentConfig:
         if self.address:
             return self.address
         if ipaddress.ip_address(self.publish_address).is_unspecified:
-            return self.hostname[:253]
+            # A hostname hello cannot carry is left out: the API then shows no address.
+            return self.hostname if ADDRESS.match(self.hostname) else ""
         return self.publish_address
 
     @property

@@ -237,7 +237,7 @@ class _HelloOptional(TypedDict, total=False):
     process_runtime: bool
     # The address other machines reach this host's published ports at (--address); absent:
     # the agent did not say (the control plane then shows none).
-    address: Annotated[str, Meta(pattern=r"^[A-Za-z0-9.:\[\]-]{1,253}$")]
+    address: Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:\[\]-]{1,253}$")]
 
 
 class Hello(_HelloOptional):

@@ -101,9 +101,10 @@ class ReplicaSpec:
                 self.mps_pipe_directory,
                 self.gpu_request,
                 *([self.security] if self.security is not None else []),
-                # Only where there are ports: a replica without any keeps the fingerprint it
-                # had before ports existed, so an upgraded agent adopts it.
-                *([self.host_ports] if self.host_ports else []),
+                # Only where the agent chose them: a replica without any (or in the host's
+                # network, on its declared ports) keeps the fingerprint it had before ports
+                # existed, so an upgraded agent adopts it rather than starting it again.
+                *([self.host_ports] if self.host_ports and self.allocates_ports() else []),
             ],
             sort_keys=True,
         )

@@ -188,3 +188,11 @@ def test_hello_carries_the_hosts_address_when_given():
     hello = Collector(sim, hostname="h", address="10.0.0.7").hello(applied_generation=0)
     assert hello["address"] == "10.0.0.7"
     assert "address" not in Collector(sim, hostname="h").hello(applied_generation=0)
+
+
+def test_a_hostname_hello_cannot_carry_is_not_reported_as_the_address():
+    wildcard = cli.parser().parse_args(["--publish-address", "0.0.0.0"])
+    config = cli.config_from_args(wildcard, AgentConfig(hostname="gpu 7/weird"))
+    assert config.reported_address == ""
+    underscored = cli.config_from_args(wildcard, AgentConfig(hostname="gpu_7"))
+    assert underscored.reported_address == "gpu_7"

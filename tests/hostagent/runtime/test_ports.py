@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from hostagent.protocol import default_health
+from hostagent.protocol import default_health, default_security
 from hostagent.runtime import Supervisor
 from hostagent.runtime.ports import PortAllocator, PortRange, PortsExhausted, bindable
 from hostagent.runtime.store import ReplicaStore, Stored
@@ -158,3 +158,12 @@ def test_a_health_port_not_declared_gets_a_host_port_named_health() -> None:
     assert PortAllocator(PortRange(21000, 21000)).allocate(
         [{"name": "health", "port": 7000}], kept={}, taken=set()
     ) == {"health": 21000}
+
+
+def test_a_host_network_container_binds_its_declared_ports_and_keeps_its_fingerprint() -> None:
+    on_host = {**default_security(), "user": "65534:65534", "host_network": True}
+    s = replace(spec(1, runtime="container", image="x", ports=HTTP), security=on_host)
+    assert not s.allocates_ports() and s.fixed_ports() == {"http": 8080}
+    # What an agent older than ports started is adopted, not started again.
+    assert replace(s, host_ports=s.fixed_ports()).fingerprint() == s.fingerprint()
+    assert replace(ported(1), host_ports={"http": 20001}).fingerprint() != ported(1).fingerprint()
