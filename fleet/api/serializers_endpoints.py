@@ -21,8 +21,8 @@ class EndpointSerializer(serializers.Serializer[Any]):
         max_length=128,
         required=False,
         allow_null=True,
-        help_text="Requests whose path starts with it (by whole segments, e.g. `/qwen`) reach "
-        "this deployment; the path is forwarded whole.",
+        help_text="One path segment, e.g. `/qwen`: requests to `/qwen/...` reach this "
+        "deployment as `/...` (with `X-Forwarded-Prefix: /qwen`).",
     )
     hostname = serializers.CharField(
         max_length=253,

@@ -8,7 +8,6 @@ from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 
 from fleet.allocations.models import Deployment
 from fleet.allocations.workloads import workload_of
@@ -20,7 +19,7 @@ from fleet.domain import Violation
 from fleet.endpoints.models import Endpoint
 from hostagent import protocol
 
-PATH_PREFIX = re.compile(r"^(?:/[A-Za-z0-9._~-]{1,63}){1,8}$")
+PATH_PREFIX = re.compile(r"^/[A-Za-z0-9._~-]{1,63}$")
 HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$"
 )
@@ -52,8 +51,9 @@ def _checked(spec: Any) -> tuple[str | None, str | None, str | None]:
     if prefix is not None and not (isinstance(prefix, str) and PATH_PREFIX.match(prefix)):
         raise ServiceError(
             "endpoint.invalid",
-            "'path_prefix' is a path of 1 to 8 segments, e.g. '/qwen' (letters, digits, "
-            "'.', '_', '~', '-'; no trailing '/').",
+            "'path_prefix' is one path segment, e.g. '/qwen' (letters, digits, '.', '_', "
+            "'~', '-'; no trailing '/'): the gateway takes it off before the replica sees "
+            "the path.",
             {"field": "path_prefix"},
         )
     if hostname is not None and not (isinstance(hostname, str) and HOSTNAME.match(hostname)):
@@ -67,17 +67,6 @@ def _checked(spec: Any) -> tuple[str | None, str | None, str | None]:
             "endpoint.invalid", "Give 'path_prefix', 'hostname' or both: how requests reach it."
         )
     return port, prefix, hostname
-
-
-def _overlapping(prefix: str, deployment_id: int) -> Endpoint | None:
-    """Another endpoint whose prefix holds this one's, or is held by it, segment-wise: the
-    balancer would have to choose between them."""
-    ancestors = ["/".join(prefix.split("/")[:n]) for n in range(2, prefix.count("/") + 1)]
-    return (
-        Endpoint.objects.exclude(deployment_id=deployment_id)
-        .filter(Q(path_prefix__in=[*ancestors, prefix]) | Q(path_prefix__startswith=prefix + "/"))
-        .first()
-    )
 
 
 def endpoint_set(*, deployment_id: int, spec: Any, requested_by: Any = None) -> Endpoint | None:
@@ -103,21 +92,19 @@ def endpoint_set(*, deployment_id: int, spec: Any, requested_by: Any = None) -> 
             )
             violation = Violation("endpoint.port_unknown", message, {"declared": declared})
             raise RuleViolation(message, [violation])
-        if prefix is not None and (other := _overlapping(prefix, deployment_id)) is not None:
+        others = Endpoint.objects.exclude(deployment_id=deployment_id).select_related("deployment")
+        if prefix is not None and (other := others.filter(path_prefix=prefix).first()):
             raise Conflict(
                 "endpoint.taken",
-                f"The path {other.path_prefix} is {other.deployment.name}'s; endpoints' paths "
-                "may not hold one another.",
+                f"The path {prefix} is {other.deployment.name}'s.",
                 {"deployment": other.deployment_id},
             )
-        if hostname is not None:
-            others = Endpoint.objects.exclude(deployment_id=deployment_id)
-            if (taken := others.filter(hostname=hostname).first()) is not None:
-                raise Conflict(
-                    "endpoint.taken",
-                    f"The hostname {hostname} is {taken.deployment.name}'s.",
-                    {"deployment": taken.deployment_id},
-                )
+        if hostname is not None and (taken := others.filter(hostname=hostname).first()):
+            raise Conflict(
+                "endpoint.taken",
+                f"The hostname {hostname} is {taken.deployment.name}'s.",
+                {"deployment": taken.deployment_id},
+            )
         endpoint = current or Endpoint(deployment=deployment, slot=_free_slot())
         endpoint.port, endpoint.path_prefix, endpoint.hostname = port, prefix, hostname
         try:
