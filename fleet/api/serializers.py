@@ -20,6 +20,11 @@ from fleet.allocations.ports import allocation_address, allocation_ports, alloca
 from fleet.allocations.selectors import allocation_environment
 from fleet.allocations.workloads import workload_of
 from fleet.api.fields import BoundedDictField, BoundedListField, IdField
+from fleet.api.serializers_endpoints import (
+    EndpointReadSerializer,
+    EndpointSerializer,
+    endpoint_read,
+)
 from fleet.api.serializers_mig import LayoutSerializer, ViolationSerializer
 from fleet.api.serializers_workloads import WorkloadSerializer
 from fleet.core.filters import ID_MAX
@@ -367,6 +372,7 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
     status = serializers.SerializerMethodField()
     workload = WorkloadReadSerializer(read_only=True)
     team_slug = serializers.CharField(source="team.slug", read_only=True)
+    endpoint = serializers.SerializerMethodField()
 
     class Meta:
         model = Deployment
@@ -388,6 +394,7 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
             "workload",
             "host_labels",
             "host_memory_mib",
+            "endpoint",
             "deleting",
             "created_at",
         ]
@@ -417,6 +424,11 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
         return len(
             {a.replica for a in obj.allocations.all() if a.state != AllocationState.RELEASING}
         )
+
+    @extend_schema_field(EndpointReadSerializer(allow_null=True))
+    def get_endpoint(self, obj: Deployment) -> dict[str, Any] | None:
+        """The one address its ready replicas answer at, through the gateways; `null`: none."""
+        return endpoint_read(obj)
 
     @extend_schema_field(serializers.IntegerField())
     def get_placed_replicas(self, obj: Deployment) -> int:
@@ -500,6 +512,14 @@ class DeploymentCreateSerializer(serializers.Serializer[Any]):
         "`max_host_memory_mib` (else 422 `policy.host_memory_denied`); none given: the "
         "policy's `default_host_memory_mib`. Fixed at creation.",
     )
+    endpoint = EndpointSerializer(
+        required=False,
+        allow_null=True,
+        help_text="The one address its ready replicas answer at, through the gateways "
+        '(e.g. `{"port": "http", "path_prefix": "/qwen"}`); 409 `endpoint.taken` when another '
+        "deployment has the path or host name, 422 `endpoint.port_unknown` when the workload "
+        "declares no such port. Nothing is created then.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         kind = attrs["kind"]
@@ -578,6 +598,12 @@ class DeploymentUpdateSerializer(serializers.Serializer[Any]):
         "copy running before its old one stops; a failure rolls back.",
     )
     rollout = RolloutSettingsSerializer(required=False)
+    endpoint = EndpointSerializer(
+        required=False,
+        allow_null=True,
+        help_text="Its endpoint, set or changed (`null` removes it); 409 `endpoint.taken` when "
+        "another deployment has the path or host name.",
+    )
     team = serializers.CharField(
         required=False,
         max_length=64,

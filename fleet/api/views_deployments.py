@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
@@ -39,6 +40,7 @@ from fleet.api.views_teams import (
 from fleet.core.errors import ServiceError
 from fleet.core.models import OperationKind
 from fleet.core.permissions import TeamRolePermission
+from fleet.endpoints.services import endpoint_set
 from fleet.placement import DEFAULT_STRATEGY
 
 
@@ -61,7 +63,7 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadV
 
     def get_queryset(self) -> QuerySet[Deployment]:
         return (
-            Deployment.objects.select_related("team")
+            Deployment.objects.select_related("team", "endpoint")
             .prefetch_related(
                 Prefetch(
                     "allocations",
@@ -87,7 +89,21 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadV
         data = validated(s.DeploymentCreateSerializer, request)
         team_id = team_for_create(request.user, data.get("team"))
         create = deployment_create_placed if data["auto"] else allocation_services.deployment_create
-        deployment = create(
+        with transaction.atomic():  # an endpoint refused: no deployment either
+            deployment = self._create(create, data, team_id, request)
+            if data.get("endpoint") is not None:
+                endpoint_set(
+                    deployment_id=deployment.pk,
+                    spec=dict(request.data["endpoint"]),
+                    requested_by=request.user,
+                )
+        return Response(
+            s.DeploymentSerializer(self.get_queryset().get(pk=deployment.pk)).data,
+            status=status.HTTP_201_CREATED,
+        )
+
+    def _create(self, create: Any, data: dict[str, Any], team_id: int, request: Request) -> Any:
+        return create(
             name=data["name"],
             request=allocation_services.DeploymentRequest(
                 kind=data["kind"],
@@ -102,10 +118,6 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadV
             team_id=team_id,
             host_memory_mib=data.get("host_memory_mib"),
             requested_by=request.user,
-        )
-        return Response(
-            s.DeploymentSerializer(self.get_queryset().get(pk=deployment.pk)).data,
-            status=status.HTTP_201_CREATED,
         )
 
     @extend_schema(
@@ -146,9 +158,20 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, ReadV
             if not isinstance(named, str | int) or isinstance(named, bool):
                 raise ServiceError("team.not_found", "'team' is a team's id or slug.")
             changes["team"] = team_for_create(request.user, str(named)[:64])
-        operation = deployment_update(
-            deployment_id=deployment_id, changes=changes, requested_by=request.user
-        )
+        with transaction.atomic():  # the endpoint and the rest, or neither
+            if "endpoint" in changes:
+                endpoint_set(
+                    deployment_id=deployment_id,
+                    spec=changes.pop("endpoint"),
+                    requested_by=request.user,
+                )
+            operation = (
+                deployment_update(
+                    deployment_id=deployment_id, changes=changes, requested_by=request.user
+                )
+                if changes or "endpoint" not in request.data
+                else None
+            )
         if operation is not None and operation.kind == OperationKind.ROLLOUT:
             return Response(s.OperationSerializer(operation).data, status=status.HTTP_202_ACCEPTED)
         return Response(s.DeploymentSerializer(self.get_queryset().get(pk=deployment_id)).data)

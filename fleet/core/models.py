@@ -191,6 +191,7 @@ class OperationKind(models.TextChoices):
     DELETE_SECRET = "delete_secret", "Delete team secret"
     RESERVE_HOST = "reserve_host", "Reserve host"
     ROTATE_HOST_TOKEN = "rotate_host_token", "Rotate host token"
+    SET_ENDPOINT = "set_endpoint", "Set deployment endpoint"
 
 
 class OperationStatus(models.TextChoices):

@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "fleet.inventory",
     "fleet.partitioning",
     "fleet.allocations",
+    "fleet.endpoints",
     "fleet.api",
     "fleet.web",
     "fleet.commands",
@@ -468,3 +469,9 @@ LOGGING = {
         "celery.app.trace": {"level": env("FLEET_TASK_LOG_LEVEL", "WARNING")},
     },
 }
+
+# Endpoints (fleet.endpoints): the URL callers reach the gateways at (its scheme, host and port;
+# a deployment's endpoint URL adds its path, or its host name); the backends each gateway's
+# HAProxy declares in advance, one per endpoint (changing it needs the gateways restarted).
+FLEET_GATEWAY_URL = env("FLEET_GATEWAY_URL", "") or None
+FLEET_GATEWAY_SLOTS = env_int("FLEET_GATEWAY_SLOTS", 256)

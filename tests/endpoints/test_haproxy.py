@@ -54,7 +54,7 @@ class Copy:
 
             def do_GET(self) -> None:
                 time.sleep(copy.delay_s)
-                body = copy.name.encode()
+                body = copy.answer(self.path, self.headers.get("X-Forwarded-Prefix", "")).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -65,10 +65,14 @@ class Copy:
                 pass
 
         self.name, self.delay_s, self.served = name, delay_s, 0
+        self.echo = False
         self.server = Listener(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, path: str, prefix: str) -> str:
+        return f"{self.name} {path} {prefix}" if self.echo else self.name
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -140,6 +144,7 @@ def test_a_word_that_could_become_a_second_command_is_never_sent(tmp_path):
 def test_routes_by_host_and_path_prefix_and_an_unknown_one_is_a_json_404(gateway):
     config, api = gateway
     a, b = Copy("a"), Copy("b")
+    a.echo = b.echo = True
     try:
         routes = [
             Route(0, "qwen.fleet.example", "/qwen", (Server("r1", "127.0.0.1", a.port),)),
@@ -147,14 +152,15 @@ def test_routes_by_host_and_path_prefix_and_an_unknown_one_is_a_json_404(gateway
         ]
         result = sync(api, config, routes)
         assert not result.errors, result.errors
-        assert get(config, "/qwen/v1/completions") == (200, "a")
-        assert get(config, "/anything", host="QWEN.fleet.example:8080") == (200, "a")
-        assert get(config, "/llama") == (200, "b")
+        assert get(config, "/qwen/v1/completions") == (200, "a /v1/completions /qwen")
+        assert get(config, "/qwen2/v1") == (404, get(config, "/mistral")[1])  # whole segments
+        assert get(config, "/anything", host="QWEN.fleet.example:8080") == (200, "a /anything ")
+        assert get(config, "/llama?q=1") == (200, "b /?q=1 /llama")
         status, body = get(config, "/mistral")
         assert status == 404 and '"endpoint.not_found"' in body
         # A second run finds nothing to do: HAProxy already holds the routes.
         assert sync(api, config, routes).commands == []
-        assert (config.paths_map.read_text()) == "/llama ep_1\n/qwen ep_0\n"
+        assert (config.paths_map.read_text()) == "llama ep_1\nqwen ep_0\n"
     finally:
         a.stop()
         b.stop()
@@ -264,7 +270,7 @@ def test_a_copy_leaves_the_rotation_only_once_a_copy_that_stays_is_up(tmp_path):
         "/m",
         (Server("r1", "127.0.0.1", 9001, draining=True), Server("r2", "127.0.0.1", 9002)),
     )
-    paths = {"/m": "ep_0"}
+    paths = {"m": "ep_0"}
     commands, _, deferred = plan(config, [route], [old, new], {}, paths, {})
     assert (commands, deferred) == ([], 1)  # r2 has not passed its first check: r1 serves on
     up = ServerState("ep_0", "r2", "127.0.0.1", 9002, up=True, maint=False, drain=False)

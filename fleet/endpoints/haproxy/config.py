@@ -4,8 +4,10 @@ Every deployment with an endpoint owns one of ``slots`` backends declared here i
 (``ep_0`` … ``ep_<slots-1>``): HAProxy 2.6 adds and removes *servers* at run time (the Runtime
 API's ``add server`` / ``del server``), not backends. Requests reach a backend through two maps
 the Runtime API also changes at run time: ``hosts.map`` (the ``Host`` header, port removed,
-lower-cased) and then ``paths.map`` (the longest path prefix, ``map_beg``). The path is forwarded
-whole, as AWS' Application Load Balancer does.
+lower-cased), else ``paths.map`` (the path's first segment, exactly: ``/qwen`` never catches
+``/qwen2``). A path endpoint's segment is taken off the path before it is forwarded
+(``/qwen/v1/completions`` reaches the copy as ``/v1/completions``, with
+``X-Forwarded-Prefix: /qwen``), as a SageMaker container sees ``/invocations``.
 
 What keeps a request from failing while copies come and go:
 
@@ -120,11 +122,18 @@ def render(config: GatewayConfig) -> str:
         "",
         "frontend fleet",
         f"    bind {config.listen}",
-        f"    http-request set-var(txn.be) req.hdr(host),field(1,:),lower,"
+        f"    http-request set-var(txn.host_be) req.hdr(host),field(1,:),lower,"
         f"map_str({config.hosts_map})",
-        f"    http-request set-var(txn.be) path,map_beg({config.paths_map}) "
-        "if !{ var(txn.be) -m found }",
-        "    use_backend %[var(txn.be)] if { var(txn.be) -m found }",
+        "    http-request set-var(txn.segment) path,field(2,/) if !{ var(txn.host_be) -m found }",
+        f"    http-request set-var(txn.path_be) var(txn.segment),map_str({config.paths_map}) "
+        "if { var(txn.segment) -m found }",
+        # A path endpoint's prefix is taken off, as SageMaker's container sees /invocations: the
+        # model server answers /v1/completions, the caller asks /qwen/v1/completions.
+        "    http-request set-header X-Forwarded-Prefix /%[var(txn.segment)] "
+        "if { var(txn.path_be) -m found }",
+        "    http-request set-path %[path,regsub(^/[^/]*/?,/)] if { var(txn.path_be) -m found }",
+        "    use_backend %[var(txn.host_be)] if { var(txn.host_be) -m found }",
+        "    use_backend %[var(txn.path_be)] if { var(txn.path_be) -m found }",
         "    default_backend fleet_no_endpoint",
         "",
         "backend fleet_no_endpoint",

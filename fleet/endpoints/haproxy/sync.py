@@ -31,6 +31,11 @@ _IPV6 = re.compile(r"^[0-9A-Fa-f:.]+$")
 _OK = ("", "New server registered.", "Server deleted.")
 
 
+def path_key(path_prefix: str) -> str:
+    """The paths map's key: the prefix's one segment, without its ``/``."""
+    return path_prefix.strip("/")
+
+
 @dataclass(frozen=True)
 class Server:
     """One copy of a deployment: ``name`` is ``r<allocation id>``; ``draining``: it takes no new
@@ -127,7 +132,7 @@ def plan(
         if route.hostname:
             wanted_hosts[route.hostname] = backend
         if route.path_prefix:
-            wanted_paths[route.path_prefix] = backend
+            wanted_paths[path_key(route.path_prefix)] = backend
     for backend, states in by_backend.items():  # endpoints gone
         for state in states.values():
             left, wait = _retire(backend, state, sessions)
@@ -192,7 +197,7 @@ def _persist_maps(config: GatewayConfig, routes: Sequence[Route]) -> None:
     still to re-add the servers."""
     for path, keys in (
         (config.hosts_map, [(r.hostname, r.slot) for r in routes if r.hostname]),
-        (config.paths_map, [(r.path_prefix, r.slot) for r in routes if r.path_prefix]),
+        (config.paths_map, [(path_key(r.path_prefix), r.slot) for r in routes if r.path_prefix]),
     ):
         text = "".join(f"{key} {backend_name(slot)}\n" for key, slot in sorted(keys))
         if not path.exists() or path.read_text() != text:

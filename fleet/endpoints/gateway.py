@@ -1,0 +1,109 @@
+"""A Fleet gateway: one HAProxy, kept in step with the fleet's endpoints.
+
+It writes the configuration (:mod:`fleet.endpoints.haproxy.config`), starts HAProxy in
+master-worker mode (or drives one already running, by its Runtime API), then every ``interval_s``
+reads the endpoints' copies (:func:`fleet.endpoints.selectors.gateway_routes`) and applies the
+difference (:func:`fleet.endpoints.haproxy.sync.sync`): a change Fleet knows reaches the balancer
+within about ``interval_s`` plus a sync, well under a second. Several gateways may run, anywhere
+the hosts' addresses can be reached: each converges on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.db import close_old_connections
+
+from fleet.endpoints.haproxy import config as hconfig
+from fleet.endpoints.haproxy.runtime import RuntimeApi, RuntimeApiError
+from fleet.endpoints.haproxy.sync import SyncResult, sync
+from fleet.endpoints.selectors import gateway_routes
+
+logger = logging.getLogger(__name__)
+
+
+class GatewayError(RuntimeError):
+    """The gateway cannot start: no HAProxy, a configuration it refuses, a Runtime API that
+    does not answer."""
+
+
+@dataclass
+class Gateway:
+    config: hconfig.GatewayConfig
+    runtime_api: str | None = None  # an HAProxy someone else runs: its Runtime API address
+    haproxy: str = "haproxy"
+    interval_s: float = 0.25
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def api(self) -> RuntimeApi:
+        return RuntimeApi(self.runtime_api or self.config.socket)
+
+    def start(self) -> None:
+        if self.runtime_api is None:
+            binary = shutil.which(self.haproxy)
+            if binary is None:
+                raise GatewayError(
+                    f"{self.haproxy!r} is not installed: apt-get install haproxy (2.6 or later)."
+                )
+            path = hconfig.write(self.config)
+            check = subprocess.run(
+                [binary, "-c", "-q", "-f", str(path)], capture_output=True, check=False
+            )
+            if check.returncode != 0:
+                raise GatewayError(f"HAProxy refuses {path}: {check.stderr.decode()[-500:]}")
+            self.process = subprocess.Popen([binary, "-W", "-f", str(path)])
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.api.command("show", "info")
+                return
+            except RuntimeApiError as exc:
+                if self.process is not None and self.process.poll() is not None:
+                    raise GatewayError(f"HAProxy exited ({self.process.returncode})") from exc
+                if time.monotonic() > deadline:
+                    raise GatewayError(str(exc)) from exc
+                time.sleep(0.05)
+
+    def once(self) -> SyncResult:
+        close_old_connections()
+        return sync(self.api, self.config, gateway_routes())
+
+    def run(self, stop: threading.Event) -> None:
+        """Sync until ``stop``; a failed round (HAProxy or the database away) is logged and
+        retried, never fatal: the balancer keeps routing as it last was."""
+        while not stop.is_set():
+            try:
+                self.once()
+            except RuntimeApiError as exc:
+                logger.warning("gateway: HAProxy does not answer: %s", exc)
+                if self.process is not None and self.process.poll() is not None:
+                    logger.error(
+                        "gateway: HAProxy exited (%s): restarting it", self.process.returncode
+                    )
+                    self.start()
+            except Exception:
+                logger.exception("gateway: a sync failed; the next one retries")
+            stop.wait(self.interval_s)
+
+    def close(self, grace_s: float = 10.0) -> None:
+        """Stop HAProxy softly: its listeners close, the requests in flight finish."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGUSR1)
+        try:
+            self.process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def default_directory() -> Path:
+    return Path("/var/lib/fleet-gateway")

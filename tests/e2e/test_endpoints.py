@@ -1,0 +1,187 @@
+"""Endpoints on the real processes (issue 23): daphne, a Celery worker and beat, an agent running
+its replicas as processes, and ``manage.py fleet_gateway`` running Debian's HAProxy. A caller
+sends requests through the gateway without a pause while every replica of the deployment moves
+to another GPU and then rolls out a new version: none fails.
+"""
+
+from __future__ import annotations
+
+import http.client
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.stack import BIN, Stack, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+HAPROXY = Path("/usr/sbin/haproxy")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server(www: Path, version: str) -> dict[str, Any]:
+    script = f'exec {SYSTEM_PYTHON} -m http.server --bind 127.0.0.1 --directory {www} "$PORT"'
+    return {
+        "runtime": "process",
+        "command": ["/bin/sh", "-c", script],
+        "env": {"VERSION": version},
+        "ports": [{"name": "http", "port": 8000}],
+        "health": {"http": {"port": 8000, "path": "/who"}, "interval_s": 1, "timeout_s": 1},
+        "stop_grace_s": 2,
+    }
+
+
+class Caller:
+    """Requests through the gateway, one after the other on each of ``threads`` connections,
+    until stopped; every answer that is not a 200 is a failure, with when it happened."""
+
+    def __init__(self, port: int, path: str, threads: int = 2) -> None:
+        self.port, self.path = port, path
+        self.ok = 0
+        self.failed: list[str] = []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run) for _ in range(threads)]
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+            try:
+                connection.request("GET", self.path)
+                answer = connection.getresponse()
+                answer.read()
+                if answer.status == 200:
+                    self.ok += 1
+                else:
+                    self.failed.append(f"{answer.status} at {time.strftime('%X')}")
+            except (OSError, http.client.HTTPException) as exc:
+                self.failed.append(f"{exc!r} at {time.strftime('%X')}")
+            finally:
+                connection.close()
+            time.sleep(0.01)
+
+    def __enter__(self) -> Caller:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+
+
+def replicas(stack: Stack, deployment_id: int) -> list[dict[str, Any]]:
+    return list(stack.get(f"/api/v1/allocations/?deployment={deployment_id}")["results"])
+
+
+def test_a_caller_sees_no_failed_request_while_every_replica_moves_and_rolls_out(
+    stack: Stack, tmp_path: Path
+) -> None:
+    for needed in (SYSTEM_PYTHON, HAPROXY):
+        if not needed.exists():
+            pytest.skip(f"{needed} is missing")
+    stack.allow_workloads()
+    agent = stack.add_agent("ep-1", ["a100-sxm4-40gb"] * 4, runtime="process")
+    gpus = [g["id"] for g in stack.gpus(agent)]
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "who").write_text("model\n")
+    body = {
+        "name": "ep-model",
+        "kind": "gpu",
+        "gpu_count": 1,
+        "replicas": 2,
+        "workload": server(www, "1"),
+        "endpoint": {"path_prefix": "/ep-model"},
+    }
+    status, created = stack.request("POST", "/api/v1/deployments/", body)
+    assert status == 201, created
+    deployment_id = created["id"]
+    for gpu in gpus[:2]:
+        status, op = stack.request(
+            "POST", f"/api/v1/deployments/{deployment_id}/place", {"gpu": gpu}
+        )
+        assert status in (200, 201, 202), op
+    wait_until(
+        lambda: sum(r["ready"] for r in replicas(stack, deployment_id)) == 2,
+        60,
+        what="two replicas ready",
+    )
+    port = free_port()
+    directory = Path(f"/tmp/fgw-e2e-{port}")
+    shutil.rmtree(directory, ignore_errors=True)
+    stack.spawn(
+        "gateway",
+        [
+            str(BIN / "python"),
+            "manage.py",
+            "fleet_gateway",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--directory",
+            str(directory),
+            "--metrics",
+            "none",
+        ],
+    )
+    try:
+        try:
+            wait_until(lambda: _answers(port, "/ep-model/who"), 30, what="the gateway routing")
+        except AssertionError as exc:
+            log = stack.log("gateway")[-3000:]
+            raise AssertionError(f"{exc}; the gateway's log:\n{log}") from None
+        with Caller(port, "/ep-model/who") as caller:
+            time.sleep(1)
+            moves = zip(sorted(replicas(stack, deployment_id), key=_id), gpus[2:], strict=True)
+            for replica, target in moves:
+                status, op = stack.request(
+                    "POST", f"/api/v1/allocations/{replica['id']}/move", {"gpu": target}
+                )
+                assert status == 202, op
+                assert stack.wait_operation(op["id"], 60)["status"] == "succeeded"
+            status, op = stack.request(
+                "PATCH",
+                f"/api/v1/deployments/{deployment_id}/",
+                {
+                    "workload": server(www, "2"),
+                    "rollout": {"max_surge": 1, "max_unavailable": 0, "min_ready_s": 1},
+                },
+            )
+            assert status == 202, op
+            assert stack.wait_operation(op["id"], 90)["status"] == "succeeded"
+            time.sleep(1)
+        assert caller.failed == [], caller.failed
+        assert caller.ok > 50, caller.ok
+        rows = replicas(stack, deployment_id)
+        assert len(rows) == 2 and {r["gpu"] for r in rows} <= set(gpus)
+    finally:
+        stack.terminate("gateway")
+        stack.request("DELETE", f"/api/v1/deployments/{deployment_id}/")
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _id(row: dict[str, Any]) -> int:
+    return int(row["id"])
+
+
+def _answers(port: int, path: str) -> bool:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=3)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        connection.close()
