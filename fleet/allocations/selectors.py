@@ -170,10 +170,18 @@ def placement_demands(deployments: Iterable[Deployment]) -> dict[int, Demand]:
     """:func:`placement_demand` of many deployments: one query for the hosts that the copies of
     all those with a port hold (the tray asks for every deployment at once)."""
     rows = list(deployments)
-    policies = dict(
-        Team.objects.filter(pk__in={d.team_id for d in rows}).values_list("pk", "policy")
+    # Only a container that declares a port may bind it in the host's network: only its team's
+    # policy is read (no query when there is none, as in most fleets).
+    binding = {
+        d.team_id for d in rows if runtime_of(d) == "container" and workload_port(d.workload)
+    }
+    policies = (
+        dict(Team.objects.filter(pk__in=binding).values_list("pk", "policy")) if binding else {}
     )
-    ports = {d.pk: host_network_port(d, policies.get(d.team_id)) for d in rows}
+    ports = {
+        d.pk: host_network_port(d, policies.get(d.team_id)) if d.team_id in binding else 0
+        for d in rows
+    }
     ported = [pk for pk, port in ports.items() if port]
     held: dict[int, set[int]] = {pk: set() for pk in ported}
     if ported:
