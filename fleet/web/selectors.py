@@ -179,7 +179,11 @@ def tray_deployments(*, deployment_ids: Iterable[int] | None = None) -> QuerySet
 
 def deployment_detail(deployment_id: int) -> Deployment | None:
     """One deployment with its allocations (GPUs, hosts, partitions) and its creator."""
-    return tray_deployments(deployment_ids=[deployment_id]).select_related("created_by").first()
+    return (
+        tray_deployments(deployment_ids=[deployment_id])
+        .select_related("created_by", "endpoint")
+        .first()
+    )
 
 
 def deployment_events(deployment: Deployment, *, limit: int = 30) -> list[HealthEvent]:

@@ -172,3 +172,23 @@ if (logs && logReplica) {
   });
   document.getElementById("logs-refresh")?.addEventListener("click", () => fetchLogs());
 }
+
+// The endpoint's Copy button (the side panel is re-rendered: one listener on the page).
+page.addEventListener("click", async (event) => {
+  const button = /** @type {HTMLElement} */ (event.target).closest("[data-copy]");
+  if (!(button instanceof HTMLElement)) return;
+  const text = document.getElementById(button.dataset.copy || "")?.textContent || "";
+  try {
+    await navigator.clipboard.writeText(text);
+    toast("Endpoint URL copied.", { kind: "ok" });
+  } catch {
+    // No clipboard (a page served over plain HTTP off localhost): select it for Ctrl+C.
+    const range = document.createRange();
+    range.selectNodeContents(
+      /** @type {Node} */ (document.getElementById(button.dataset.copy || "")),
+    );
+    getSelection()?.removeAllRanges();
+    getSelection()?.addRange(range);
+    toast("The URL is selected: press Ctrl+C to copy it.");
+  }
+});

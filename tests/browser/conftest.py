@@ -130,6 +130,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "DJANGO_SETTINGS_MODULE": "fleet.settings.base",
         "PYTHONUNBUFFERED": "1",
         "FLEET_IMAGE_PINNING": "false",  # the tests' images are made up: no registry is asked
+        "FLEET_GATEWAY_URL": "http://gateway.test:8080",  # endpoints' URLs (no gateway runs)
     }
     env.pop("FLEET_DATABASE_URL", None)
     env.pop("FLEET_REDIS_URL", None)

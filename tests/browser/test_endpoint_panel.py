@@ -1,0 +1,52 @@
+"""A deployment's endpoint on its page, in a real browser against ``manage.py demo``: the URL a
+caller uses with a Copy button, and which replicas the balancer holds (none here: the demo's
+agents report no address, so no gateway could reach them, and the page says so)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+
+def test_the_deployment_page_shows_its_endpoint_url_and_copies_it(new_session: Any) -> None:
+    session = new_session("operator")
+    page = session.page
+    workload = {
+        "runtime": "process",
+        "command": ["/bin/sleep", "3600"],
+        "ports": [{"name": "http", "port": 8000}],
+        "stop_grace_s": 1,
+    }
+    status, created = session.api(
+        "POST",
+        "/api/v1/deployments/",
+        {
+            "name": "ep-page",
+            "kind": "mig",
+            "profile": "1g.10gb",
+            "workload": workload,
+            "endpoint": {"path_prefix": "/ep-page"},
+        },
+    )
+    assert status == 201, created
+    assert created["endpoint"]["url"] == "http://gateway.test:8080/ep-page"
+    try:
+        page.goto(f"{session.stack.url}/deployments/{created['id']}/")
+        session.wait_live()
+        assert page.locator("#endpoint-url").inner_text() == "http://gateway.test:8080/ep-page"
+        assert "No replica is in the balancer" in page.locator("#endpoint-replicas").inner_text()
+        page.get_by_role("button", name="Copy the endpoint URL").click()
+        page.wait_for_selector(".toast", timeout=5000)
+        assert "URL" in page.locator(".toast").last.inner_text()
+        # Removed through the API: the panel goes with the next live refresh.
+        status, _ = session.api(
+            "PATCH", f"/api/v1/deployments/{created['id']}/", {"endpoint": None}
+        )
+        assert status == 200
+        page.wait_for_selector("#dep-endpoint", state="detached", timeout=15_000)
+        assert session.errors == []
+    finally:
+        session.api("DELETE", f"/api/v1/deployments/{created['id']}/")
