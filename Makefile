@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-production test-fast check lint bench clean
+.PHONY: run test test-production test-fast check check-deploy lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ check: $(STAMP)
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file /dev/null
 	$(BIN)/mkdocs build --strict --site-dir site
+
+## check-deploy: the deployment files: systemd-analyze verify on every unit (deploy/systemd,
+## hostagent/packaging), nginx -t on deploy/nginx/fleet.conf, caddy validate on
+## deploy/caddy/Caddyfile (Debian's systemd, nginx and caddy packages; .ci/run installs them)
+check-deploy:
+	deploy/check.sh
 
 clean:
 	rm -rf $(VENV) var site .pytest_cache .mypy_cache .ruff_cache .hypothesis

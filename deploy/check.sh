@@ -101,9 +101,9 @@ fi
 
 # ---- 3. Caddy -----------------------------------------------------------------------------
 CADDYFILE=$DEPLOY_DIR/caddy/Caddyfile
-# Caddy keeps its state under $HOME/.local/share/caddy and $XDG_CONFIG_HOME: the scratch dir.
-if ! out=$(HOME=$WORK XDG_DATA_HOME=$WORK/data XDG_CONFIG_HOME=$WORK/config \
-  caddy validate --config "$CADDYFILE" --adapter caddyfile 2>&1); then
+# Caddy keeps its state under $XDG_DATA_HOME and $XDG_CONFIG_HOME: the scratch dir.
+export HOME=$WORK XDG_DATA_HOME=$WORK/data XDG_CONFIG_HOME=$WORK/config
+if ! out=$(caddy validate --config "$CADDYFILE" --adapter caddyfile 2>&1); then
   fail "caddy validate deploy/caddy/Caddyfile"
   printf '%s\n' "$out" >&2
 elif ! caddy fmt "$CADDYFILE" | diff -u "$CADDYFILE" - >&2; then
