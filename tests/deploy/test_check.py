@@ -166,3 +166,19 @@ def test_the_agents_workloads_live_in_a_delegated_cgroup_of_their_own() -> None:
     # stays while the unit is active.
     assert (service["Type"], service["RemainAfterExit"]) == ("oneshot", "yes")
     assert "Slice" not in service  # /system.slice/, as --cgroup-base says
+
+
+@needs_tools
+def test_a_server_unit_that_loses_its_hardening_fails_the_check(tmp_path: Path) -> None:
+    deploy = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, deploy)
+    web = deploy / "systemd" / "fleet-web@.service"
+    text = web.read_text(encoding="utf-8")
+    # Every sandboxing line goes: still a valid unit, but exposed (systemd scores it 9.2).
+    web.write_text(
+        text[: text.index("NoNewPrivileges=yes")] + text[text.index("[Install]") :],
+        encoding="utf-8",
+    )
+    result = run_check(deploy)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "exposure is above 2.5" in result.stderr
