@@ -13,7 +13,7 @@
 #      one the file names.
 #   3. `caddy validate` on deploy/caddy/Caddyfile, which must also be as `caddy fmt` writes it.
 # Needs Debian's systemd, nginx (or nginx-light) and caddy packages (.ci/run installs them).
-# Run by `make check` (deploy-check) and tests/deploy/test_check.py; DEPLOY_DIR and AGENT_UNITS
+# Run by `make check-deploy` (.ci/run, static stage) and tests/deploy/test_check.py; DEPLOY_DIR and AGENT_UNITS
 # point it at other files (the test checks that a broken copy fails).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
