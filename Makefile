@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NODE_BIN := node_modules/.bin
 NODE_STAMP := node_modules/.package-lock.json
 
-.PHONY: run test test-production test-fast check format lint bench clean
+.PHONY: run test test-production test-fast check check-deploy format lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ check: $(STAMP) $(NODE_STAMP)
 format: $(STAMP) $(NODE_STAMP)
 	$(BIN)/ruff format .
 	$(NODE_BIN)/prettier --write --log-level warn 'static/**/*.{js,css}'
+
+## check-deploy: the deployment files: systemd-analyze verify on every unit (deploy/systemd,
+## hostagent/packaging), nginx -t on deploy/nginx/fleet.conf, caddy validate on
+## deploy/caddy/Caddyfile (Debian's systemd, nginx and caddy packages; .ci/run installs them)
+check-deploy:
+	deploy/check.sh
 
 clean:
 	rm -rf $(VENV) node_modules var site .pytest_cache .mypy_cache .ruff_cache .hypothesis
