@@ -76,7 +76,7 @@ echo "systemd: ${#units[@]} units checked (${units[*]})"
 # root on purpose (NVML, MIG, MPS, user switches) and is not scored.
 server=()
 for name in "${units[@]}"; do
-  case $name in fleet-web@*|fleet-worker.*|fleet-beat.*|fleet-migrate.*) server+=("$name") ;; esac
+  case $name in fleet-web@*|fleet-worker.*|fleet-beat.*|fleet-migrate.*|fleet-gateway.*) server+=("$name") ;; esac
 done
 if [ ${#server[@]} -gt 0 ]; then
   if ! out=$(cd "$WORK" && systemd-analyze security --offline=yes --root="$SD" --threshold=25 \
