@@ -76,6 +76,12 @@ def endpoint_set(*, deployment_id: int, spec: Any, requested_by: Any = None) -> 
         if deployment is None:
             raise NotFound("deployment.not_found", f"Deployment {deployment_id} does not exist.")
         current = Endpoint.objects.filter(deployment_id=deployment_id).first()
+        if deployment.deleting and spec is not None:
+            raise Conflict(
+                "deployment.deleting",
+                f"{deployment.name} is being deleted: its workloads are stopping.",
+                {"deployment": deployment_id},
+            )
         if spec is None:
             if current is not None:
                 current.delete()

@@ -198,3 +198,13 @@ def test_a_request_to_the_gateway_reaches_the_ready_replica(mig_gpu, tmp_path):
         gateway.close()
         replica.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_deployment_being_deleted_gets_no_endpoint(operator_client):
+    created = _create(operator_client).json()
+    Deployment.objects.filter(pk=created["id"]).update(deleting=True)
+    answer = operator_client.patch(
+        f"/api/v1/deployments/{created['id']}/", {"endpoint": {"path_prefix": "/x"}}, format="json"
+    )
+    assert_error(answer, 409, "deployment.deleting")
+    assert not Endpoint.objects.exists()
