@@ -32,7 +32,7 @@ $BIN/schemathesis run "$WORK/schema.yaml" --url "http://127.0.0.1:$PORT" \
   --exclude-operation-id tokens_destroy \
   --checks not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance \
   --phases examples,coverage,fuzzing --max-examples "${FLEET_CI_MAX_EXAMPLES:-25}" \
-  --workers 1 --suppress-health-check all || status=$?
+  --workers 1 --suppress-health-check all ${FLEET_CI_SCHEMATHESIS_ARGS:-} || status=$?
 if [ $status -ne 0 ]; then
   echo "---- daphne log (tail) ----"; tail -n 80 "$WORK/daphne.log"
 fi
