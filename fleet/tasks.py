@@ -20,11 +20,11 @@ def push_desired_state(host_id: int) -> None:
 
 @app.task(name="fleet.advance_operation", ignore_result=True)
 def advance_operation(operation_id: int) -> str | None:
-    """Move one long-running operation (drain, move, rollout, defrag, layout rollout, host
-    drain) forward, after the transaction that started or changed it committed."""
-    from fleet.allocations.advance import operation_advance
+    """Move one long-running operation (any kind in the workflow registry) forward, after the
+    transaction that started or changed it committed, or after one of its children ended."""
+    from fleet.workflows.registry import workflow_advance
 
-    return operation_advance(operation_id=operation_id)
+    return workflow_advance(operation_id=operation_id)
 
 
 @app.task(name="fleet.redeliver", ignore_result=True)
@@ -67,29 +67,13 @@ def recover_quiet_gpus() -> int:
     return len(gpus_recover_quiet())
 
 
-@app.task(name="fleet.advance_drains", ignore_result=True)
-def advance_drains() -> int:
-    """Beat: move every running drain-and-reshape forward (deadlines, rollbacks), every host
-    drain (its schedule, deadline, next move) and every layout rollout (its next wave)."""
-    from fleet.allocations.drain import drains_advance
-    from fleet.allocations.layout_rollouts import layout_rollouts_advance
-    from fleet.allocations.maintenance import host_drains_advance
+@app.task(name="fleet.advance_workflows", ignore_result=True)
+def advance_workflows() -> int:
+    """Beat: move every running long-running operation forward (its deadline, its next step, a
+    wake-up that was lost): every kind in the workflow registry."""
+    from fleet.workflows.registry import workflows_advance
 
-    drains = drains_advance()
-    return len(drains) + len(host_drains_advance()) + len(layout_rollouts_advance())
-
-
-@app.task(name="fleet.advance_moves", ignore_result=True)
-def advance_moves() -> int:
-    """Beat: move every running replica move, rolling update, defrag and repack forward (their
-    deadlines, a report that was lost)."""
-    from fleet.allocations.defrag import defrags_advance
-    from fleet.allocations.moves import moves_advance
-    from fleet.allocations.repack import repacks_advance
-    from fleet.allocations.rollouts import rollouts_advance
-
-    advanced = len(moves_advance()) + len(rollouts_advance()) + len(defrags_advance())
-    return advanced + len(repacks_advance())
+    return len(workflows_advance())
 
 
 @app.task(name="fleet.telemetry_rollup", ignore_result=True)

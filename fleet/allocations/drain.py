@@ -129,7 +129,7 @@ def gpu_drain(
         status=OperationStatus.DISPATCHED,
         payload={
             "step": DrainStep.CORDON,
-            "steps": [],
+            "log": [],
             "layout": layout_to_payload(layout),
             "previous_layout": layout_to_payload(current_layout(gpu)),
             "was_cordoned": gpu.cordoned,

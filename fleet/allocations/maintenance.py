@@ -183,7 +183,7 @@ def host_drain(
         status=OperationStatus.PENDING if at is not None else OperationStatus.DISPATCHED,
         payload={
             "step": HostDrainStep.SCHEDULED,
-            "steps": [],
+            "log": [],
             "at": (at or now).isoformat(),
             "force": force,
             "timeout_s": timeout_s,

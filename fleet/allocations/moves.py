@@ -174,7 +174,7 @@ def allocation_move(
         status=OperationStatus.DISPATCHED,
         payload={
             "step": MoveStep.WAIT_RUNNING,
-            "steps": [
+            "log": [
                 {
                     "step": "reserve",
                     "note": f"reserved {new.partition} (generation {generation})",

@@ -175,7 +175,7 @@ def deployment_roll(
         status=OperationStatus.DISPATCHED,
         payload={
             "step": RolloutStep.ROLLING,
-            "steps": [{"step": "start", "note": "new workload saved", "at": now.isoformat()}],
+            "log": [{"step": "start", "note": "new workload saved", "at": now.isoformat()}],
             "previous": workload_digested(previous),
             "workload": workload_digested(checked),
             "sealed_previous": secret_encrypt(json.dumps(sealed)),
@@ -345,7 +345,7 @@ def _roll_back(deployment: Deployment, payload: dict[str, Any]) -> None:
         )
         deployment.workload = previous
         payload["pending"] = list(payload["updated"])
-    payload["steps"].append(
+    payload["log"].append(
         {"step": RolloutStep.ROLLING, "note": note, "at": timezone.now().isoformat()}
     )
 
@@ -418,7 +418,7 @@ def _wait_note(payload: dict[str, Any], why: str) -> None:
     note = f"waiting: {why}"
     if payload.get("waiting_for") != note:
         payload["waiting_for"] = note
-        payload["steps"].append(
+        payload["log"].append(
             {"step": payload["step"], "note": note, "at": timezone.now().isoformat()}
         )
 

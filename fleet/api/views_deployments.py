@@ -15,7 +15,7 @@ from rest_framework.response import Response
 
 from fleet.allocations import services as allocation_services
 from fleet.allocations.autoplace import deployment_create_placed, deployment_place_all
-from fleet.allocations.defrag import deployment_defrag_apply
+from fleet.workflows.defrag import deployment_defrag_apply
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.moves import allocation_move
 from fleet.allocations.quotas import quota_refusal

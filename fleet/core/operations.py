@@ -7,15 +7,13 @@ ids (``gpu.host_id``): core imports no app above it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
-from django.db import transaction
 from django.utils import timezone
 
 from fleet.core.alerts import alert_operation_ended
-from fleet.core.errors import ServiceError
 from fleet.core.events import publish_changed
+from fleet.core.jobs import advance_after_commit
 from fleet.core.models import FINAL_STATUSES, Operation, OperationStatus
 
 # An operation in flight: recorded, or handed to an agent or a worker, and not ended.
@@ -30,33 +28,6 @@ def operation_lock_running(operation_id: int, kind: str | None = None) -> Operat
     if kind is not None:
         found = found.filter(kind=kind)
     return found.first()
-
-
-def operation_advance(
-    operation_id: int,
-    kind: str,
-    advance: Callable[[Operation, dict[str, Any]], str],
-    finish: Callable[[Operation, dict[str, Any], str, str], None],
-) -> str:
-    """Move a long-running operation kept in its ``payload`` on, under its row lock: ``advance``
-    edits the payload and says where it is (``wait``, ``done`` or ``failed``); a refusal
-    (:class:`ServiceError`) ends it ``failed`` through ``finish``. A waiting one's payload is
-    saved and browsers are told; ``advance`` or ``finish`` save a finished one themselves."""
-    with transaction.atomic():
-        operation = operation_lock_running(operation_id, kind)
-        if operation is None:
-            return "done"
-        payload = dict(operation.payload)
-        try:
-            phase = advance(operation, payload)
-        except ServiceError as error:
-            finish(operation, payload, OperationStatus.FAILED, error.message)
-            return "failed"
-        if phase == "wait":
-            operation.payload = payload
-            operation.save(update_fields=["payload", "updated_at"])
-            publish_changed("operation", [operation.pk])
-        return phase
 
 
 class _Row(Protocol):
@@ -113,12 +84,12 @@ def operation_record(
 def operation_step(
     operation: Operation, note: str, *, step: str | None = None, **extra: Any
 ) -> None:
-    """A long-running operation's progress: ``note`` joins its step log (``payload["steps"]``,
+    """A long-running operation's progress: ``note`` joins its log (``payload["log"]``,
     under the step it is leaving), it moves to ``step`` when given, ``extra`` joins its payload;
     saved, and browsers told."""
     payload = dict(operation.payload)
-    payload["steps"] = [
-        *payload.get("steps", []),
+    payload["log"] = [
+        *payload.get("log", []),
         {"step": payload.get("step"), "note": note, "at": timezone.now().isoformat()},
     ]
     if step is not None:
@@ -130,21 +101,36 @@ def operation_step(
 
 
 def operation_finish(
-    operation: Operation, status: str, reason: str, *, done: str = "done", failed: str = "failed"
+    operation: Operation,
+    status: str,
+    reason: str,
+    *,
+    done: str = "done",
+    failed: str = "failed",
+    result: dict[str, Any] | None = None,
 ) -> None:
-    """End a long-running operation: ``reason`` joins its step log, its step becomes ``done``
-    (succeeded) or ``failed``; status, reason and finish time written; webhooks and browsers
-    told."""
+    """End a long-running operation: ``reason`` joins its log, its step becomes ``done``
+    (succeeded) or ``failed``; status, reason, ``result`` (when given) and finish time written;
+    webhooks and browsers told, and its parent woken once this commits."""
     now = timezone.now()
     payload = dict(operation.payload)
-    payload["steps"] = [
-        *payload.get("steps", []),
+    payload["log"] = [
+        *payload.get("log", []),
         {"step": payload.get("step"), "note": reason, "at": now.isoformat()},
     ]
     payload["step"] = done if status == OperationStatus.SUCCEEDED else failed
+    changes: dict[str, Any] = {"result": result} if result is not None else {}
     Operation.objects.filter(pk=operation.pk).update(
-        status=status, reason=reason[:2000], payload=payload, finished_at=now, updated_at=now
+        status=status,
+        reason=reason[:2000],
+        payload=payload,
+        finished_at=now,
+        updated_at=now,
+        **changes,
     )
     operation.status = status
+    operation.payload = payload
     alert_operation_ended(operation, status=status, reason=reason)
     publish_changed("operation", [operation.pk])
+    if operation.parent_id is not None:
+        advance_after_commit(operation.parent_id)

@@ -70,7 +70,7 @@ def test_a_busy_gpu_is_drained_reshaped_verified_and_uncordoned(
     sync()  # the agent applies the 7g layout
     op.refresh_from_db()
     assert op.status == "succeeded", op.payload
-    steps = [s["step"] for s in op.payload["steps"]]
+    steps = [s["step"] for s in op.payload["log"]]
     assert steps[:4] == ["cordon", "move", "wait_moves", "wait_idle"]
     source.refresh_from_db()
     assert not source.cordoned
@@ -267,7 +267,7 @@ def test_a_reshape_moves_only_the_replicas_whose_partitions_it_destroys(
     op.refresh_from_db()
     assert op.status == "succeeded", op.payload
     assert op.payload["move_operations"] == []
-    assert "1 replica(s) stay" in op.payload["steps"][1]["note"]
+    assert "1 replica(s) stay" in op.payload["log"][1]["note"]
     after = Allocation.objects.get()
     assert (after.pk, after.partition_id) == (before.pk, before.partition_id)
     assert not Operation.objects.filter(kind__in=["move", "replace"]).exists()

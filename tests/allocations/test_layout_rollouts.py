@@ -150,14 +150,16 @@ def test_a_failure_in_the_work_after_commit_never_fails_the_request(
 ):
     """The rollout is created; its first drains' advance (run after commit) hits a deadlock:
     that is logged and beat advances the drain later, the request still answers 202."""
+    from dataclasses import replace
+
     from django.db import OperationalError
 
-    from fleet.allocations.advance import ADVANCERS
+    from fleet.workflows.registry import BY_KIND
 
     def deadlock(**_: object) -> str:
         raise OperationalError("deadlock detected")
 
-    monkeypatch.setitem(ADVANCERS, "drain", deadlock)
+    monkeypatch.setitem(BY_KIND, "drain", replace(BY_KIND["drain"], advance=deadlock))
     body = {"selector": {"product": H100}, "layout": SEVEN.as_json(), "max_unavailable": 2}
     with django_capture_on_commit_callbacks(execute=True):
         started = operator_client.post("/api/v1/rollouts/", body, format="json")

@@ -138,7 +138,7 @@ def test_the_new_copy_runs_before_the_old_one_stops(two_gpus):
     # The old copy has stopped: its slice is free.
     _report(source, old.pk, "none", exit_code=0)
     assert not Allocation.objects.filter(pk=old.pk).exists()
-    steps = [s["note"] for s in operation.payload["steps"]]
+    steps = [s["note"] for s in operation.payload["log"]]
     assert steps[0].startswith("reserved") and any("waiting" in s for s in steps)
 
 

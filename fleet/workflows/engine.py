@@ -1,0 +1,157 @@
+"""The one engine every long-running operation goes through, as NetBox's ``JobRunner`` is for
+jobs. A :class:`Workflow` declares its steps (and their labels), its deadline and its
+compensation; the engine owns the rest:
+
+* advancing, under the operation's row lock (:func:`operation_lock_running`): two workers
+  advancing one operation take turns, and the later one finds it moved on;
+* the deadline: a workflow still waiting past ``payload["deadline"]`` fails, compensated;
+* errors: a :class:`ServiceError` from a step ends the operation ``failed`` with its message,
+  compensated, instead of escaping (a task retrying every few seconds);
+* the log (``payload["log"]``) and the terminal write, always :func:`operation_finish`, so every
+  ending alerts the webhooks that subscribe;
+* waking the parent when a child ends (``Operation.parent``: :func:`operation_finish`).
+
+A payload speaks one vocabulary (:class:`WorkflowPayload`): ``step`` is where it is, ``log`` what
+it did, ``plan`` what it will do. A workflow's :meth:`Workflow.advance` is safe to call any time:
+after the transaction that started it, after the acks and reports that wake it, and from beat.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, Literal, NotRequired, TypedDict
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from fleet.core.errors import ServiceError
+from fleet.core.events import publish_changed
+from fleet.core.models import Operation, OperationStatus
+from fleet.core.operations import operation_finish, operation_lock_running
+
+Outcome = Literal["wait", "done", "failed"]
+WAIT: Outcome = "wait"
+DONE: Outcome = "done"
+FAILED: Outcome = "failed"
+
+
+class LogEntry(TypedDict):
+    """One line of a workflow's progress: the step it was in, what happened, when."""
+
+    step: NotRequired[str | None]
+    note: str
+    at: str
+
+
+class WorkflowPayload(TypedDict, total=False):
+    """What every workflow's ``Operation.payload`` holds, beside its own keys."""
+
+    step: str
+    log: list[LogEntry]
+    plan: list[Any]
+    deadline: str
+
+
+class Run:
+    """One advance of one operation: its locked row, its payload being edited, how it ends."""
+
+    def __init__(self, operation: Operation) -> None:
+        self.operation = operation
+        self.payload: dict[str, Any] = dict(operation.payload)
+        self.ending: tuple[str, str] | None = None
+        self.result: dict[str, Any] | None = None
+
+    def note(self, note: str, *, step: str | None = None) -> None:
+        """``note`` joins the log under the current step; the run moves to ``step`` if given."""
+        entry: LogEntry = {"step": self.payload.get("step"), "note": note, "at": _now()}
+        self.payload["log"] = [*self.payload.get("log", []), entry]
+        if step is not None:
+            self.payload["step"] = step
+
+    def succeed(self, reason: str, result: dict[str, Any] | None = None) -> Outcome:
+        """End it ``succeeded`` with ``reason`` (written by the engine)."""
+        self.ending = (OperationStatus.SUCCEEDED, reason)
+        self.result = result if result is not None else self.result
+        return DONE
+
+    def fail(self, reason: str, result: dict[str, Any] | None = None) -> Outcome:
+        """End it ``failed`` with ``reason``, once the workflow has compensated."""
+        self.ending = (OperationStatus.FAILED, reason)
+        self.result = result if result is not None else self.result
+        return FAILED
+
+    def adopt(self, child: Operation) -> None:
+        """``child`` (a move, a layout change, a drain) belongs to this operation: its ending
+        wakes this one."""
+        Operation.objects.filter(pk=child.pk).update(parent=self.operation)
+
+    def past_deadline(self) -> bool:
+        deadline = deadline_of(self.payload)
+        return deadline is not None and timezone.now() > deadline
+
+
+class Workflow:
+    """A long-running kind. Subclasses set ``kind`` and ``steps`` (each step's label, in order,
+    as the UI words it) and implement :meth:`advance`; they may override :meth:`compensate`
+    and :meth:`timeout_reason`."""
+
+    kind: ClassVar[str]
+    steps: ClassVar[dict[str, str]] = {}
+
+    def advance(self, run: Run) -> Outcome:
+        """Go as far as possible now: ``wait`` (saved, woken again later), or the outcome of
+        :meth:`Run.succeed` / :meth:`Run.fail`. A :class:`ServiceError` fails the run."""
+        raise NotImplementedError
+
+    def compensate(self, run: Run, reason: str) -> str:
+        """Undo what a failed run can undo (roll back, uncordon...); returns the reason it ends
+        with. By default there is nothing to undo: each step left a consistent fleet."""
+        return reason
+
+    def timeout_reason(self, run: Run) -> str:
+        return f"did not finish in time (step {run.payload.get('step')})"
+
+
+def deadline_of(payload: dict[str, Any]) -> datetime | None:
+    raw = payload.get("deadline")
+    return parse_datetime(raw) if isinstance(raw, str) else None
+
+
+def workflow_run(workflow: Workflow, operation_id: int) -> Outcome:
+    """Move one operation of ``workflow``'s kind on as far as it can go now, under its row lock;
+    ``done`` for one that has ended already (or is of another kind)."""
+    with transaction.atomic():
+        operation = operation_lock_running(operation_id, workflow.kind)
+        if operation is None:
+            return DONE
+        run = Run(operation)
+        try:
+            outcome = workflow.advance(run)
+            if outcome == WAIT and run.past_deadline():
+                outcome = run.fail(workflow.timeout_reason(run))
+        except ServiceError as error:
+            outcome = run.fail(error.message)
+        return _write(workflow, run, outcome)
+
+
+def _write(workflow: Workflow, run: Run, outcome: Outcome) -> Outcome:
+    operation = run.operation
+    if run.ending is None:
+        if run.payload != operation.payload:
+            operation.payload = run.payload
+            operation.save(update_fields=["payload", "updated_at"])
+            publish_changed("operation", [operation.pk])
+        return outcome
+    status, reason = run.ending
+    if status != OperationStatus.SUCCEEDED:
+        reason = workflow.compensate(run, reason)
+    operation.payload = run.payload
+    operation_finish(operation, status, reason, result=run.result)
+    if operation.deployment_id is not None:
+        publish_changed("deployment", [operation.deployment_id])
+    return outcome
+
+
+def _now() -> str:
+    return timezone.now().isoformat()

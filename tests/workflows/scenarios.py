@@ -1,0 +1,78 @@
+"""One small world per workflow that runs on the engine: how to start one operation of the kind,
+and how the agent applies what it asks for. The contract test (test_contract.py) runs each
+through the same paces; a kind added to the registry without a scenario fails it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fleet.agents.delivery import agent_ack
+from fleet.agents.discovery import agent_hello
+from fleet.agents.documents import host_desired_state
+from fleet.agents.enrollment import host_issue_token
+from fleet.allocations.models import Deployment
+from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
+from fleet.core.models import Operation
+from fleet.inventory.models import Gpu, Host
+from fleet.inventory.services import host_create
+from fleet.partitioning.models import Partition
+from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
+from fleet.workflows.defrag import deployment_defrag_apply
+from fleet.workflows.repack import capacity_repack_apply
+from tests.agent_sim import SimAgent
+
+H100 = "h100-sxm5-80gb"
+
+
+@dataclass
+class World:
+    """A started operation's surroundings: ``start`` records one, ``sync`` has the agent apply
+    the host's desired state and acknowledge it (running the wake-ups after commit)."""
+
+    start: Callable[[], Operation]
+    sync: Callable[[], None]
+
+
+def _host_with_small_replicas(capture, gpus: int) -> tuple[Host, Callable[[], None], Deployment]:
+    """``gpus`` H100s, each with one replica of ``small`` on a 1g.10gb slice at start 0."""
+    host, _ = host_create(name="node")
+    host_issue_token(host)
+    agent = SimAgent([H100] * gpus)
+    Host.objects.filter(pk=host.pk).update(hostname="sim-0", status="ready")
+    agent_hello(host=host, hello=agent.hello())
+    rows = list(Gpu.objects.filter(host=host).order_by("index"))
+    for gpu in rows:
+        gpu_set_layout(
+            gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("1g.10gb", 0),))
+        )
+    small = deployment_create(
+        name="small", request=DeploymentRequest(kind="mig", profile="1g.10gb"), replicas=gpus
+    )
+    for gpu in rows:
+        deployment_place(deployment_id=small.pk, partition_id=Partition.objects.get(gpu=gpu).pk)
+
+    def sync() -> None:
+        with capture(execute=True):
+            agent_ack(host=host, ack=agent.apply(host_desired_state(Host.objects.get(pk=host.pk))))
+
+    sync()
+    return host, sync, small
+
+
+def defrag_world(capture) -> World:
+    """Two H100s with a small replica each; a 4g.40gb fits only once one of them moves."""
+    _, sync, _ = _host_with_small_replicas(capture, 2)
+    big = deployment_create(
+        name="big", request=DeploymentRequest(kind="mig", profile="4g.40gb"), replicas=1
+    )
+    return World(lambda: deployment_defrag_apply(deployment_id=big.pk), sync)
+
+
+def repack_world(capture) -> World:
+    """Three H100s with a small replica each: one GPU can be emptied."""
+    _, sync, _ = _host_with_small_replicas(capture, 3)
+    return World(lambda: capacity_repack_apply(product_key=H100, count=1), sync)
+
+
+SCENARIOS: dict[str, Callable[..., World]] = {"defrag": defrag_world, "repack": repack_world}
