@@ -127,7 +127,9 @@ def workflow_run(workflow: Workflow, operation_id: int) -> Outcome:
             return DONE
         run = Run(operation)
         try:
-            outcome = workflow.advance(run)
+            # A savepoint: a refusal undoes the step's own writes before compensation runs.
+            with transaction.atomic():
+                outcome = workflow.advance(run)
             if outcome == WAIT and run.past_deadline():
                 outcome = run.fail(workflow.timeout_reason(run))
         except ServiceError as error:

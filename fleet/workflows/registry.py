@@ -24,11 +24,10 @@ from typing import Literal
 from fleet.allocations.drain import drain_advance
 from fleet.allocations.layout_rollouts import layout_rollout_advance
 from fleet.allocations.maintenance import host_drain_advance
-from fleet.allocations.moves import move_advance
 from fleet.allocations.rollouts import rollout_advance
 from fleet.core.models import Operation, OperationKind
 from fleet.core.operations import RUNNING
-from fleet.workflows import defrag, repack
+from fleet.workflows import defrag, moves, repack
 from fleet.workflows.engine import Workflow, workflow_run
 
 Wake = Literal["ack", "report", "moved", "beat"]
@@ -52,11 +51,12 @@ def _wakes(*wakes: Wake) -> frozenset[Wake]:
     return frozenset(wakes)
 
 
-def _engine(workflow: Workflow, *wakes: Wake) -> Entry:
+def _engine(workflow: Workflow, *wakes: Wake, host_scoped: frozenset[Wake] = frozenset()) -> Entry:
     return Entry(
         kind=workflow.kind,
         advance=lambda *, operation_id: workflow_run(workflow, operation_id),
         wakes=frozenset(wakes),
+        host_scoped=host_scoped,
         workflow=workflow,
         steps=workflow.steps,
     )
@@ -64,11 +64,9 @@ def _engine(workflow: Workflow, *wakes: Wake) -> Entry:
 
 # In the order a wake-up advances them: a move before the drain that waits for it.
 REGISTRY: tuple[Entry, ...] = (
-    Entry(OperationKind.MOVE, move_advance, frozenset({"report", "beat"}), frozenset({"report"})),
-    Entry(
-        OperationKind.DRAIN, drain_advance, frozenset({"ack", "moved", "beat"}), frozenset({"ack"})
-    ),
-    Entry(OperationKind.ROLLOUT, rollout_advance, frozenset({"report", "beat"})),
+    _engine(moves.WORKFLOW, "report", "beat", host_scoped=_wakes("report")),
+    Entry(OperationKind.DRAIN, drain_advance, _wakes("ack", "moved", "beat"), _wakes("ack")),
+    Entry(OperationKind.ROLLOUT, rollout_advance, _wakes("report", "beat")),
     _engine(defrag.WORKFLOW, "ack", "report", "beat"),
     _engine(repack.WORKFLOW, "ack", "report", "beat"),
     Entry(OperationKind.DRAIN_HOST, host_drain_advance, _wakes("report", "beat")),

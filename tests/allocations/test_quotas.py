@@ -13,7 +13,7 @@ from fleet.allocations.autoplace import deployment_create_placed, deployment_pla
 from fleet.allocations.health import replace_allocations
 from fleet.allocations.maintenance import host_drain, host_drain_advance
 from fleet.allocations.models import Allocation
-from fleet.allocations.moves import allocation_move, move_advance
+from fleet.allocations.moves import allocation_move
 from fleet.allocations.quotas import QuotaExceeded, quota_refusal, team_usage
 from fleet.allocations.rollouts import deployment_roll, rollout_advance
 from fleet.allocations.scaling import deployment_scale
@@ -24,6 +24,7 @@ from fleet.inventory.models import Gpu
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from fleet.placement.quota import Usage
+from fleet.workflows.moves import move_advance
 from tests.factories import GpuFactory, HostFactory, allow_process
 from tests.helpers import assert_error, snapshot_rows
 

@@ -11,7 +11,8 @@ from fleet.agents.delivery import agent_ack
 from fleet.agents.discovery import agent_hello
 from fleet.agents.documents import host_desired_state
 from fleet.agents.enrollment import host_issue_token
-from fleet.allocations.models import Deployment
+from fleet.allocations.models import Allocation, Deployment
+from fleet.allocations.moves import allocation_move
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.models import Operation
 from fleet.inventory.models import Gpu, Host
@@ -32,6 +33,7 @@ class World:
 
     start: Callable[[], Operation]
     sync: Callable[[], None]
+    adopts: bool = True  # its steps are operations of their own (Operation.parent)
 
 
 def _host_with_small_replicas(capture, gpus: int) -> tuple[Host, Callable[[], None], Deployment]:
@@ -75,4 +77,28 @@ def repack_world(capture) -> World:
     return World(lambda: capacity_repack_apply(product_key=H100, count=1), sync)
 
 
-SCENARIOS: dict[str, Callable[..., World]] = {"defrag": defrag_world, "repack": repack_world}
+def move_world(capture) -> World:
+    """A process replica running on one H100's 3g.40gb slice, moved to another H100's."""
+    from tests.allocations.test_moves import _mig_gpu, _report, _running_replica, _target
+    from tests.factories import allow_process
+
+    allow_process()
+    source, target = _mig_gpu(), _mig_gpu()
+    old = _running_replica(source)
+
+    def sync() -> None:  # the target's agent says the new copy runs
+        for allocation in Allocation.objects.filter(gpu=target):
+            _report(target, allocation.pk, "running")
+
+    return World(
+        lambda: allocation_move(allocation_id=old.pk, partition_id=_target(target)),
+        sync,
+        adopts=False,
+    )
+
+
+SCENARIOS: dict[str, Callable[..., World]] = {
+    "defrag": defrag_world,
+    "move": move_world,
+    "repack": repack_world,
+}

@@ -50,11 +50,11 @@ def _run_to_the_end(workflow: Workflow, operation: Operation, world) -> Operatio
     return operation
 
 
-def test_a_started_workflow_is_running_with_a_plan_a_step_a_log_and_a_deadline(case):
+def test_a_started_workflow_is_running_with_a_step_a_log_and_a_deadline(case):
     workflow, operation, _ = case
     operation = _reloaded(operation)
     assert operation.kind == workflow.kind and operation.status in RUNNING
-    assert {"step", "log", "plan", "deadline"} <= set(operation.payload)
+    assert {"step", "log", "deadline"} <= set(operation.payload)
     assert operation.payload["step"] in workflow.steps  # the UI has a label for it
     # Only an operation that waits for an agent's ack carries a generation; beat's expiry
     # (fleet.partitioning.delivery.operations_expire) leaves a workflow to its own deadline.
@@ -66,7 +66,7 @@ def test_each_step_logs_and_adopts_its_children_and_the_run_ends_succeeded(case)
     assert workflow_run(workflow, operation.pk) == WAIT
     first = _reloaded(operation)
     assert len(first.payload["log"]) > len(operation.payload["log"])
-    assert first.children.exists()  # its moves and layout changes point at it
+    assert first.children.exists() == world.adopts  # its moves and layout changes point at it
     finished = _run_to_the_end(workflow, first, world)
     assert finished.status == OperationStatus.SUCCEEDED, finished.payload
     assert finished.payload["step"] == "done"
@@ -81,16 +81,23 @@ def test_a_workflow_past_its_deadline_fails_compensated_and_alerts(case, monkeyp
         payload={**operation.payload, "deadline": "2000-01-01T00:00:00+00:00"}
     )
     compensated: list[str] = []
-    real = type(workflow).compensate
+    timed_out: list[str] = []
+    cls = type(workflow)
+    compensate, timeout_reason = cls.compensate, cls.timeout_reason
     monkeypatch.setattr(
-        type(workflow),
+        cls,
         "compensate",
-        lambda self, run, reason: compensated.append(reason) or real(self, run, reason),
+        lambda self, run, reason: compensated.append(reason) or compensate(self, run, reason),
+    )
+    monkeypatch.setattr(
+        cls,
+        "timeout_reason",
+        lambda self, run: timed_out.append(timeout_reason(self, run)) or timed_out[-1],
     )
     assert workflow_run(workflow, operation.pk) == FAILED
     failed = _reloaded(operation)
     assert failed.status == OperationStatus.FAILED and failed.payload["step"] == "failed"
-    assert len(compensated) == 1 and "in time" in compensated[0]  # its timeout_reason
+    assert compensated == timed_out and len(timed_out) == 1
     assert failed.reason.startswith(compensated[0])
     events = AlertDelivery.objects.filter(event=alerts.OPERATION_FAILED)
     assert [d.payload["subject"]["operation"]["id"] for d in events] == [operation.pk]
