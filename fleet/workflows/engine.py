@@ -84,11 +84,10 @@ class Run:
     def adopt(self, child: Operation) -> None:
         """``child`` (a move, a layout change, a drain) belongs to this operation: its ending
         wakes this one."""
-        Operation.objects.filter(pk=child.pk).update(parent=self.operation)
+        self.adopt_all([child.pk])
 
-    def past_deadline(self) -> bool:
-        deadline = deadline_of(self.payload)
-        return deadline is not None and timezone.now() > deadline
+    def adopt_all(self, child_ids: list[int]) -> None:
+        Operation.objects.filter(pk__in=child_ids).update(parent=self.operation)
 
 
 class Workflow:
@@ -104,10 +103,16 @@ class Workflow:
         :meth:`Run.succeed` / :meth:`Run.fail`. A :class:`ServiceError` fails the run."""
         raise NotImplementedError
 
-    def compensate(self, run: Run, reason: str) -> str:
+    def compensate(self, run: Run, reason: str) -> str | None:
         """Undo what a failed run can undo (roll back, uncordon...); returns the reason it ends
-        with. By default there is nothing to undo: each step left a consistent fleet."""
+        with, or ``None`` while the undoing takes steps of its own (a layout rolled back on the
+        agent): the run then waits, and ends later through :meth:`Run.fail`, compensated again.
+        By default there is nothing to undo: each step left a consistent fleet."""
         return reason
+
+    def deadline(self, run: Run) -> datetime | None:
+        """When a waiting run fails: ``payload["deadline"]`` by default."""
+        return deadline_of(run.payload)
 
     def timeout_reason(self, run: Run) -> str:
         return f"did not finish in time (step {run.payload.get('step')})"
@@ -130,7 +135,7 @@ def workflow_run(workflow: Workflow, operation_id: int) -> Outcome:
             # A savepoint: a refusal undoes the step's own writes before compensation runs.
             with transaction.atomic():
                 outcome = workflow.advance(run)
-            if outcome == WAIT and run.past_deadline():
+            if outcome == WAIT and _past(workflow.deadline(run)):
                 outcome = run.fail(workflow.timeout_reason(run))
         except ServiceError as error:
             outcome = run.fail(error.message)
@@ -147,12 +152,20 @@ def _write(workflow: Workflow, run: Run, outcome: Outcome) -> Outcome:
         return outcome
     status, reason = run.ending
     if status != OperationStatus.SUCCEEDED:
-        reason = workflow.compensate(run, reason)
+        compensated = workflow.compensate(run, reason)
+        if compensated is None:  # undoing takes steps of its own: it waits for them
+            run.ending = None
+            return _write(workflow, run, WAIT)
+        reason = compensated
     operation.payload = run.payload
     operation_finish(operation, status, reason, result=run.result)
     if operation.deployment_id is not None:
         publish_changed("deployment", [operation.deployment_id])
     return outcome
+
+
+def _past(deadline: datetime | None) -> bool:
+    return deadline is not None and timezone.now() > deadline
 
 
 def _now() -> str:

@@ -21,13 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from fleet.allocations.drain import drain_advance
 from fleet.allocations.layout_rollouts import layout_rollout_advance
 from fleet.allocations.maintenance import host_drain_advance
 from fleet.allocations.rollouts import rollout_advance
 from fleet.core.models import Operation, OperationKind
 from fleet.core.operations import RUNNING
-from fleet.workflows import defrag, moves, repack
+from fleet.workflows import defrag, drain, moves, repack
 from fleet.workflows.engine import Workflow, workflow_run
 
 Wake = Literal["ack", "report", "moved", "beat"]
@@ -65,7 +64,7 @@ def _engine(workflow: Workflow, *wakes: Wake, host_scoped: frozenset[Wake] = fro
 # In the order a wake-up advances them: a move before the drain that waits for it.
 REGISTRY: tuple[Entry, ...] = (
     _engine(moves.WORKFLOW, "report", "beat", host_scoped=_wakes("report")),
-    Entry(OperationKind.DRAIN, drain_advance, _wakes("ack", "moved", "beat"), _wakes("ack")),
+    _engine(drain.WORKFLOW, "ack", "moved", "beat", host_scoped=_wakes("ack")),
     Entry(OperationKind.ROLLOUT, rollout_advance, _wakes("report", "beat")),
     _engine(defrag.WORKFLOW, "ack", "report", "beat"),
     _engine(repack.WORKFLOW, "ack", "report", "beat"),

@@ -12,7 +12,7 @@ from fleet.agents.delivery import agent_ack
 from fleet.agents.discovery import agent_hello
 from fleet.agents.documents import host_desired_state
 from fleet.agents.enrollment import host_issue_token
-from fleet.allocations.drain import drain_advance, gpu_drain
+from fleet.allocations.drain import gpu_drain
 from fleet.allocations.models import Allocation
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.models import Operation
@@ -20,6 +20,7 @@ from fleet.inventory.models import Gpu, Host
 from fleet.inventory.services import host_create
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
+from fleet.workflows.drain import drain_advance
 from tests.agent_sim import SimAgent
 from tests.helpers import assert_error, snapshot_rows
 

@@ -11,6 +11,7 @@ from fleet.agents.delivery import agent_ack
 from fleet.agents.discovery import agent_hello
 from fleet.agents.documents import host_desired_state
 from fleet.agents.enrollment import host_issue_token
+from fleet.allocations.drain import gpu_drain
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.moves import allocation_move
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
@@ -97,8 +98,37 @@ def move_world(capture) -> World:
     )
 
 
+def drain_world(capture) -> World:
+    """Two H100s of two 3g.40gb slices, a replica on the first: drained and reshaped to one
+    7g.80gb (its replica moves to the second)."""
+    host, _ = host_create(name="node")
+    host_issue_token(host)
+    agent = SimAgent([H100, H100])
+    Host.objects.filter(pk=host.pk).update(hostname="sim-0", status="ready")
+    agent_hello(host=host, hello=agent.hello())
+    source, spare = Gpu.objects.filter(host=host).order_by("index")
+    two = tuple(MigInstanceSpec("3g.40gb", start) for start in (0, 4))
+    for gpu in (source, spare):
+        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=two))
+    chat = deployment_create(
+        name="chat", request=DeploymentRequest(kind="mig", profile="3g.40gb"), replicas=1
+    )
+    deployment_place(
+        deployment_id=chat.pk, partition_id=Partition.objects.get(gpu=source, start=0).pk
+    )
+
+    def sync() -> None:
+        with capture(execute=True):
+            agent_ack(host=host, ack=agent.apply(host_desired_state(Host.objects.get(pk=host.pk))))
+
+    sync()
+    seven = LayoutSpec(mode="mig", instances=(MigInstanceSpec("7g.80gb", 0),))
+    return World(lambda: gpu_drain(gpu_id=source.pk, layout=seven), sync)
+
+
 SCENARIOS: dict[str, Callable[..., World]] = {
     "defrag": defrag_world,
+    "drain": drain_world,
     "move": move_world,
     "repack": repack_world,
 }
