@@ -47,6 +47,7 @@ class Drain(Workflow):
     steps = DRAIN_STEP_LABELS
 
     def advance(self, run: Run) -> Outcome:
+        assert run.operation.gpu_id is not None  # a drain is of one GPU
         gpu = Gpu.objects.select_related("host").get(pk=run.operation.gpu_id)
         step = run.payload["step"]
         if step == DrainStep.CORDON:
@@ -96,6 +97,7 @@ class Drain(Workflow):
 
     def compensate(self, run: Run, reason: str) -> str | None:
         payload = run.payload
+        assert run.operation.gpu_id is not None
         gpu = Gpu.objects.get(pk=run.operation.gpu_id)
         if payload.get("layout_operation") and payload.get("step") != DrainStep.ROLLBACK:
             back = gpu_set_layout(
