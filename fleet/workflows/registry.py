@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fleet.allocations.layout_rollouts import layout_rollout_advance
-from fleet.allocations.maintenance import host_drain_advance
 from fleet.allocations.rollouts import rollout_advance
 from fleet.core.models import Operation, OperationKind
 from fleet.core.operations import RUNNING
-from fleet.workflows import defrag, drain, moves, repack
+from fleet.workflows import defrag, drain, host_drain, moves, repack
 from fleet.workflows.engine import Workflow, workflow_run
 
 Wake = Literal["ack", "report", "moved", "beat"]
@@ -68,7 +67,7 @@ REGISTRY: tuple[Entry, ...] = (
     Entry(OperationKind.ROLLOUT, rollout_advance, _wakes("report", "beat")),
     _engine(defrag.WORKFLOW, "ack", "report", "beat"),
     _engine(repack.WORKFLOW, "ack", "report", "beat"),
-    Entry(OperationKind.DRAIN_HOST, host_drain_advance, _wakes("report", "beat")),
+    _engine(host_drain.WORKFLOW, "report", "beat"),
     Entry(OperationKind.LAYOUT_ROLLOUT, layout_rollout_advance, _wakes("ack", "beat")),
 )
 BY_KIND: dict[str, Entry] = {entry.kind: entry for entry in REGISTRY}

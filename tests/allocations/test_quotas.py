@@ -11,7 +11,7 @@ import pytest
 
 from fleet.allocations.autoplace import deployment_create_placed, deployment_place_all
 from fleet.allocations.health import replace_allocations
-from fleet.allocations.maintenance import host_drain, host_drain_advance
+from fleet.allocations.maintenance import host_drain
 from fleet.allocations.models import Allocation
 from fleet.allocations.moves import allocation_move
 from fleet.allocations.quotas import QuotaExceeded, quota_refusal, team_usage
@@ -24,6 +24,7 @@ from fleet.inventory.models import Gpu
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from fleet.placement.quota import Usage
+from fleet.workflows.host_drain import host_drain_advance
 from fleet.workflows.moves import move_advance
 from tests.factories import GpuFactory, HostFactory, allow_process
 from tests.helpers import assert_error, snapshot_rows
@@ -358,7 +359,7 @@ def test_a_host_drain_moves_past_the_quota_on_the_record(team):
     allocation_move(allocation_id=elsewhere.pk, gpu_id=others[1].pk)  # the team's own move
 
     drain = host_drain(host_id=drained.host_id)
-    assert host_drain_advance(operation_id=drain.pk) == "move"
+    assert host_drain_advance(operation_id=drain.pk) == "wait"
 
     moved = Allocation.objects.get(replaces=on_drained)
     assert moved.gpu_id == others[2].pk

@@ -12,6 +12,7 @@ from fleet.agents.discovery import agent_hello
 from fleet.agents.documents import host_desired_state
 from fleet.agents.enrollment import host_issue_token
 from fleet.allocations.drain import gpu_drain
+from fleet.allocations.maintenance import host_drain
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.moves import allocation_move
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
@@ -126,7 +127,27 @@ def drain_world(capture) -> World:
     return World(lambda: gpu_drain(gpu_id=source.pk, layout=seven), sync)
 
 
+def host_drain_world(capture) -> World:
+    """A host running one process replica, drained onto a second host."""
+    from tests.allocations.test_maintenance import _report
+    from tests.allocations.test_moves import _mig_gpu, _running_replica
+    from tests.factories import allow_process
+
+    allow_process()
+    source, target = _mig_gpu(), _mig_gpu()
+    _running_replica(source)
+
+    def sync() -> None:  # new copies run on the target; old ones have stopped on the source
+        running = Allocation.objects.filter(gpu=target).values_list("pk", flat=True)
+        _report(target.host_id, [(pk, "running") for pk in running])
+        stopped = Allocation.objects.filter(gpu=source, state="releasing")
+        _report(source.host_id, [(pk, "none") for pk in stopped.values_list("pk", flat=True)])
+
+    return World(lambda: host_drain(host_id=source.host_id), sync)
+
+
 SCENARIOS: dict[str, Callable[..., World]] = {
+    "drain_host": host_drain_world,
     "defrag": defrag_world,
     "drain": drain_world,
     "move": move_world,
