@@ -18,6 +18,7 @@ after the transaction that started it, after the acks and reports that wake it, 
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime
 from typing import Any, ClassVar, Literal, NotRequired, TypedDict
 
@@ -58,7 +59,8 @@ class Run:
 
     def __init__(self, operation: Operation) -> None:
         self.operation = operation
-        self.payload: dict[str, Any] = dict(operation.payload)
+        # A deep copy: steps edit nested plans, and the row's payload is what a refusal restores.
+        self.payload: dict[str, Any] = copy.deepcopy(operation.payload)
         self.ending: tuple[str, str] | None = None
         self.result: dict[str, Any] | None = None
 
@@ -131,6 +133,7 @@ def workflow_run(workflow: Workflow, operation_id: int) -> Outcome:
         if operation is None:
             return DONE
         run = Run(operation)
+        loaded = copy.deepcopy(operation.payload)
         try:
             # A savepoint: a refusal undoes the step's own writes before compensation runs.
             with transaction.atomic():
@@ -138,6 +141,8 @@ def workflow_run(workflow: Workflow, operation_id: int) -> Outcome:
             if outcome == WAIT and _past(workflow.deadline(run)):
                 outcome = run.fail(workflow.timeout_reason(run))
         except ServiceError as error:
+            # The savepoint undid the step's writes: its payload edits go too.
+            operation.payload, run.payload = loaded, copy.deepcopy(loaded)
             outcome = run.fail(error.message)
         return _write(workflow, run, outcome)
 

@@ -14,6 +14,7 @@ deadlines).
 
 from __future__ import annotations
 
+import copy
 from datetime import timedelta
 
 from django.db import transaction
@@ -62,7 +63,7 @@ class HostDrain(Workflow):
                     f"{host} was {host.status} at the scheduled time; nothing was moved"
                 )
             host_drain_begin(operation, host, now)
-            run.payload = dict(operation.payload)
+            run.payload = copy.deepcopy(operation.payload)
         host = Host.objects.get(pk=operation.host_id)
         if run.payload["step"] == HostDrainStep.MOVE:
             if waiting := _move_next(run, host):

@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fleet.allocations.layout_rollouts import layout_rollout_advance
-from fleet.allocations.rollouts import rollout_advance
 from fleet.core.models import Operation, OperationKind
 from fleet.core.operations import RUNNING
-from fleet.workflows import defrag, drain, host_drain, moves, repack
+from fleet.workflows import defrag, deployment_rollouts, drain, host_drain, moves, repack
 from fleet.workflows.engine import Workflow, workflow_run
 
 Wake = Literal["ack", "report", "moved", "beat"]
@@ -64,7 +63,7 @@ def _engine(workflow: Workflow, *wakes: Wake, host_scoped: frozenset[Wake] = fro
 REGISTRY: tuple[Entry, ...] = (
     _engine(moves.WORKFLOW, "report", "beat", host_scoped=_wakes("report")),
     _engine(drain.WORKFLOW, "ack", "moved", "beat", host_scoped=_wakes("ack")),
-    Entry(OperationKind.ROLLOUT, rollout_advance, _wakes("report", "beat")),
+    _engine(deployment_rollouts.WORKFLOW, "report", "beat"),
     _engine(defrag.WORKFLOW, "ack", "report", "beat"),
     _engine(repack.WORKFLOW, "ack", "report", "beat"),
     _engine(host_drain.WORKFLOW, "report", "beat"),

@@ -15,7 +15,7 @@ from fleet.allocations.maintenance import host_drain
 from fleet.allocations.models import Allocation
 from fleet.allocations.moves import allocation_move
 from fleet.allocations.quotas import QuotaExceeded, quota_refusal, team_usage
-from fleet.allocations.rollouts import deployment_roll, rollout_advance
+from fleet.allocations.rollouts import deployment_roll
 from fleet.allocations.scaling import deployment_scale
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.models import Operation, OperationKind
@@ -24,6 +24,7 @@ from fleet.inventory.models import Gpu
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from fleet.placement.quota import Usage
+from fleet.workflows.deployment_rollouts import rollout_advance
 from fleet.workflows.host_drain import host_drain_advance
 from fleet.workflows.moves import move_advance
 from tests.factories import GpuFactory, HostFactory, allow_process
@@ -376,7 +377,7 @@ def test_a_rolling_update_at_the_quota_surges_one_replica_at_a_time(team, settin
         deployment_id=d.pk, workload={**PROCESS, "command": ["/opt/serve", "--v2"]}, max_surge=2
     )
 
-    assert rollout_advance(operation_id=rollout.pk) == "rolling"
+    assert rollout_advance(operation_id=rollout.pk) == "wait"
     (first,) = Allocation.objects.filter(deployment=d, replaces__isnull=False)
     rollout.refresh_from_db()
     assert "surge replica is in use" in rollout.payload["waiting_for"]

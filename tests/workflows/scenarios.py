@@ -15,6 +15,7 @@ from fleet.allocations.drain import gpu_drain
 from fleet.allocations.maintenance import host_drain
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.moves import allocation_move
+from fleet.allocations.rollouts import deployment_roll
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.models import Operation
 from fleet.inventory.models import Gpu, Host
@@ -146,7 +147,30 @@ def host_drain_world(capture) -> World:
     return World(lambda: host_drain(host_id=source.host_id), sync)
 
 
+def rollout_world(capture) -> World:
+    """A process replica on an H100 with a free slice beside it and a second H100: rolled to a
+    new command (its new copy counts at once: min_ready_s 0)."""
+    from tests.allocations.test_moves import _mig_gpu, _report, _running_replica
+    from tests.factories import allow_process
+
+    allow_process()
+    gpus = [_mig_gpu(), _mig_gpu()]
+    old = _running_replica(gpus[0])
+    new = {"runtime": "process", "command": ["/opt/models/serve-v2.sh"]}
+
+    def sync() -> None:  # new copies run; old ones have stopped
+        for allocation in Allocation.objects.filter(gpu__in=gpus).select_related("gpu"):
+            state = "none" if allocation.state == "releasing" else "running"
+            _report(allocation.gpu, allocation.pk, state)
+
+    return World(
+        lambda: deployment_roll(deployment_id=old.deployment_id, workload=new, min_ready_s=0),
+        sync,
+    )
+
+
 SCENARIOS: dict[str, Callable[..., World]] = {
+    "rollout": rollout_world,
     "drain_host": host_drain_world,
     "defrag": defrag_world,
     "drain": drain_world,
