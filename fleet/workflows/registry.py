@@ -18,13 +18,20 @@ records one.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-from fleet.allocations.layout_rollouts import layout_rollout_advance
 from fleet.core.models import Operation, OperationKind
 from fleet.core.operations import RUNNING
-from fleet.workflows import defrag, deployment_rollouts, drain, host_drain, moves, repack
+from fleet.workflows import (
+    defrag,
+    deployment_rollouts,
+    drain,
+    host_drain,
+    layout_rollouts,
+    moves,
+    repack,
+)
 from fleet.workflows.engine import Workflow, workflow_run
 
 Wake = Literal["ack", "report", "moved", "beat"]
@@ -32,42 +39,42 @@ Wake = Literal["ack", "report", "moved", "beat"]
 
 @dataclass(frozen=True)
 class Entry:
-    """One long-running kind. ``workflow`` is ``None`` for a kind not yet ported onto the engine:
-    its own ``advance`` keeps its state and deadline."""
+    """One long-running kind: its workflow, what wakes it, and how its advance is called (the
+    engine running the workflow; a test may stand in)."""
 
-    kind: str
-    advance: Callable[..., str]
+    workflow: Workflow
     wakes: frozenset[Wake]
     # The wake-ups after which only the operations on the woken host advance.
     host_scoped: frozenset[Wake] = frozenset()
-    workflow: Workflow | None = None
-    steps: Mapping[str, str] = field(default_factory=dict)
+    advance: Callable[..., str] | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.workflow.kind
+
+    @property
+    def steps(self) -> Mapping[str, str]:
+        return self.workflow.steps
+
+    def advance_one(self, operation_id: int) -> str:
+        if self.advance is not None:
+            return self.advance(operation_id=operation_id)
+        return workflow_run(self.workflow, operation_id)
 
 
-def _wakes(*wakes: Wake) -> frozenset[Wake]:
-    return frozenset(wakes)
-
-
-def _engine(workflow: Workflow, *wakes: Wake, host_scoped: frozenset[Wake] = frozenset()) -> Entry:
-    return Entry(
-        kind=workflow.kind,
-        advance=lambda *, operation_id: workflow_run(workflow, operation_id),
-        wakes=frozenset(wakes),
-        host_scoped=host_scoped,
-        workflow=workflow,
-        steps=workflow.steps,
-    )
+def _entry(workflow: Workflow, *wakes: Wake, host_scoped: tuple[Wake, ...] = ()) -> Entry:
+    return Entry(workflow, frozenset(wakes), frozenset(host_scoped))
 
 
 # In the order a wake-up advances them: a move before the drain that waits for it.
 REGISTRY: tuple[Entry, ...] = (
-    _engine(moves.WORKFLOW, "report", "beat", host_scoped=_wakes("report")),
-    _engine(drain.WORKFLOW, "ack", "moved", "beat", host_scoped=_wakes("ack")),
-    _engine(deployment_rollouts.WORKFLOW, "report", "beat"),
-    _engine(defrag.WORKFLOW, "ack", "report", "beat"),
-    _engine(repack.WORKFLOW, "ack", "report", "beat"),
-    _engine(host_drain.WORKFLOW, "report", "beat"),
-    Entry(OperationKind.LAYOUT_ROLLOUT, layout_rollout_advance, _wakes("ack", "beat")),
+    _entry(moves.WORKFLOW, "report", "beat", host_scoped=("report",)),
+    _entry(drain.WORKFLOW, "ack", "moved", "beat", host_scoped=("ack",)),
+    _entry(deployment_rollouts.WORKFLOW, "report", "beat"),
+    _entry(defrag.WORKFLOW, "ack", "report", "beat"),
+    _entry(repack.WORKFLOW, "ack", "report", "beat"),
+    _entry(host_drain.WORKFLOW, "report", "beat"),
+    _entry(layout_rollouts.WORKFLOW, "ack", "beat"),
 )
 BY_KIND: dict[str, Entry] = {entry.kind: entry for entry in REGISTRY}
 LONG_RUNNING_KINDS = frozenset(BY_KIND)
@@ -78,7 +85,7 @@ def workflow_advance(*, operation_id: int) -> str | None:
     gone or of a kind that does not advance."""
     kind = Operation.objects.filter(pk=operation_id).values_list("kind", flat=True).first()
     entry = BY_KIND.get(kind or "")
-    return None if entry is None else entry.advance(operation_id=operation_id)
+    return None if entry is None else entry.advance_one(operation_id)
 
 
 def workflows_wake(wake: Wake, host_id: int | None = None) -> list[str]:
@@ -116,4 +123,4 @@ def _advance_running(entry: Entry, host_id: int | None) -> list[str]:
     if host_id is not None:
         running = running.filter(host_id=host_id)
     ids = running.values_list("pk", flat=True)
-    return [entry.advance(operation_id=pk) for pk in ids]
+    return [entry.advance_one(pk) for pk in ids]

@@ -8,7 +8,6 @@ import pytest
 from fleet.allocations.layout_rollouts import (
     Selector,
     layout_rollout_abort,
-    layout_rollout_advance,
     layout_rollout_resume,
     layout_rollout_start,
 )
@@ -17,6 +16,7 @@ from fleet.core.errors import Conflict, ServiceError
 from fleet.core.models import Operation
 from fleet.inventory.models import Gpu
 from fleet.partitioning.models import Partition
+from fleet.workflows.layout_rollouts import layout_rollout_advance
 from tests.allocations.rollout_world import (
     H100,
     SEVEN,
@@ -62,7 +62,7 @@ def test_a_busy_gpu_pauses_the_rollout_and_resume_finishes_it(
     assert held(agent, gpus[0]) == [(0, 0)]  # the first wave went through
     assert held(agent, gpus[2]) == [(9, 0), (9, 4)]  # nothing started after the failure
     assert held(agent, gpus[1]) == [(9, 0), (9, 4)]  # the failed GPU was rolled back
-    assert layout_rollout_advance(operation_id=operation.pk) == "paused"  # stays paused
+    assert layout_rollout_advance(operation_id=operation.pk) == "wait"  # stays paused
     agent.backend.kill_process(pid if isinstance(pid, int) else pid.pid)
     with django_capture_on_commit_callbacks(execute=True):
         layout_rollout_resume(operation_id=operation.pk)

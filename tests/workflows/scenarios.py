@@ -12,6 +12,7 @@ from fleet.agents.discovery import agent_hello
 from fleet.agents.documents import host_desired_state
 from fleet.agents.enrollment import host_issue_token
 from fleet.allocations.drain import gpu_drain
+from fleet.allocations.layout_rollouts import Selector, layout_rollout_start
 from fleet.allocations.maintenance import host_drain
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.moves import allocation_move
@@ -100,23 +101,22 @@ def move_world(capture) -> World:
     )
 
 
-def drain_world(capture) -> World:
-    """Two H100s of two 3g.40gb slices, a replica on the first: drained and reshaped to one
-    7g.80gb (its replica moves to the second)."""
+def _two_3g_gpus(capture) -> tuple[list[Gpu], Callable[[], None]]:
+    """Two H100s of two 3g.40gb slices, a replica on the first one's slice 0."""
     host, _ = host_create(name="node")
     host_issue_token(host)
     agent = SimAgent([H100, H100])
     Host.objects.filter(pk=host.pk).update(hostname="sim-0", status="ready")
     agent_hello(host=host, hello=agent.hello())
-    source, spare = Gpu.objects.filter(host=host).order_by("index")
+    gpus = list(Gpu.objects.filter(host=host).order_by("index"))
     two = tuple(MigInstanceSpec("3g.40gb", start) for start in (0, 4))
-    for gpu in (source, spare):
+    for gpu in gpus:
         gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=two))
     chat = deployment_create(
         name="chat", request=DeploymentRequest(kind="mig", profile="3g.40gb"), replicas=1
     )
     deployment_place(
-        deployment_id=chat.pk, partition_id=Partition.objects.get(gpu=source, start=0).pk
+        deployment_id=chat.pk, partition_id=Partition.objects.get(gpu=gpus[0], start=0).pk
     )
 
     def sync() -> None:
@@ -124,8 +124,25 @@ def drain_world(capture) -> World:
             agent_ack(host=host, ack=agent.apply(host_desired_state(Host.objects.get(pk=host.pk))))
 
     sync()
-    seven = LayoutSpec(mode="mig", instances=(MigInstanceSpec("7g.80gb", 0),))
-    return World(lambda: gpu_drain(gpu_id=source.pk, layout=seven), sync)
+    return gpus, sync
+
+
+SEVEN = LayoutSpec(mode="mig", instances=(MigInstanceSpec("7g.80gb", 0),))
+
+
+def drain_world(capture) -> World:
+    """The first of two H100s drained and reshaped to one 7g.80gb (its replica moves to the
+    second)."""
+    gpus, sync = _two_3g_gpus(capture)
+    return World(lambda: gpu_drain(gpu_id=gpus[0].pk, layout=SEVEN), sync)
+
+
+def layout_rollout_world(capture) -> World:
+    """Both H100s reshaped to one 7g.80gb, one at a time (the replica moves to the one done
+    first)."""
+    gpus, sync = _two_3g_gpus(capture)
+    selector = Selector(gpus=tuple(gpu.pk for gpu in gpus))
+    return World(lambda: layout_rollout_start(selector=selector, layout=SEVEN), sync)
 
 
 def host_drain_world(capture) -> World:
@@ -170,6 +187,7 @@ def rollout_world(capture) -> World:
 
 
 SCENARIOS: dict[str, Callable[..., World]] = {
+    "layout_rollout": layout_rollout_world,
     "rollout": rollout_world,
     "drain_host": host_drain_world,
     "defrag": defrag_world,
