@@ -51,8 +51,8 @@ def expire_operations() -> int:
 def mark_offline_hosts() -> int:
     """Beat: hosts that missed their heartbeats go offline; the replicas of hosts offline past
     the grace period are re-placed, at a limited rate and never while most hosts are offline."""
-    from fleet.allocations.offline import hosts_evict_offline
     from fleet.partitioning.delivery import hosts_mark_offline
+    from fleet.workflows.offline import hosts_evict_offline
 
     offline = hosts_mark_offline()
     hosts_evict_offline()
@@ -62,7 +62,7 @@ def mark_offline_hosts() -> int:
 @app.task(name="fleet.recover_quiet_gpus", ignore_result=True)
 def recover_quiet_gpus() -> int:
     """Beat: GPUs unhealthy from a fatal Xid return after a quiet period."""
-    from fleet.allocations.health import gpus_recover_quiet
+    from fleet.workflows.health import gpus_recover_quiet
 
     return len(gpus_recover_quiet())
 
@@ -99,7 +99,7 @@ def telemetry_retention() -> int:
 @app.task(name="fleet.retry_replicas", ignore_result=True)
 def retry_replicas() -> int:
     """Beat: place again the replicas a fault left without healthy capacity."""
-    from fleet.allocations.health import replicas_retry
+    from fleet.workflows.health import replicas_retry
 
     return len(replicas_retry())
 

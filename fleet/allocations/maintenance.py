@@ -42,7 +42,7 @@ MAX_SCHEDULE_AHEAD = timedelta(days=30)
 DEFAULT_TIMEOUT_S = 1800.0
 RETRY_STUCK_S = 5.0
 # What a host can be drained (or cordoned) from: an operator's cordon, or ready. An offline or
-# unhealthy host has its own handling (fleet.allocations.offline, health).
+# unhealthy host has its own handling (fleet.workflows.offline, health).
 DRAINABLE = (HostStatus.READY, HostStatus.CORDONED)
 
 

@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any
 
 from fleet.allocations.drain import DrainStep, layout_from_payload
-from fleet.allocations.health import replace_allocations
 from fleet.allocations.models import Allocation
 from fleet.allocations.moves import gpu_moves_start, moves_cancel_onto
 from fleet.core.jobs import advance_after_commit
@@ -24,6 +23,7 @@ from fleet.core.operations import RUNNING
 from fleet.inventory.models import Gpu, Host
 from fleet.partitioning.services import gpu_set_cordon, gpu_set_layout, layout_disturbed_partitions
 from fleet.workflows.engine import WAIT, Outcome, Run, Workflow, deadline_of, workflow_run
+from fleet.workflows.health import replace_allocations
 
 # Rounds of moves before what is left is stopped and placed again: a move is cancelled when its
 # target starts draining too (a rollout's next GPU), and the replica can often go elsewhere.

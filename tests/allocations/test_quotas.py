@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 
 from fleet.allocations.autoplace import deployment_create_placed, deployment_place_all
-from fleet.allocations.health import replace_allocations
 from fleet.allocations.maintenance import host_drain
 from fleet.allocations.models import Allocation
 from fleet.allocations.moves import allocation_move
@@ -25,6 +24,7 @@ from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from fleet.placement.quota import Usage
 from fleet.workflows.deployment_rollouts import rollout_advance
+from fleet.workflows.health import replace_allocations
 from fleet.workflows.host_drain import host_drain_advance
 from fleet.workflows.moves import move_advance
 from tests.factories import GpuFactory, HostFactory, allow_process
