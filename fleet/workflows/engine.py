@@ -94,8 +94,8 @@ class Run:
 
 class Workflow:
     """A long-running kind. Subclasses set ``kind`` and ``steps`` (each step's label, in order,
-    as the UI words it) and implement :meth:`advance`; they may override :meth:`compensate`
-    and :meth:`timeout_reason`."""
+    as the UI words it) and implement :meth:`advance`; they may override :meth:`compensate`,
+    :meth:`deadline` and :meth:`timeout_reason`."""
 
     kind: ClassVar[str]
     steps: ClassVar[dict[str, str]] = {}
@@ -157,7 +157,7 @@ def _write(workflow: Workflow, run: Run, outcome: Outcome) -> Outcome:
         return outcome
     status, reason = run.ending
     if status != OperationStatus.SUCCEEDED:
-        compensated = workflow.compensate(run, reason)
+        compensated = _compensate(workflow, run, reason)
         if compensated is None:  # undoing takes steps of its own: it waits for them
             run.ending = None
             return _write(workflow, run, WAIT)
@@ -167,6 +167,16 @@ def _write(workflow: Workflow, run: Run, outcome: Outcome) -> Outcome:
     if operation.deployment_id is not None:
         publish_changed("deployment", [operation.deployment_id])
     return outcome
+
+
+def _compensate(workflow: Workflow, run: Run, reason: str) -> str | None:
+    """The workflow's compensation; one refused (its own savepoint undone) ends the run with
+    both reasons rather than leaving it to retry forever."""
+    try:
+        with transaction.atomic():
+            return workflow.compensate(run, reason)
+    except ServiceError as error:
+        return f"{reason}; undoing it failed too: {error.message}"
 
 
 def _past(deadline: datetime | None) -> bool:

@@ -147,3 +147,16 @@ def test_an_ended_operation_or_one_of_another_kind_is_left_alone(case):
     before = _reloaded(operation).payload
     assert workflow_run(workflow, operation.pk) == "done"
     assert _reloaded(operation).payload == before
+
+
+def test_a_refused_compensation_ends_the_run_with_both_reasons(case, monkeypatch):
+    workflow, operation, _ = case
+
+    def refuse(self, run, reason):
+        raise Conflict("test.refused", "the old layout no longer fits")
+
+    monkeypatch.setattr(type(workflow), "advance", lambda self, run: run.fail("step 1 broke"))
+    monkeypatch.setattr(type(workflow), "compensate", refuse)
+    assert workflow_run(workflow, operation.pk) == FAILED
+    failed = _reloaded(operation)
+    assert failed.reason == "step 1 broke; undoing it failed too: the old layout no longer fits"
