@@ -14,7 +14,7 @@ import logging
 from collections.abc import Collection
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, NotRequired
 
 from django.db import transaction
 from django.utils import timezone
@@ -24,6 +24,7 @@ from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import (
     RUNNING,
+    WorkflowPayload,
     operation_record,
 )
 from fleet.inventory.models import Gpu, SharingMode
@@ -50,6 +51,24 @@ class DrainStep(StrEnum):
     ROLLBACK = "rollback"
     DONE = "done"
     FAILED = "failed"
+
+
+class DrainPayload(WorkflowPayload):
+    """A GPU drain's payload (fleet.workflows.drain advances it)."""
+
+    layout: dict[str, Any] | None
+    previous_layout: dict[str, Any] | None
+    was_cordoned: bool
+    avoid_gpus: list[int]
+    timeout_s: float
+    move_operations: NotRequired[list[int]]
+    move_rounds: NotRequired[int]
+    disturbed: NotRequired[list[int] | None]
+    wait_generation: NotRequired[int]
+    replace_operations: NotRequired[list[int]]
+    layout_operation: NotRequired[int]
+    rollback_operation: NotRequired[int]
+    failure: NotRequired[str]
 
 
 def layout_to_payload(spec: LayoutSpec | None) -> dict[str, Any] | None:
@@ -113,16 +132,16 @@ def gpu_drain(
         requested_by=requested_by,
         gpu=gpu,
         status=OperationStatus.DISPATCHED,
-        payload={
-            "step": DrainStep.CORDON,
-            "log": [],
-            "layout": layout_to_payload(layout),
-            "previous_layout": layout_to_payload(current_layout(gpu)),
-            "was_cordoned": gpu.cordoned,
-            "avoid_gpus": sorted(set(avoid_gpus) - {gpu.pk}),
-            "deadline": (now + timedelta(seconds=timeout_s)).isoformat(),
-            "timeout_s": timeout_s,
-        },
+        payload=DrainPayload(
+            step=DrainStep.CORDON,
+            log=[],
+            layout=layout_to_payload(layout),
+            previous_layout=layout_to_payload(current_layout(gpu)),
+            was_cordoned=gpu.cordoned,
+            avoid_gpus=sorted(set(avoid_gpus) - {gpu.pk}),
+            deadline=(now + timedelta(seconds=timeout_s)).isoformat(),
+            timeout_s=timeout_s,
+        ),
     )
     advance_after_commit(operation.pk)
     return operation

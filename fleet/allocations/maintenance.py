@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, NotRequired
 
 from django.db import transaction
 from django.utils import timezone
@@ -30,6 +30,7 @@ from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import (
     RUNNING,
+    WorkflowPayload,
     operation_finish,
     operation_record,
     operation_step,
@@ -54,6 +55,21 @@ class HostDrainStep(StrEnum):
     WAIT_EMPTY = "wait_empty"
     DONE = "done"
     FAILED = "failed"
+
+
+class HostDrainPayload(WorkflowPayload):
+    """A host drain's payload (fleet.workflows.host_drain advances it)."""
+
+    at: str
+    force: bool
+    timeout_s: float
+    moves: list[int]
+    stuck: dict[str, str]
+    stopped: list[str]
+    was_status: NotRequired[str]
+    current_move: NotRequired[int | None]
+    failed: NotRequired[dict[str, str]]
+    tried_at: NotRequired[str]
 
 
 def lock_host(host_id: int) -> Host:
@@ -177,16 +193,16 @@ def host_drain(
         requested_by=requested_by,
         host=host,
         status=OperationStatus.PENDING if at is not None else OperationStatus.DISPATCHED,
-        payload={
-            "step": HostDrainStep.SCHEDULED,
-            "log": [],
-            "at": (at or now).isoformat(),
-            "force": force,
-            "timeout_s": timeout_s,
-            "moves": [],
-            "stuck": {},
-            "stopped": [],
-        },
+        payload=HostDrainPayload(
+            step=HostDrainStep.SCHEDULED,
+            log=[],
+            at=(at or now).isoformat(),
+            force=force,
+            timeout_s=timeout_s,
+            moves=[],
+            stuck={},
+            stopped=[],
+        ),
     )
     if at is None:
         host_drain_begin(operation, host, now)

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Collection
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, NotRequired
 
 from django.conf import settings
 from django.db import transaction
@@ -49,6 +49,7 @@ from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import (
     RUNNING,
+    WorkflowPayload,
     operation_finish,
     operation_record,
     operation_step,
@@ -75,6 +76,24 @@ class MoveStep(StrEnum):
     WAIT_RUNNING = "wait_running"
     DONE = "done"
     FAILED = "failed"
+
+
+class MovePayload(WorkflowPayload):
+    """A move's payload (fleet.workflows.moves advances it)."""
+
+    replica: int
+    from_allocations: list[int]
+    to_allocations: list[int]
+    from_allocation: int
+    from_partition: int | None
+    from_gpu: int
+    to_allocation: int
+    to_partition: int | None
+    to_gpu: int
+    created_partition: Any
+    make_before_break: bool
+    timeout_s: float
+    running_at: NotRequired[str]
 
 
 def _timeout_s() -> float:
@@ -174,31 +193,31 @@ def allocation_move(
         gpu=gpu,
         deployment=deployment,
         status=OperationStatus.DISPATCHED,
-        payload={
-            "step": MoveStep.WAIT_RUNNING,
-            "log": [
+        payload=MovePayload(
+            step=MoveStep.WAIT_RUNNING,
+            log=[
                 {
                     "step": "reserve",
                     "note": f"reserved {new.partition} (generation {generation})",
                     "at": now.isoformat(),
                 }
             ],
-            "replica": old.replica,
+            replica=old.replica,
             # A replica of several GPUs: every allocation of each copy, in slot order (the
             # first of each is the one that runs the workload, and ``*_allocation`` names it).
-            "from_allocations": [a.pk for a in olds],
-            "to_allocations": [a.pk for a in news],
-            "from_allocation": old.pk,
-            "from_partition": old.partition_id,
-            "from_gpu": old.gpu_id,
-            "to_allocation": new.pk,
-            "to_partition": new.partition_id,
-            "to_gpu": new.gpu_id,
-            "created_partition": created,
-            "make_before_break": waits,
-            "deadline": (now + timedelta(seconds=timeout)).isoformat(),
-            "timeout_s": timeout,
-        },
+            from_allocations=[a.pk for a in olds],
+            to_allocations=[a.pk for a in news],
+            from_allocation=old.pk,
+            from_partition=old.partition_id,
+            from_gpu=old.gpu_id,
+            to_allocation=new.pk,
+            to_partition=new.partition_id,
+            to_gpu=new.gpu_id,
+            created_partition=created,
+            make_before_break=waits,
+            deadline=(now + timedelta(seconds=timeout)).isoformat(),
+            timeout_s=timeout,
+        ),
     )
     schedule_push(gpu.host_id)
     publish_changed("allocation", [a.pk for a in (*olds, *news)])

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from enum import StrEnum
-from typing import Any
+from typing import Any, NotRequired
 
 from django.conf import settings
 from django.db import transaction
@@ -41,6 +41,7 @@ from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import (
     RUNNING,
+    WorkflowPayload,
     operation_record,
 )
 from fleet.core.policy import effective_policy, image_allowed, policy_enforce
@@ -65,6 +66,24 @@ class RolloutStep(StrEnum):
     ROLLING_BACK = "rolling_back"
     DONE = "done"
     FAILED = "failed"
+
+
+class RolloutPayload(WorkflowPayload):
+    """A rolling update's payload (fleet.workflows.deployment_rollouts advances it)."""
+
+    previous: Any
+    workload: Any
+    sealed_previous: NotRequired[str]
+    max_surge: int
+    max_unavailable: int
+    timeout_s: float
+    min_ready_s: int
+    pending: list[int]
+    moving: dict[str, dict[str, Any]]
+    updated: list[int]
+    rolled_back: list[int]
+    failure: str | None
+    problems: list[str]
 
 
 def _timeout_s() -> float:
@@ -166,23 +185,23 @@ def deployment_roll(
         requested_by=requested_by,
         deployment=deployment,
         status=OperationStatus.DISPATCHED,
-        payload={
-            "step": RolloutStep.ROLLING,
-            "log": [{"step": "start", "note": "new workload saved", "at": now.isoformat()}],
-            "previous": workload_digested(previous),
-            "workload": workload_digested(checked),
-            "sealed_previous": secret_encrypt(json.dumps(sealed)),
-            "max_surge": surge,
-            "max_unavailable": unavailable,
-            "timeout_s": float(timeout_s if timeout_s is not None else _timeout_s()),
-            "min_ready_s": min_ready,
-            "pending": replicas,
-            "moving": {},
-            "updated": [],
-            "rolled_back": [],
-            "failure": None,
-            "problems": [],
-        },
+        payload=RolloutPayload(
+            step=RolloutStep.ROLLING,
+            log=[{"step": "start", "note": "new workload saved", "at": now.isoformat()}],
+            previous=workload_digested(previous),
+            workload=workload_digested(checked),
+            sealed_previous=secret_encrypt(json.dumps(sealed)),
+            max_surge=surge,
+            max_unavailable=unavailable,
+            timeout_s=float(timeout_s if timeout_s is not None else _timeout_s()),
+            min_ready_s=min_ready,
+            pending=replicas,
+            moving={},
+            updated=[],
+            rolled_back=[],
+            failure=None,
+            problems=[],
+        ),
     )
     publish_changed("deployment", [deployment.pk])
     advance_after_commit(operation.pk)

@@ -7,7 +7,8 @@ ids (``gpu.host_id``): core imports no app above it.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any, NotRequired, Protocol, TypedDict
 
 from django.utils import timezone
 
@@ -15,6 +16,28 @@ from fleet.core.alerts import alert_operation_ended
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import FINAL_STATUSES, Operation, OperationStatus
+
+
+class LogEntry(TypedDict):
+    """One line of a long-running operation's progress: the step it was in, what happened,
+    when."""
+
+    step: NotRequired[str | None]
+    note: str
+    at: str
+
+
+class WorkflowPayload(TypedDict, total=False):
+    """What every long-running operation's ``payload`` holds beside its own keys: ``step`` (where
+    it is), ``log`` (what it did), ``plan`` (what it will do, where it plans ahead) and the
+    ``deadline`` of a waiting one (fleet.workflows.engine)."""
+
+    step: str
+    log: list[LogEntry]
+    plan: list[Any]
+    deadline: str
+    waiting_for: str
+
 
 # An operation in flight: recorded, or handed to an agent or a worker, and not ended.
 RUNNING = (OperationStatus.PENDING, OperationStatus.DISPATCHED)
@@ -49,7 +72,7 @@ def operation_record(
     host: _Row | None = None,
     deployment: _Row | None = None,
     generation: int | None = None,
-    payload: dict[str, Any] | None = None,
+    payload: Mapping[str, Any] | None = None,
     status: str = OperationStatus.PENDING,
     reason: str = "",
 ) -> Operation:
@@ -65,7 +88,7 @@ def operation_record(
         host_id=host.pk if host is not None else (gpu.host_id if gpu is not None else None),
         deployment_id=deployment.pk if deployment is not None else None,
         generation=generation,
-        payload=payload or {},
+        payload=dict(payload or {}),
         status=status,
         reason=reason,
         finished_at=timezone.now() if status in FINAL_STATUSES else None,

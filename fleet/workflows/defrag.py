@@ -19,7 +19,7 @@ started it, after agent reports and acks, when one of its moves ends, and from b
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired
 
 from django.conf import settings
 from django.db import transaction
@@ -35,7 +35,7 @@ from fleet.allocations.services import lock_deployment
 from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import RUNNING, operation_record
+from fleet.core.operations import RUNNING, WorkflowPayload, operation_record
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
 from fleet.workflows.engine import Outcome, Run, Workflow, workflow_run
@@ -52,6 +52,13 @@ STEP_LABELS = {
     "done": "Done",
     "failed": "Failed",
 }
+
+
+class DefragPayload(WorkflowPayload):
+    """A defrag's payload: its ``plan`` (one step per planned move) and where it is in it."""
+
+    index: int
+    placed: NotRequired[list[int]]
 
 
 def move_timeout_s() -> float:
@@ -92,13 +99,13 @@ def deployment_defrag_apply(*, deployment_id: int, requested_by: Any = None) -> 
         requested_by=requested_by,
         deployment=deployment,
         status=OperationStatus.DISPATCHED,
-        payload={
-            "plan": steps,
-            "index": 0,
-            "step": "start",
-            "log": [{"step": None, "note": "plan accepted", "at": now.isoformat()}],
-            "deadline": (now + timedelta(seconds=move_timeout_s() * (len(steps) + 1))).isoformat(),
-        },
+        payload=DefragPayload(
+            plan=steps,
+            index=0,
+            step="start",
+            log=[{"step": None, "note": "plan accepted", "at": now.isoformat()}],
+            deadline=(now + timedelta(seconds=move_timeout_s() * (len(steps) + 1))).isoformat(),
+        ),
     )
     advance_after_commit(operation.pk)
     return operation

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 from datetime import datetime
-from typing import Any, ClassVar, Literal, NotRequired, TypedDict
+from typing import Any, ClassVar, Literal
 
 from django.db import transaction
 from django.utils import timezone
@@ -29,29 +29,19 @@ from django.utils.dateparse import parse_datetime
 from fleet.core.errors import ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.models import Operation, OperationStatus
-from fleet.core.operations import operation_finish, operation_lock_running
+from fleet.core.operations import (
+    LogEntry,
+    WorkflowPayload,
+    operation_finish,
+    operation_lock_running,
+)
+
+__all__ = ["DONE", "FAILED", "WAIT", "LogEntry", "Outcome", "Run", "Workflow", "WorkflowPayload"]
 
 Outcome = Literal["wait", "done", "failed"]
 WAIT: Outcome = "wait"
 DONE: Outcome = "done"
 FAILED: Outcome = "failed"
-
-
-class LogEntry(TypedDict):
-    """One line of a workflow's progress: the step it was in, what happened, when."""
-
-    step: NotRequired[str | None]
-    note: str
-    at: str
-
-
-class WorkflowPayload(TypedDict, total=False):
-    """What every workflow's ``Operation.payload`` holds, beside its own keys."""
-
-    step: str
-    log: list[LogEntry]
-    plan: list[Any]
-    deadline: str
 
 
 class Run:

@@ -22,10 +22,22 @@ from fleet.core.errors import Conflict
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import RUNNING, operation_record
+from fleet.core.operations import RUNNING, WorkflowPayload, operation_record
 from fleet.inventory.models import Gpu
 from fleet.workflows.defrag import STEP_LABELS, advance_step, move_timeout_s
 from fleet.workflows.engine import FAILED, WAIT, Outcome, Run, Workflow, workflow_run
+
+
+class RepackPayload(WorkflowPayload):
+    """A repack's payload: its ``plan`` (one group of steps per GPU to empty)."""
+
+    product_key: str
+    asked: int
+    max_unavailable: int
+    method: str
+    cost: int
+    bound: Any
+    freed: list[int]
 
 
 @transaction.atomic
@@ -78,19 +90,19 @@ def capacity_repack_apply(
         ),
         requested_by=requested_by,
         status=OperationStatus.DISPATCHED,
-        payload={
-            "product_key": product_key,
-            "asked": count,
-            "max_unavailable": max_unavailable,
-            "method": plan.method,
-            "cost": plan.cost,
-            "bound": plan.bound,
-            "plan": groups,
-            "freed": [],
-            "step": "start",
-            "log": [{"step": None, "note": note, "at": now.isoformat()}],
-            "deadline": deadline.isoformat(),
-        },
+        payload=RepackPayload(
+            product_key=product_key,
+            asked=count,
+            max_unavailable=max_unavailable,
+            method=plan.method,
+            cost=plan.cost,
+            bound=plan.bound,
+            plan=groups,
+            freed=[],
+            step="start",
+            log=[{"step": None, "note": note, "at": now.isoformat()}],
+            deadline=deadline.isoformat(),
+        ),
     )
     advance_after_commit(operation.pk)
     return operation
