@@ -32,7 +32,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.allocations.models import Deployment, WorkloadState
+from fleet.allocations.models import Deployment
 from fleet.allocations.services import lock_deployment
 from fleet.allocations.workloads import workload_from_input, workload_of
 from fleet.core.errors import Conflict, ServiceError
@@ -56,7 +56,6 @@ from hostagent import protocol
 logger = logging.getLogger(__name__)
 
 MAX_SURGE = 10
-FAILED_STATES = frozenset({WorkloadState.FAILED, WorkloadState.CRASHLOOP, WorkloadState.EXITED})
 
 
 class RolloutStep(StrEnum):
