@@ -15,6 +15,24 @@ from fleet.inventory.models import Host
 from fleet.partitioning.desired import host_bump_generation, schedule_push
 
 
+def copy_of(allocation: Allocation) -> list[Allocation]:
+    """Every allocation of the replica copy ``allocation`` belongs to, in slot order (one but
+    for a replica of several GPUs); just itself when it is not a placed, settled copy (being
+    released, or a move's new copy), which a move refuses."""
+    if allocation.state == AllocationState.RELEASING or allocation.replaces_id is not None:
+        return [allocation]
+    return list(
+        Allocation.objects.placed()
+        .filter(
+            deployment_id=allocation.deployment_id,
+            replica=allocation.replica,
+            replaces__isnull=True,
+        )
+        .select_related("partition", "gpu__host", "deployment")
+        .order_by("gpu_slot", "pk")
+    ) or [allocation]
+
+
 def copy_ids(payload: dict[str, Any], side: str) -> list[int]:
     """The allocations of a move's old (``from``) or new (``to``) copy, in slot order."""
     many = payload.get(f"{side}_allocations")

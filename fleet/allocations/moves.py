@@ -33,6 +33,7 @@ from fleet.allocations.autoplace import violations_of
 from fleet.allocations.models import Allocation, AllocationState
 from fleet.allocations.move_copies import (
     copy_ids,
+    copy_of,
     copy_rollback,
     copy_rows,
     copy_switch,
@@ -132,7 +133,7 @@ def allocation_move(
             {"allocation": allocation_id},
         )
     deployment = lock_deployment(deployment_id)
-    olds = _copy_of(
+    olds = copy_of(
         Allocation.objects.select_related("partition", "gpu__host").get(pk=allocation_id)
     )
     old = olds[0]
@@ -249,7 +250,7 @@ def allocation_move_anywhere(
     :func:`allocation_move`, with ``over_quota_reason``)."""
     allocation = Allocation.objects.select_related("deployment").get(pk=allocation_id)
     ranking = deployment_ranking(allocation.deployment)
-    mine = {a.gpu_id for a in _copy_of(allocation)}
+    mine = {a.gpu_id for a in copy_of(allocation)}
     targets = [
         t
         for t in ranking.feasible
@@ -353,24 +354,6 @@ def moves_cancel_onto(
             _finish(operation, OperationStatus.FAILED, f"{reason}; the old copy keeps running")
             cancelled.append(operation.pk)
     return cancelled
-
-
-def _copy_of(allocation: Allocation) -> list[Allocation]:
-    """Every allocation of the replica copy ``allocation`` belongs to, in slot order (one but
-    for a replica of several GPUs); just itself when it is not a placed, settled copy (being
-    released, or a move's new copy), which :func:`_check_movable` refuses."""
-    if allocation.state == AllocationState.RELEASING or allocation.replaces_id is not None:
-        return [allocation]
-    return list(
-        Allocation.objects.placed()
-        .filter(
-            deployment_id=allocation.deployment_id,
-            replica=allocation.replica,
-            replaces__isnull=True,
-        )
-        .select_related("partition", "gpu__host", "deployment")
-        .order_by("gpu_slot", "pk")
-    ) or [allocation]
 
 
 def _check_movable(olds: list[Allocation]) -> None:
