@@ -20,11 +20,11 @@ def push_desired_state(host_id: int) -> None:
 
 @app.task(name="fleet.advance_operation", ignore_result=True)
 def advance_operation(operation_id: int) -> str | None:
-    """Move one long-running operation (drain, move, rollout, defrag, layout rollout, host
-    drain) forward, after the transaction that started or changed it committed."""
-    from fleet.allocations.advance import operation_advance
+    """Move one long-running operation (any kind in the workflow registry) forward, after the
+    transaction that started or changed it committed, or after one of its children ended."""
+    from fleet.workflows.registry import workflow_advance
 
-    return operation_advance(operation_id=operation_id)
+    return workflow_advance(operation_id=operation_id)
 
 
 @app.task(name="fleet.redeliver", ignore_result=True)
@@ -51,8 +51,8 @@ def expire_operations() -> int:
 def mark_offline_hosts() -> int:
     """Beat: hosts that missed their heartbeats go offline; the replicas of hosts offline past
     the grace period are re-placed, at a limited rate and never while most hosts are offline."""
-    from fleet.allocations.offline import hosts_evict_offline
     from fleet.partitioning.delivery import hosts_mark_offline
+    from fleet.workflows.offline import hosts_evict_offline
 
     offline = hosts_mark_offline()
     hosts_evict_offline()
@@ -62,34 +62,18 @@ def mark_offline_hosts() -> int:
 @app.task(name="fleet.recover_quiet_gpus", ignore_result=True)
 def recover_quiet_gpus() -> int:
     """Beat: GPUs unhealthy from a fatal Xid return after a quiet period."""
-    from fleet.allocations.health import gpus_recover_quiet
+    from fleet.workflows.health import gpus_recover_quiet
 
     return len(gpus_recover_quiet())
 
 
-@app.task(name="fleet.advance_drains", ignore_result=True)
-def advance_drains() -> int:
-    """Beat: move every running drain-and-reshape forward (deadlines, rollbacks), every host
-    drain (its schedule, deadline, next move) and every layout rollout (its next wave)."""
-    from fleet.allocations.drain import drains_advance
-    from fleet.allocations.layout_rollouts import layout_rollouts_advance
-    from fleet.allocations.maintenance import host_drains_advance
+@app.task(name="fleet.advance_workflows", ignore_result=True)
+def advance_workflows() -> int:
+    """Beat: move every running long-running operation forward (its deadline, its next step, a
+    wake-up that was lost): every kind in the workflow registry."""
+    from fleet.workflows.registry import workflows_advance
 
-    drains = drains_advance()
-    return len(drains) + len(host_drains_advance()) + len(layout_rollouts_advance())
-
-
-@app.task(name="fleet.advance_moves", ignore_result=True)
-def advance_moves() -> int:
-    """Beat: move every running replica move, rolling update, defrag and repack forward (their
-    deadlines, a report that was lost)."""
-    from fleet.allocations.defrag import defrags_advance
-    from fleet.allocations.moves import moves_advance
-    from fleet.allocations.repack import repacks_advance
-    from fleet.allocations.rollouts import rollouts_advance
-
-    advanced = len(moves_advance()) + len(rollouts_advance()) + len(defrags_advance())
-    return advanced + len(repacks_advance())
+    return len(workflows_advance())
 
 
 @app.task(name="fleet.telemetry_rollup", ignore_result=True)
@@ -115,7 +99,7 @@ def telemetry_retention() -> int:
 @app.task(name="fleet.retry_replicas", ignore_result=True)
 def retry_replicas() -> int:
     """Beat: place again the replicas a fault left without healthy capacity."""
-    from fleet.allocations.health import replicas_retry
+    from fleet.workflows.health import replicas_retry
 
     return len(replicas_retry())
 

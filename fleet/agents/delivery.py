@@ -15,16 +15,13 @@ from django.utils import timezone
 
 from fleet.agents.discovery import gpus_observed
 from fleet.agents.documents import host_desired_state
-from fleet.allocations.defrag import defrags_advance
-from fleet.allocations.drain import drains_advance
-from fleet.allocations.layout_rollouts import layout_rollouts_advance
 from fleet.allocations.models import Allocation, AllocationState
-from fleet.allocations.repack import repacks_advance
 from fleet.core.alerts import alert_operation_ended
 from fleet.core.events import agent_group, publish, publish_changed
 from fleet.core.models import FINAL_STATUSES, Operation, OperationStatus
 from fleet.inventory.models import Gpu, Host
 from fleet.partitioning.delivery import desired_state_dispatched
+from fleet.workflows.registry import workflows_wake
 from hostagent import protocol
 
 logger = logging.getLogger(__name__)
@@ -124,13 +121,7 @@ def agent_ack(*, host: Host, ack: protocol.Ack) -> list[int]:
     ).exclude(gpu_id__in=list(failed_gpu_ids)).update(state=AllocationState.ACTIVE)
     publish_changed("operation", finished)
     publish_changed("host", [host.pk])
-    transaction.on_commit(lambda: _advance_drains(host.pk), robust=True)
+    # Drains, defrags, repacks and layout rollouts wait for acks like this one.
+    transaction.on_commit(lambda: workflows_wake("ack", host.pk), robust=True)
     publish_changed("gpu", list(Gpu.objects.filter(host=host).values_list("pk", flat=True)))
     return finished
-
-
-def _advance_drains(host_id: int) -> None:
-    drains_advance(host_id)  # drains wait for acks like this one
-    defrags_advance()  # and defrags for the slices they destroy
-    repacks_advance()  # and repacks too
-    layout_rollouts_advance()  # and layout rollouts for their drains

@@ -16,7 +16,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet.agents import ingest
-from fleet.allocations.health import gpu_mark_unhealthy, gpu_recover
 from fleet.allocations.workloads import workloads_record
 from fleet.core.errors import ServiceError
 from fleet.core.events import publish_changed
@@ -33,6 +32,7 @@ from fleet.inventory.models import (
 )
 from fleet.mig import Instance, Placement, Product, find_product, validate_layout
 from fleet.partitioning.models import Partition, PartitionKind
+from fleet.workflows.health import gpu_mark_unhealthy, gpu_recover
 from hostagent import protocol
 
 logger = logging.getLogger(__name__)

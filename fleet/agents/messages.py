@@ -10,14 +10,9 @@ from fleet.agents.delivery import agent_ack
 from fleet.agents.discovery import agent_hello
 from fleet.agents.ingest import hosts_seen
 from fleet.agents.reports import agent_event, agent_telemetry
-from fleet.allocations.defrag import defrags_advance
-from fleet.allocations.drain import drains_advance
-from fleet.allocations.maintenance import host_drains_advance
-from fleet.allocations.moves import moves_advance
-from fleet.allocations.repack import repacks_advance
-from fleet.allocations.rollouts import rollouts_advance
 from fleet.allocations.workloads import workloads_record
 from fleet.inventory.models import Host
+from fleet.workflows.registry import workflows_wake
 from hostagent import protocol
 
 
@@ -37,12 +32,9 @@ def handle_message(host_id: int, message: protocol.UpMessage) -> bool:
             host_id=host_id, statuses=message["workloads"], full=message["full"]
         )
         if recorded.changed or recorded.released:
-            if "done" in moves_advance(host_id):
-                drains_advance()  # a drain waits for its moves (whichever host they left)
-            rollouts_advance()  # a rollout waits for its new copies
-            defrags_advance()  # and a defrag for its moves
-            repacks_advance()  # and a repack
-            host_drains_advance()  # a host drain waits for its moves and stopped copies
+            # Moves wait for their new copies, rollouts for theirs; drains, defrags, repacks
+            # and host drains for their moves and stopped copies.
+            workflows_wake("report", host_id)
     elif message["type"] == "ack":
         agent_ack(host=host, ack=message)
         # Something may have changed while the agent was applying: send it if so.

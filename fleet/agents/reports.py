@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 from django.utils import timezone
 
 from fleet.agents import ingest
-from fleet.allocations.health import on_event
 from fleet.core.events import publish_changed
 from fleet.core.ratelimit import OncePer, cut
 from fleet.inventory.models import Gpu, HealthEvent, HealthEventKind, Host
 from fleet.inventory.telemetry import publish_live
+from fleet.workflows.health import on_event
 from hostagent import protocol
 
 logger = logging.getLogger(__name__)

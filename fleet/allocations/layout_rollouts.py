@@ -9,8 +9,8 @@ operator resumes it (that GPU is tried again) or aborts it (drains under way fin
 ones start). A dry run lists the GPUs, the replicas that would move and whether each has
 somewhere to go.
 
-One ``layout_rollout`` operation holds it in its ``payload``; :func:`layout_rollout_advance` is
-safe to call any time (after agent acks and reports, and from beat).
+One ``layout_rollout`` operation holds it in its ``payload``: this module plans, starts, resumes
+and aborts it; the layout rollout workflow (:mod:`fleet.workflows.layout_rollouts`) moves it on.
 """
 
 from __future__ import annotations
@@ -25,16 +25,13 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from fleet.allocations.autoplace import deployment_autoplace
-from fleet.allocations.drain import current_layout, gpu_drain
-from fleet.allocations.models import Allocation, Deployment
+from fleet.allocations.drain import current_layout
+from fleet.allocations.models import Allocation
 from fleet.allocations.selectors import deployment_ranking
-from fleet.core.alerts import alert_operation_ended
 from fleet.core.errors import Conflict, NotFound, ServiceError
-from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import RUNNING, operation_lock_running, operation_record
+from fleet.core.operations import RUNNING, operation_record
 from fleet.inventory.models import Gpu
 from fleet.partitioning import converters
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
@@ -79,7 +76,7 @@ def selected_gpus(selector: Selector) -> QuerySet[Gpu]:
     return gpus.order_by("host__name", "index")
 
 
-def _same_layout(gpu: Gpu, layout: LayoutSpec) -> bool:
+def same_layout(gpu: Gpu, layout: LayoutSpec) -> bool:
     """Whether the GPU's desired layout already is ``layout`` (profiles by id or by name, and
     the MPS daemons: MPS turned on inside existing instances is a change)."""
     now = current_layout(gpu)
@@ -130,7 +127,7 @@ def _plan(selector: Selector, layouts: Layouts) -> tuple[list[dict[str, Any]], l
     gpus, problems = [], []
     for gpu in selected_gpus(selector)[: MAX_GPUS + 1]:
         layout = _layout_for(layouts, gpu.pk)
-        if layout is None or _same_layout(gpu, layout):
+        if layout is None or same_layout(gpu, layout):
             continue
         why = _check_layout(gpu, layout)
         if why is not None:
@@ -251,139 +248,12 @@ def layout_rollout_start(
             "draining": {},
             "done": [],
             "paused": None,
+            "step": "rolling",
             "log": [{"note": f"{len(gpus)} GPU(s) to reshape", "at": timezone.now().isoformat()}],
         },
     )
     advance_after_commit(operation.pk)
     return operation
-
-
-def layout_rollout_advance(*, operation_id: int) -> str:
-    """Move the rollout on: collect finished drains, start the next wave. Returns ``running``,
-    ``paused`` or ``done``."""
-    with transaction.atomic():
-        operation = operation_lock_running(operation_id, OperationKind.LAYOUT_ROLLOUT)
-        if operation is None:
-            return "done"
-        payload = dict(operation.payload)
-        for key, drain_id in list(payload["draining"].items()):
-            drain = Operation.objects.filter(pk=drain_id).first()
-            if drain is not None and drain.status in RUNNING:
-                continue
-            del payload["draining"][key]
-            if drain is not None and drain.status == OperationStatus.SUCCEEDED:
-                payload["done"].append(int(key))
-            else:
-                reason = drain.reason if drain is not None else "its drain vanished"
-                payload["pending"].insert(0, int(key))  # tried again on resume
-                if payload["paused"] is None:
-                    payload["paused"] = f"GPU {key}: {reason}"
-                    _log(payload, f"paused: GPU {key}: {reason}")
-        if payload["paused"] is None and not payload.get("aborted"):
-            _start_wave(operation, payload)
-        if not payload["draining"] and (not payload["pending"] or payload.get("aborted")):
-            return _finish(operation, payload)
-        operation.payload = payload
-        operation.save(update_fields=["payload", "updated_at"])
-        publish_changed("operation", [operation.pk])
-        return "paused" if payload["paused"] else "running"
-
-
-def _stored_layout(payload: dict[str, Any], gpu_id: int) -> LayoutSpec | None:
-    per_gpu = payload.get("layouts")
-    raw = per_gpu.get(str(gpu_id)) if per_gpu is not None else payload["layout"]
-    return LayoutSpec.from_json(raw) if raw is not None else None
-
-
-def _reshape_in_place(gpu: Gpu, layout: LayoutSpec, requested_by: Any) -> Operation | None:
-    """Reshape a MIG GPU that runs replicas without a drain when the new layout keeps every
-    partition they run in (``gpu_set_layout`` refuses otherwise, and then the GPU drains)."""
-    if layout.mode != "mig" or gpu.mode != "mig":
-        return None
-    if not Allocation.objects.filter(gpu=gpu).exists():
-        return None  # nothing runs there: the drain path costs nothing and cordons meanwhile
-    try:
-        with transaction.atomic():
-            return gpu_set_layout(gpu_id=gpu.pk, spec=layout, requested_by=requested_by)
-    except ServiceError:
-        return None
-
-
-def _start_wave(operation: Operation, payload: dict[str, Any]) -> None:
-    while payload["pending"] and len(payload["draining"]) < payload["max_unavailable"]:
-        gpu_id = int(payload["pending"][0])
-        gpu = Gpu.objects.filter(pk=gpu_id).first()
-        layout = _stored_layout(payload, gpu_id)
-        if gpu is None or layout is None or _same_layout(gpu, layout):
-            payload["pending"].pop(0)
-            if gpu is not None:
-                payload["done"].append(gpu_id)
-            continue
-        reshape = _reshape_in_place(gpu, layout, operation.requested_by)
-        if reshape is not None:
-            payload["pending"].pop(0)
-            payload["draining"][str(gpu_id)] = reshape.pk
-            _log(payload, f"reshaping GPU {gpu_id} in place (operation {reshape.pk})")
-            continue
-        try:
-            with transaction.atomic():
-                drain = gpu_drain(
-                    gpu_id=gpu_id,
-                    layout=layout,
-                    timeout_s=payload["timeout_s"],
-                    # Its replicas had better not land on a GPU this rollout drains later.
-                    avoid_gpus=[*payload["pending"], *map(int, payload["draining"])],
-                    requested_by=operation.requested_by,
-                )
-        except ServiceError as error:
-            payload["paused"] = f"GPU {gpu_id}: {error.message}"
-            _log(payload, f"paused: {payload['paused']}")
-            return
-        payload["pending"].pop(0)
-        payload["draining"][str(gpu_id)] = drain.pk
-        _log(payload, f"draining GPU {gpu_id} (operation {drain.pk})")
-
-
-def _place_waiting(payload: dict[str, Any]) -> None:
-    """Place the waiting replicas of the deployments the rollout names, one at a time, as many
-    as fit (each in its own savepoint: one that fits nowhere leaves the others placed)."""
-    placed = 0
-    for deployment in Deployment.objects.filter(
-        pk__in=payload.get("place_waiting") or (), deleting=False
-    ).order_by("name"):
-        while True:
-            try:
-                with transaction.atomic():
-                    if not deployment_autoplace(deployment_id=deployment.pk, limit=1):
-                        break
-            except ServiceError:
-                break
-            placed += 1
-    if payload.get("place_waiting"):
-        _log(payload, f"placed {placed} waiting replica(s)")
-
-
-def _finish(operation: Operation, payload: dict[str, Any]) -> str:
-    aborted = payload.get("aborted")
-    if not aborted:
-        _place_waiting(payload)
-    status = OperationStatus.FAILED if aborted else OperationStatus.SUCCEEDED
-    reason = (
-        f"aborted by an operator after {len(payload['done'])} GPU(s)"
-        if aborted
-        else f"{len(payload['done'])} GPU(s) reshaped"
-    )
-    _log(payload, reason)
-    Operation.objects.filter(pk=operation.pk).update(
-        status=status,
-        reason=reason,
-        payload=payload,
-        finished_at=timezone.now(),
-        updated_at=timezone.now(),
-    )
-    alert_operation_ended(operation, status=status, reason=reason)
-    publish_changed("operation", [operation.pk])
-    return "done"
 
 
 def _log(payload: dict[str, Any], note: str) -> None:
@@ -437,9 +307,3 @@ def layout_rollout_abort(*, operation_id: int, requested_by: Any = None) -> Oper
     operation.save(update_fields=["payload", "updated_at"])
     advance_after_commit(operation_id)
     return operation
-
-
-def layout_rollouts_advance() -> list[str]:
-    """Advance every running layout rollout (after acks and reports, and from beat)."""
-    running = Operation.objects.filter(kind=OperationKind.LAYOUT_ROLLOUT, status__in=RUNNING)
-    return [layout_rollout_advance(operation_id=pk) for pk in running.values_list("pk", flat=True)]

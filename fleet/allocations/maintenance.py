@@ -9,8 +9,8 @@ deadline, or stopped when the drain was asked with ``force``. Once nothing is le
 it is ``maintenance``: it takes nothing until it is uncordoned. A drain ``at`` a later time waits
 (``payload["step"] == "scheduled"``, status ``pending``) until then; uncordon cancels it.
 
-:func:`host_drain_advance` is safe to call any time: after each workload report (a move it waits
-for may have finished), and from beat (the schedule, deadlines).
+This module starts, cancels and reports host drains; the host drain workflow
+(:mod:`fleet.workflows.host_drain`) moves them forward.
 """
 
 from __future__ import annotations
@@ -18,23 +18,20 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, NotRequired
 
 from django.db import transaction
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
-from fleet.allocations.models import Allocation
-from fleet.allocations.moves import allocation_move_anywhere, moves_cancel_onto
-from fleet.allocations.services import deployment_evict
+from fleet.allocations.moves import moves_cancel_onto
 from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import (
     RUNNING,
+    WorkflowPayload,
     operation_finish,
-    operation_lock_running,
     operation_record,
     operation_step,
 )
@@ -46,7 +43,7 @@ MAX_SCHEDULE_AHEAD = timedelta(days=30)
 DEFAULT_TIMEOUT_S = 1800.0
 RETRY_STUCK_S = 5.0
 # What a host can be drained (or cordoned) from: an operator's cordon, or ready. An offline or
-# unhealthy host has its own handling (fleet.allocations.offline, health).
+# unhealthy host has its own handling (fleet.workflows.offline, health).
 DRAINABLE = (HostStatus.READY, HostStatus.CORDONED)
 
 
@@ -58,6 +55,21 @@ class HostDrainStep(StrEnum):
     WAIT_EMPTY = "wait_empty"
     DONE = "done"
     FAILED = "failed"
+
+
+class HostDrainPayload(WorkflowPayload):
+    """A host drain's payload (fleet.workflows.host_drain advances it)."""
+
+    at: str
+    force: bool
+    timeout_s: float
+    moves: list[int]
+    stuck: dict[str, str]
+    stopped: list[str]
+    was_status: NotRequired[str]
+    current_move: NotRequired[int | None]
+    failed: NotRequired[dict[str, str]]
+    tried_at: NotRequired[str]
 
 
 def lock_host(host_id: int) -> Host:
@@ -181,26 +193,28 @@ def host_drain(
         requested_by=requested_by,
         host=host,
         status=OperationStatus.PENDING if at is not None else OperationStatus.DISPATCHED,
-        payload={
-            "step": HostDrainStep.SCHEDULED,
-            "steps": [],
-            "at": (at or now).isoformat(),
-            "force": force,
-            "timeout_s": timeout_s,
-            "moves": [],
-            "stuck": {},
-            "stopped": [],
-        },
+        payload=HostDrainPayload(
+            step=HostDrainStep.SCHEDULED,
+            log=[],
+            at=(at or now).isoformat(),
+            force=force,
+            timeout_s=timeout_s,
+            moves=[],
+            stuck={},
+            stopped=[],
+        ),
     )
     if at is None:
-        _start(operation, host, now)
+        host_drain_begin(operation, host, now)
     else:
         publish_changed("host", [host.pk])
     advance_after_commit(operation.pk)
     return operation
 
 
-def _start(operation: Operation, host: Host, now: datetime) -> None:
+def host_drain_begin(operation: Operation, host: Host, now: datetime) -> None:
+    """The drain starts now: the host is ``draining`` (it takes nothing new, moves onto it are
+    cancelled) and the deadline runs from now."""
     cancelled = []
     for gpu_id in Gpu.objects.filter(host=host).values_list("pk", flat=True):
         cancelled += moves_cancel_onto(gpu_id=gpu_id, reason=f"{host} is draining")
@@ -221,193 +235,6 @@ def _start(operation: Operation, host: Host, now: datetime) -> None:
     )
 
 
-def host_drain_advance(*, operation_id: int) -> str:
-    """Move the host drain forward as far as it can go now; returns the step it is at."""
-    with transaction.atomic():
-        operation = operation_lock_running(operation_id, OperationKind.DRAIN_HOST)
-        if operation is None:
-            return HostDrainStep.DONE
-        try:
-            return _advance(operation)
-        except ServiceError as error:
-            _fail(operation, error.message)
-            return HostDrainStep.FAILED
-
-
-def _advance(operation: Operation) -> str:
-    assert operation.host_id is not None
-    now = timezone.now()
-    step = operation.payload["step"]
-    if step == HostDrainStep.SCHEDULED:
-        at = parse_datetime(operation.payload["at"])
-        if at is not None and now < at:
-            return HostDrainStep.SCHEDULED
-        host = lock_host(operation.host_id)
-        if host.status not in DRAINABLE:
-            _finish(
-                operation,
-                OperationStatus.FAILED,
-                f"{host} was {host.status} at the scheduled time; nothing was moved",
-            )
-            return HostDrainStep.FAILED
-        _start(operation, host, now)
-        step = HostDrainStep.MOVE
-    host = Host.objects.get(pk=operation.host_id)
-    if step == HostDrainStep.MOVE:
-        waiting = _move_next(operation, host)
-        if waiting:
-            return _check_deadline(operation, waiting)
-        _step(operation, HostDrainStep.WAIT_EMPTY, _moved_note(operation))
-        step = HostDrainStep.WAIT_EMPTY
-    if step == HostDrainStep.WAIT_EMPTY:
-        stopping = Allocation.objects.filter(gpu__host=host).count()
-        if stopping:
-            return _check_deadline(operation, f"{stopping} workload(s) on {host} still stopping")
-        Host.objects.filter(pk=host.pk, status=HostStatus.DRAINING).update(
-            status=HostStatus.MAINTENANCE, updated_at=now
-        )
-        publish_changed("host", [host.pk])
-        _finish(
-            operation,
-            OperationStatus.SUCCEEDED,
-            f"{host} is empty and in maintenance; uncordon it to return it to service",
-        )
-        return HostDrainStep.DONE
-    return str(step)
-
-
-def _move_next(operation: Operation, host: Host) -> str:
-    """Start the next move (one at a time); returns what the drain waits for, or "" when every
-    replica is off the host (or stopped)."""
-    payload = operation.payload
-    current = payload.get("current_move")
-    if current is not None:
-        move = Operation.objects.get(pk=current)
-        if move.status in RUNNING:
-            return f"{move.summary}: waiting for the new copy to run"
-        failed = dict(payload.get("failed", {}))
-        if move.status != OperationStatus.SUCCEEDED:
-            failed[str(move.payload.get("from_allocation"))] = move.reason
-        _save(operation, current_move=None, failed=failed)
-    elif _tried_lately(operation):
-        # Replicas with nowhere to go are ranked again at most every RETRY_STUCK_S: every
-        # workload report of the fleet advances the drain, and each try ranks the fleet.
-        return str(operation.payload.get("waiting_for") or "replicas with nowhere to go")
-    stuck: dict[str, str] = {}
-    _save(operation, tried_at=timezone.now().isoformat())
-    for allocation in _to_move(host):
-        key = str(allocation.pk)
-        name = f"{allocation.deployment.name}[{allocation.replica}]"
-        if key in operation.payload.get("failed", {}):
-            stuck[key] = f"{name}: its move failed ({operation.payload['failed'][key]})"
-            continue
-        try:
-            with transaction.atomic():
-                why = f"draining host {host} (operation {operation.pk})"
-                move = allocation_move_anywhere(
-                    allocation_id=allocation.pk, reason=why, over_quota_reason=why
-                )
-        except ServiceError as error:
-            if operation.payload.get("force"):
-                _stop(operation, allocation, error.message)
-                continue
-            stuck[key] = f"{name}: {error.message}"
-            continue
-        moves = [*operation.payload.get("moves", []), move.pk]
-        if move.status in RUNNING:
-            _step(
-                operation,
-                HostDrainStep.MOVE,
-                f"moving {name}, make before break (operation {move.pk})",
-                moves=moves,
-                current_move=move.pk,
-                stuck=stuck,
-            )
-            return f"{move.summary}: waiting for the new copy to run"
-        _save(operation, moves=moves)
-    if stuck != operation.payload.get("stuck"):
-        _save(operation, stuck=stuck)
-    moving = Allocation.objects.filter(
-        gpu__host=host, replaces__isnull=True, successor__isnull=False
-    ).count()
-    if moving:
-        return f"{moving} replica(s) moving off {host} (moves not started by this drain)"
-    if stuck:
-        return f"{len(stuck)} replica(s) have nowhere to go: " + "; ".join(stuck.values())
-    return ""
-
-
-def _tried_lately(operation: Operation) -> bool:
-    if not operation.payload.get("stuck"):
-        return False
-    tried = parse_datetime(str(operation.payload.get("tried_at", "")))
-    return tried is not None and timezone.now() - tried < timedelta(seconds=RETRY_STUCK_S)
-
-
-def _to_move(host: Host) -> list[Allocation]:
-    """One allocation per replica placed on the host and not moving already."""
-    rows = (
-        Allocation.objects.placed()
-        .filter(gpu__host=host, replaces__isnull=True, successor__isnull=True)
-        .select_related("deployment")
-        .order_by("deployment__name", "replica", "gpu_slot")
-    )
-    seen: set[tuple[int, int]] = set()
-    chosen = []
-    for allocation in rows:
-        if (allocation.deployment_id, allocation.replica) not in seen:
-            seen.add((allocation.deployment_id, allocation.replica))
-            chosen.append(allocation)
-    return chosen
-
-
-def _stop(operation: Operation, allocation: Allocation, why: str) -> None:
-    name = f"{allocation.deployment.name}[{allocation.replica}]"
-    deployment_evict(
-        deployment_id=allocation.deployment_id,
-        replica=allocation.replica,
-        requested_by=operation.requested_by,
-    )
-    _step(
-        operation,
-        HostDrainStep.MOVE,
-        f"{name} stopped (force): {why}",
-        stopped=[*operation.payload.get("stopped", []), name],
-    )
-
-
-def _moved_note(operation: Operation) -> str:
-    moved = len(operation.payload.get("moves", []))
-    stopped = len(operation.payload.get("stopped", []))
-    return f"{moved} replica(s) moved" + (f", {stopped} stopped (force)" if stopped else "")
-
-
-def _check_deadline(operation: Operation, waiting_for: str) -> str:
-    deadline = parse_datetime(operation.payload.get("deadline", ""))
-    if deadline is not None and timezone.now() > deadline:
-        _fail(operation, f"stuck for {int(operation.payload['timeout_s'])} s: {waiting_for}")
-        return HostDrainStep.FAILED
-    if operation.payload.get("waiting_for") != waiting_for:
-        _step(
-            operation,
-            operation.payload["step"],
-            f"waiting: {waiting_for}",
-            waiting_for=waiting_for,
-        )
-    return str(operation.payload["step"])
-
-
-def _fail(operation: Operation, reason: str) -> None:
-    """The drain gives up: the host stays out of placement (cordoned) with what it still runs;
-    the replicas that moved stay where they went."""
-    assert operation.host_id is not None
-    Host.objects.filter(pk=operation.host_id, status=HostStatus.DRAINING).update(
-        status=HostStatus.CORDONED, updated_at=timezone.now()
-    )
-    publish_changed("host", [operation.host_id])
-    _finish(operation, OperationStatus.FAILED, f"{reason}; the host stays cordoned")
-
-
 def _save(operation: Operation, **changes: Any) -> None:
     operation.payload = {**operation.payload, **changes}
     operation.save(update_fields=["payload", "updated_at"])
@@ -423,12 +250,6 @@ def _finish(operation: Operation, status: str, reason: str) -> None:
     )
     if operation.host_id is not None:
         publish_changed("host", [operation.host_id])
-
-
-def host_drains_advance() -> list[str]:
-    """Advance every host drain, scheduled or running: after workload reports, and from beat."""
-    running = Operation.objects.filter(kind=OperationKind.DRAIN_HOST, status__in=RUNNING)
-    return [host_drain_advance(operation_id=pk) for pk in running.values_list("pk", flat=True)]
 
 
 def scheduled_drains(host_ids: list[int]) -> dict[int, Operation]:

@@ -13,8 +13,8 @@ One ``move`` operation carries the steps in its ``payload``:
 A failure at any step (the new copy fails, crash-loops or exits; the deadline passes; someone
 evicts it) releases the target and leaves the old copy running. A replica whose workload Fleet
 does not run (runtime ``none``) has nothing to wait for: its slice moves at once, and the outside
-launcher must restart it there. :func:`move_advance` is safe to call any time: after each
-workload report of the target's host, and from beat.
+launcher must restart it there. The move workflow (:mod:`fleet.workflows.moves`) advances it:
+after each workload report of the target's host, and from beat.
 """
 
 from __future__ import annotations
@@ -23,45 +23,49 @@ import logging
 from collections.abc import Collection
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, NotRequired
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from fleet.allocations.autoplace import violations_of
-from fleet.allocations.models import Allocation, AllocationState, WorkloadState
+from fleet.allocations.models import Allocation, AllocationState
+from fleet.allocations.move_copies import (
+    copy_ids,
+    copy_of,
+    copy_rollback,
+    copy_rows,
+    copy_switch,
+)
 from fleet.allocations.quotas import QuotaExceeded, move_quota_check
 from fleet.allocations.selectors import (
     deployment_ranking,
 )
 from fleet.allocations.services import lock_deployment, reserve_target
-from fleet.allocations.workloads import allocations_release, runtime_of
+from fleet.allocations.workloads import runtime_of
 from fleet.core.errors import Conflict, NotFound, RuleViolation, ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import (
     RUNNING,
+    WorkflowPayload,
     operation_finish,
-    operation_lock_running,
     operation_record,
     operation_step,
 )
-from fleet.inventory.models import AgentRuntime, Host
-from fleet.partitioning.desired import host_bump_generation, schedule_push
+from fleet.inventory.models import AgentRuntime
+from fleet.partitioning.desired import schedule_push
 from fleet.partitioning.models import Partition
 
 logger = logging.getLogger(__name__)
 
 # A stale ranking can make the first choices fail under the locks, as in auto-placement.
 MAX_ATTEMPTS = 5
-# The new copy gave up: the move cannot succeed any more.
-FAILED_STATES = frozenset({WorkloadState.FAILED, WorkloadState.CRASHLOOP, WorkloadState.EXITED})
 
 
-_UNRUN = (
+UNRUN_NOTE = (
     "the slice moved at once: Fleet does not run this replica's workload, so its launcher must "
     "start it on the new slice"
 )
@@ -73,6 +77,24 @@ class MoveStep(StrEnum):
     WAIT_RUNNING = "wait_running"
     DONE = "done"
     FAILED = "failed"
+
+
+class MovePayload(WorkflowPayload):
+    """A move's payload (fleet.workflows.moves advances it)."""
+
+    replica: int
+    from_allocations: list[int]
+    to_allocations: list[int]
+    from_allocation: int
+    from_partition: int | None
+    from_gpu: int
+    to_allocation: int
+    to_partition: int | None
+    to_gpu: int
+    created_partition: Any
+    make_before_break: bool
+    timeout_s: float
+    running_at: NotRequired[str]
 
 
 def _timeout_s() -> float:
@@ -111,7 +133,7 @@ def allocation_move(
             {"allocation": allocation_id},
         )
     deployment = lock_deployment(deployment_id)
-    olds = _copy_of(
+    olds = copy_of(
         Allocation.objects.select_related("partition", "gpu__host").get(pk=allocation_id)
     )
     old = olds[0]
@@ -172,37 +194,37 @@ def allocation_move(
         gpu=gpu,
         deployment=deployment,
         status=OperationStatus.DISPATCHED,
-        payload={
-            "step": MoveStep.WAIT_RUNNING,
-            "steps": [
+        payload=MovePayload(
+            step=MoveStep.WAIT_RUNNING,
+            log=[
                 {
                     "step": "reserve",
                     "note": f"reserved {new.partition} (generation {generation})",
                     "at": now.isoformat(),
                 }
             ],
-            "replica": old.replica,
+            replica=old.replica,
             # A replica of several GPUs: every allocation of each copy, in slot order (the
             # first of each is the one that runs the workload, and ``*_allocation`` names it).
-            "from_allocations": [a.pk for a in olds],
-            "to_allocations": [a.pk for a in news],
-            "from_allocation": old.pk,
-            "from_partition": old.partition_id,
-            "from_gpu": old.gpu_id,
-            "to_allocation": new.pk,
-            "to_partition": new.partition_id,
-            "to_gpu": new.gpu_id,
-            "created_partition": created,
-            "make_before_break": waits,
-            "deadline": (now + timedelta(seconds=timeout)).isoformat(),
-            "timeout_s": timeout,
-        },
+            from_allocations=[a.pk for a in olds],
+            to_allocations=[a.pk for a in news],
+            from_allocation=old.pk,
+            from_partition=old.partition_id,
+            from_gpu=old.gpu_id,
+            to_allocation=new.pk,
+            to_partition=new.partition_id,
+            to_gpu=new.gpu_id,
+            created_partition=created,
+            make_before_break=waits,
+            deadline=(now + timedelta(seconds=timeout)).isoformat(),
+            timeout_s=timeout,
+        ),
     )
     schedule_push(gpu.host_id)
     publish_changed("allocation", [a.pk for a in (*olds, *news)])
     if not waits:  # nothing to wait for: the slice moves now
-        _switch(olds, news)
-        _finish(operation, OperationStatus.SUCCEEDED, _UNRUN)
+        copy_switch(olds, news)
+        _finish(operation, OperationStatus.SUCCEEDED, UNRUN_NOTE)
         operation.refresh_from_db()
         return operation
     advance_after_commit(operation.pk)
@@ -228,7 +250,7 @@ def allocation_move_anywhere(
     :func:`allocation_move`, with ``over_quota_reason``)."""
     allocation = Allocation.objects.select_related("deployment").get(pk=allocation_id)
     ranking = deployment_ranking(allocation.deployment)
-    mine = {a.gpu_id for a in _copy_of(allocation)}
+    mine = {a.gpu_id for a in copy_of(allocation)}
     targets = [
         t
         for t in ranking.feasible
@@ -320,52 +342,18 @@ def moves_cancel_onto(
                 for op in Operation.objects.select_for_update().filter(
                     kind=OperationKind.MOVE, status__in=RUNNING, deployment_id=new.deployment_id
                 )
-                if new.pk in _ids(op.payload, "to")
+                if new.pk in copy_ids(op.payload, "to")
             ),
             None,
         )
-        ids = _ids(operation.payload, "to") if operation is not None else [new.pk]
-        copy = _rows(ids)  # a replica of several GPUs: the whole new copy goes
-        _rollback(copy)
+        ids = copy_ids(operation.payload, "to") if operation is not None else [new.pk]
+        copy = copy_rows(ids)  # a replica of several GPUs: the whole new copy goes
+        copy_rollback(copy)
         gone.update(a.pk for a in copy)
         if operation is not None:
             _finish(operation, OperationStatus.FAILED, f"{reason}; the old copy keeps running")
             cancelled.append(operation.pk)
     return cancelled
-
-
-def _copy_of(allocation: Allocation) -> list[Allocation]:
-    """Every allocation of the replica copy ``allocation`` belongs to, in slot order (one but
-    for a replica of several GPUs); just itself when it is not a placed, settled copy (being
-    released, or a move's new copy), which :func:`_check_movable` refuses."""
-    if allocation.state == AllocationState.RELEASING or allocation.replaces_id is not None:
-        return [allocation]
-    return list(
-        Allocation.objects.placed()
-        .filter(
-            deployment_id=allocation.deployment_id,
-            replica=allocation.replica,
-            replaces__isnull=True,
-        )
-        .select_related("partition", "gpu__host", "deployment")
-        .order_by("gpu_slot", "pk")
-    ) or [allocation]
-
-
-def _ids(payload: dict[str, Any], side: str) -> list[int]:
-    """The allocations of a move's old (``from``) or new (``to``) copy, in slot order."""
-    many = payload.get(f"{side}_allocations")
-    if isinstance(many, list) and many:
-        return [int(pk) for pk in many]
-    return [int(payload[f"{side}_allocation"])]
-
-
-def _rows(ids: list[int]) -> list[Allocation]:
-    return list(
-        Allocation.objects.select_related("gpu__host", "deployment")
-        .filter(pk__in=ids)
-        .order_by("gpu_slot", "pk")
-    )
 
 
 def _check_movable(olds: list[Allocation]) -> None:
@@ -392,132 +380,9 @@ def _check_movable(olds: list[Allocation]) -> None:
         )
 
 
-def move_advance(*, operation_id: int) -> str:
-    """Move the move forward as far as it can go now; returns the step it is at."""
-    with transaction.atomic():
-        operation = operation_lock_running(operation_id, OperationKind.MOVE)
-        if operation is None:
-            return MoveStep.DONE
-        try:
-            return _advance(operation)
-        except ServiceError as error:
-            _finish(operation, OperationStatus.FAILED, error.message)
-            return MoveStep.FAILED
-
-
-def _advance(operation: Operation) -> str:
-    payload = operation.payload
-    if operation.deployment_id is None:  # deleted (SET_NULL): its copies went with it
-        _finish(operation, OperationStatus.FAILED, "the deployment was deleted")
-        return MoveStep.FAILED
-    lock_deployment(operation.deployment_id, allow_deleting=True)  # as place and evict do
-    new_ids, old_ids = _ids(payload, "to"), _ids(payload, "from")
-    news, olds = _rows(new_ids), _rows(old_ids)
-    live = [a for a in news if a.state != AllocationState.RELEASING]
-    if len(live) < len(new_ids):
-        _rollback(live)  # what is left of a new copy of several GPUs
-        _finish(
-            operation,
-            OperationStatus.FAILED,
-            "the new copy was evicted during the move; the old copy stays",
-        )
-        return MoveStep.FAILED
-    new = news[0]
-    if len(olds) < len(old_ids) or any(a.state == AllocationState.RELEASING for a in olds):
-        _promote(news)
-        _finish(
-            operation,
-            OperationStatus.SUCCEEDED,
-            "the old copy was evicted during the move; the new copy stays",
-        )
-        return MoveStep.DONE
-    old = olds[0]
-    if not payload["make_before_break"]:
-        _switch(olds, news)
-        _finish(operation, OperationStatus.SUCCEEDED, _UNRUN)
-        return MoveStep.DONE
-    if new.workload_state == WorkloadState.RUNNING:
-        _switch(olds, news)
-        payload = {**operation.payload, "running_at": timezone.now().isoformat()}
-        operation.payload = payload
-        _finish(
-            operation,
-            OperationStatus.SUCCEEDED,
-            f"the new copy runs on {new.gpu}; the old copy on {old.gpu} is stopping",
-        )
-        return MoveStep.DONE
-    if new.workload_state in FAILED_STATES:
-        detail = f": {new.workload_message}" if new.workload_message else ""
-        _rollback(news)
-        _finish(
-            operation,
-            OperationStatus.FAILED,
-            f"the new copy {new.workload_state}{detail}; the old copy keeps running",
-        )
-        return MoveStep.FAILED
-    deadline = parse_datetime(payload["deadline"])
-    if deadline is not None and timezone.now() > deadline:
-        _rollback(news)
-        _finish(
-            operation,
-            OperationStatus.FAILED,
-            f"the new copy was not running within {int(payload['timeout_s'])} s (it was "
-            f"{new.workload_state}); the old copy keeps running",
-        )
-        return MoveStep.FAILED
-    waiting = f"waiting for the new copy to run ({new.workload_state})"
-    if payload.get("waiting_for") != waiting:
-        _note(operation, waiting, waiting_for=waiting)
-    return MoveStep.WAIT_RUNNING
-
-
-def _switch(olds: list[Allocation], news: list[Allocation]) -> None:
-    """Release the old copy (its workload stops first) and make the new one the replica."""
-    host_id = olds[0].gpu.host_id  # a replica's GPUs are on one host
-    Host.objects.select_for_update().get(pk=host_id)
-    # Out of the replica's place first: deleting it would point the new copy at nothing while
-    # the old row still stands, two copies of one replica.
-    Allocation.objects.filter(pk__in=[a.pk for a in olds]).update(state=AllocationState.RELEASING)
-    allocations_release(olds)
-    host_bump_generation(host_id)
-    schedule_push(host_id)
-    _promote(news)
-    publish_changed("gpu", [a.gpu_id for a in (*olds, *news)])
-
-
-def _promote(news: list[Allocation]) -> None:
-    Allocation.objects.filter(pk__in=[a.pk for a in news]).update(
-        replaces=None, updated_at=timezone.now()
-    )
-    publish_changed("allocation", [a.pk for a in news])
-    publish_changed("deployment", sorted({a.deployment_id for a in news}))
-
-
-def _rollback(news: list[Allocation]) -> None:
-    """Release the target: the new copy stops, the old copy was never touched."""
-    if not news:
-        return
-    host_id = news[0].gpu.host_id
-    Host.objects.select_for_update().get(pk=host_id)
-    allocations_release(news)
-    host_bump_generation(host_id)
-    schedule_push(host_id)
-    publish_changed("gpu", [a.gpu_id for a in news])
-    publish_changed("deployment", sorted({a.deployment_id for a in news}))
-
-
 def _note(operation: Operation, note: str, **extra: Any) -> None:
     operation_step(operation, note, **extra)
 
 
 def _finish(operation: Operation, status: str, reason: str) -> None:
     operation_finish(operation, status, reason, done=MoveStep.DONE, failed=MoveStep.FAILED)
-
-
-def moves_advance(host_id: int | None = None) -> list[str]:
-    """Advance every running move (whose new copy is on ``host_id``): after each workload
-    report of that host, and from beat (deadlines)."""
-    running = Operation.objects.filter(kind=OperationKind.MOVE, status__in=RUNNING)
-    if host_id is not None:
-        running = running.filter(host_id=host_id)
-    return [move_advance(operation_id=pk) for pk in running.values_list("pk", flat=True)]

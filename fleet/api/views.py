@@ -15,7 +15,6 @@ from rest_framework.response import Response
 
 from fleet.agents.host_tokens import host_token_rotate
 from fleet.allocations.drain import gpu_drain
-from fleet.allocations.health import gpu_heal
 from fleet.allocations.maintenance import host_cordon, host_drain, host_uncordon, scheduled_drains
 from fleet.api import serializers as s
 from fleet.api import serializers_metrics as smx
@@ -40,6 +39,7 @@ from fleet.inventory.selectors import HISTORY_WINDOWS, gpu_history_series, lates
 from fleet.inventory.telemetry import METRICS
 from fleet.partitioning import services as partitioning_services
 from fleet.partitioning.models import Partition
+from fleet.workflows.health import gpu_heal
 
 
 @documented_reads(s.HostSerializer)

@@ -21,12 +21,7 @@ from rest_framework.throttling import SimpleRateThrottle
 
 from fleet.allocations import advice
 from fleet.allocations.capacity import fleet_capacity
-from fleet.allocations.repack import (
-    capacity_repack_apply,
-    capacity_repack_plan,
-    fleet_products,
-    repack_payload,
-)
+from fleet.allocations.repack_plans import capacity_repack_plan, fleet_products, repack_payload
 from fleet.api import serializers_capacity as sc
 from fleet.api.common import error_responses
 from fleet.api.limits import _FailOpen, throttle_scope
@@ -34,6 +29,7 @@ from fleet.api.serializers import ErrorSerializer, OperationSerializer
 from fleet.core.errors import ServiceError
 from fleet.core.roles import Role, role_of
 from fleet.placement.advisor import DEFAULT_TIME_LIMIT_S
+from fleet.workflows.repack import capacity_repack_apply
 
 
 @extend_schema(

@@ -16,7 +16,6 @@ from rest_framework.response import Response
 
 from fleet.allocations import services as allocation_services
 from fleet.allocations.autoplace import deployment_create_placed, deployment_place_all
-from fleet.allocations.defrag import deployment_defrag_apply
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.moves import allocation_move
 from fleet.allocations.quotas import quota_refusal
@@ -42,6 +41,7 @@ from fleet.core.models import OperationKind
 from fleet.core.permissions import TeamRolePermission
 from fleet.endpoints.services import endpoint_set
 from fleet.placement import DEFAULT_STRATEGY
+from fleet.workflows.defrag import deployment_defrag_apply
 
 
 @documented_reads(s.DeploymentSerializer)

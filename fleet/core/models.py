@@ -239,6 +239,11 @@ class Operation(TimeStampedModel):
         on_delete=models.SET_NULL,
         related_name="operations",
     )
+    # The long-running operation this one is a step of (a defrag's move, a rollout's drain):
+    # its ending wakes the parent (fleet.workflows.engine).
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
     generation = models.PositiveBigIntegerField(null=True, blank=True)
     summary = models.CharField(max_length=255)
     payload = models.JSONField(default=dict, blank=True)

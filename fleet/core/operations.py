@@ -7,16 +7,37 @@ ids (``gpu.host_id``): core imports no app above it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any, NotRequired, Protocol, TypedDict
 
-from django.db import transaction
 from django.utils import timezone
 
 from fleet.core.alerts import alert_operation_ended
-from fleet.core.errors import ServiceError
 from fleet.core.events import publish_changed
+from fleet.core.jobs import advance_after_commit
 from fleet.core.models import FINAL_STATUSES, Operation, OperationStatus
+
+
+class LogEntry(TypedDict):
+    """One line of a long-running operation's progress: the step it was in, what happened,
+    when."""
+
+    step: NotRequired[str | None]
+    note: str
+    at: str
+
+
+class WorkflowPayload(TypedDict, total=False):
+    """What every long-running operation's ``payload`` holds beside its own keys: ``step`` (where
+    it is), ``log`` (what it did), ``plan`` (what it will do, where it plans ahead) and the
+    ``deadline`` of a waiting one (fleet.workflows.engine)."""
+
+    step: str
+    log: list[LogEntry]
+    plan: list[Any]
+    deadline: str
+    waiting_for: str
+
 
 # An operation in flight: recorded, or handed to an agent or a worker, and not ended.
 RUNNING = (OperationStatus.PENDING, OperationStatus.DISPATCHED)
@@ -30,33 +51,6 @@ def operation_lock_running(operation_id: int, kind: str | None = None) -> Operat
     if kind is not None:
         found = found.filter(kind=kind)
     return found.first()
-
-
-def operation_advance(
-    operation_id: int,
-    kind: str,
-    advance: Callable[[Operation, dict[str, Any]], str],
-    finish: Callable[[Operation, dict[str, Any], str, str], None],
-) -> str:
-    """Move a long-running operation kept in its ``payload`` on, under its row lock: ``advance``
-    edits the payload and says where it is (``wait``, ``done`` or ``failed``); a refusal
-    (:class:`ServiceError`) ends it ``failed`` through ``finish``. A waiting one's payload is
-    saved and browsers are told; ``advance`` or ``finish`` save a finished one themselves."""
-    with transaction.atomic():
-        operation = operation_lock_running(operation_id, kind)
-        if operation is None:
-            return "done"
-        payload = dict(operation.payload)
-        try:
-            phase = advance(operation, payload)
-        except ServiceError as error:
-            finish(operation, payload, OperationStatus.FAILED, error.message)
-            return "failed"
-        if phase == "wait":
-            operation.payload = payload
-            operation.save(update_fields=["payload", "updated_at"])
-            publish_changed("operation", [operation.pk])
-        return phase
 
 
 class _Row(Protocol):
@@ -78,7 +72,7 @@ def operation_record(
     host: _Row | None = None,
     deployment: _Row | None = None,
     generation: int | None = None,
-    payload: dict[str, Any] | None = None,
+    payload: Mapping[str, Any] | None = None,
     status: str = OperationStatus.PENDING,
     reason: str = "",
 ) -> Operation:
@@ -94,7 +88,7 @@ def operation_record(
         host_id=host.pk if host is not None else (gpu.host_id if gpu is not None else None),
         deployment_id=deployment.pk if deployment is not None else None,
         generation=generation,
-        payload=payload or {},
+        payload=dict(payload or {}),
         status=status,
         reason=reason,
         finished_at=timezone.now() if status in FINAL_STATUSES else None,
@@ -113,12 +107,12 @@ def operation_record(
 def operation_step(
     operation: Operation, note: str, *, step: str | None = None, **extra: Any
 ) -> None:
-    """A long-running operation's progress: ``note`` joins its step log (``payload["steps"]``,
+    """A long-running operation's progress: ``note`` joins its log (``payload["log"]``,
     under the step it is leaving), it moves to ``step`` when given, ``extra`` joins its payload;
     saved, and browsers told."""
     payload = dict(operation.payload)
-    payload["steps"] = [
-        *payload.get("steps", []),
+    payload["log"] = [
+        *payload.get("log", []),
         {"step": payload.get("step"), "note": note, "at": timezone.now().isoformat()},
     ]
     if step is not None:
@@ -130,21 +124,36 @@ def operation_step(
 
 
 def operation_finish(
-    operation: Operation, status: str, reason: str, *, done: str = "done", failed: str = "failed"
+    operation: Operation,
+    status: str,
+    reason: str,
+    *,
+    done: str = "done",
+    failed: str = "failed",
+    result: dict[str, Any] | None = None,
 ) -> None:
-    """End a long-running operation: ``reason`` joins its step log, its step becomes ``done``
-    (succeeded) or ``failed``; status, reason and finish time written; webhooks and browsers
-    told."""
+    """End a long-running operation: ``reason`` joins its log, its step becomes ``done``
+    (succeeded) or ``failed``; status, reason, ``result`` (when given) and finish time written;
+    webhooks and browsers told, and its parent woken once this commits."""
     now = timezone.now()
     payload = dict(operation.payload)
-    payload["steps"] = [
-        *payload.get("steps", []),
+    payload["log"] = [
+        *payload.get("log", []),
         {"step": payload.get("step"), "note": reason, "at": now.isoformat()},
     ]
     payload["step"] = done if status == OperationStatus.SUCCEEDED else failed
+    changes: dict[str, Any] = {"result": result} if result is not None else {}
     Operation.objects.filter(pk=operation.pk).update(
-        status=status, reason=reason[:2000], payload=payload, finished_at=now, updated_at=now
+        status=status,
+        reason=reason[:2000],
+        payload=payload,
+        finished_at=now,
+        updated_at=now,
+        **changes,
     )
     operation.status = status
+    operation.payload = payload
     alert_operation_ended(operation, status=status, reason=reason)
     publish_changed("operation", [operation.pk])
+    if operation.parent_id is not None:
+        advance_after_commit(operation.parent_id)

@@ -75,7 +75,7 @@ class Host(TimeStampedModel):
     last_seen_at = models.DateTimeField(null=True, blank=True)
     # When the host went quiet (set with ``offline``, cleared by the beat once it is back): its
     # replicas keep their places until FLEET_EVICT_OFFLINE_AFTER_SECONDS have passed since
-    # (unreachable is not failed: fleet.allocations.offline).
+    # (unreachable is not failed: fleet.workflows.offline).
     offline_since = models.DateTimeField(null=True, blank=True)
     desired_generation = models.PositiveBigIntegerField(default=0)
     applied_generation = models.PositiveBigIntegerField(default=0)

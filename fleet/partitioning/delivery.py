@@ -106,7 +106,7 @@ def operations_expire(now: Any = None) -> list[int]:
 
 def hosts_mark_offline(now: Any = None) -> list[int]:
     """Hosts whose agent missed the configured number of heartbeats go offline, and remember
-    since when (their replicas stay put for a grace period: :mod:`fleet.allocations.offline`).
+    since when (their replicas stay put for a grace period: :mod:`fleet.workflows.offline`).
 
     A host back from offline (any agent message brings it back) forgets when it went quiet.
     """

@@ -362,8 +362,7 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 5.0},
     },
     "recover-quiet-gpus": {"task": "fleet.recover_quiet_gpus", "schedule": 10.0},
-    "advance-drains": {"task": "fleet.advance_drains", "schedule": 3.0},
-    "advance-moves": {"task": "fleet.advance_moves", "schedule": 3.0},
+    "advance-workflows": {"task": "fleet.advance_workflows", "schedule": 3.0},
     "retry-replicas": {"task": "fleet.retry_replicas", "schedule": 10.0},
     "telemetry-rollup": {"task": "fleet.telemetry_rollup", "schedule": 60.0},
     "telemetry-retention": {"task": "fleet.telemetry_retention", "schedule": 3600.0},
@@ -390,7 +389,7 @@ FLEET_ADVISOR_CONCURRENCY = env_int("FLEET_ADVISOR_CONCURRENCY", 1)
 FLEET_HEARTBEAT_SECONDS = env_float("FLEET_HEARTBEAT_SECONDS", 1.0)
 FLEET_OFFLINE_AFTER_MISSED = env_int("FLEET_OFFLINE_AFTER_MISSED", 10)
 FLEET_XID_RECOVERY_SECONDS = env_float("FLEET_XID_RECOVERY_SECONDS", 300.0)
-# Unreachable is not failed (fleet.allocations.offline): an offline host's
+# Unreachable is not failed (fleet.workflows.offline): an offline host's
 # replicas keep their places this long (Kubernetes' default toleration, 300 s); nothing is evicted
 # while more than this share of enrolled hosts is offline (its --unhealthy-zone-threshold); and
 # at most this share of a GPU product's hosts (one below 10 hosts) has its replicas re-placed per

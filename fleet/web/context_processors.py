@@ -7,7 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
-from fleet.allocations.offline import OfflineShare, hosts_offline_share
+from fleet.workflows.offline import OfflineShare, hosts_offline_share
 
 
 def _mass_offline_share() -> OfflineShare | None:

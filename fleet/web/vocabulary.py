@@ -8,26 +8,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, TypedDict
 
-from fleet.allocations.drain import DrainStep
 from fleet.core.events import CLOSE_NO_ROLE, CLOSE_SIGNED_OUT
-from fleet.core.models import FINAL_STATUSES
+from fleet.core.models import FINAL_STATUSES, OperationKind
 from fleet.inventory.filters import GPU_FILTERS, FilterJson
 from fleet.mps import MAX_CLIENTS_PER_GPU, MAX_COMPUTE_PERCENT
 from fleet.web.presenters import NA_TITLE
+from fleet.workflows.registry import step_labels
 
-# The steps a drain operation's ``payload.step`` takes (fleet/allocations/drain.py), as the
-# editor's progress line words them. tests/web/test_page_config.py reads drain.py for the steps,
-# so a new one cannot go unlabelled.
-DRAIN_STEP_LABELS: dict[str, str] = {
-    DrainStep.CORDON: "cordoning",
-    DrainStep.MOVE: "moving workloads",
-    DrainStep.WAIT_MOVES: "waiting for the moved workloads to run",
-    DrainStep.WAIT_IDLE: "waiting until idle",
-    DrainStep.WAIT_APPLY: "applying the layout",
-    DrainStep.ROLLBACK: "rolling back",
-    DrainStep.DONE: "done",
-    DrainStep.FAILED: "failed",
-}
+# The steps a drain operation's ``payload.step`` takes, as the editor's progress line words
+# them: the drain workflow declares them (fleet/workflows/drain.py), and the registry serves them.
+DRAIN_STEP_LABELS: dict[str, str] = dict(step_labels(OperationKind.DRAIN))
 
 # The data-* attribute of a GPU card each filter reads in the browser (default: its name).
 CARD_ATTRIBUTES: dict[str, str] = {"q": "search"}

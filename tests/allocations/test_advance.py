@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from fleet.allocations.advance import ADVANCERS, operation_advance
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import operation_record
 from fleet.tasks import advance_operation
+from fleet.workflows.registry import BY_KIND
+from fleet.workflows.registry import workflow_advance as operation_advance
 
 pytestmark = pytest.mark.django_db
 
@@ -24,6 +27,7 @@ def test_an_operation_that_does_not_advance_or_is_gone_is_left_alone():
 def test_the_task_calls_the_advancer_of_the_operations_kind(monkeypatch):
     drain = operation_record(kind=OperationKind.DRAIN, summary="drain", payload={"step": "move"})
     seen = []
-    monkeypatch.setitem(ADVANCERS, OperationKind.DRAIN, lambda **kw: seen.append(kw) or "move")
+    entry = replace(BY_KIND[OperationKind.DRAIN], advance=lambda **kw: seen.append(kw) or "move")
+    monkeypatch.setitem(BY_KIND, OperationKind.DRAIN, entry)
     assert advance_operation(drain.pk) == "move"
     assert seen == [{"operation_id": drain.pk}]

@@ -9,7 +9,6 @@ from fleet.agents.delivery import agent_ack
 from fleet.agents.discovery import agent_hello
 from fleet.agents.documents import host_desired_state
 from fleet.agents.enrollment import host_issue_token
-from fleet.allocations.defrag import defrag_advance, deployment_defrag_apply
 from fleet.allocations.models import Allocation
 from fleet.allocations.selectors import deployment_defrag_plan
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
@@ -19,6 +18,7 @@ from fleet.inventory.models import Gpu, Host
 from fleet.inventory.services import host_create
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
+from fleet.workflows.defrag import defrag_advance, deployment_defrag_apply
 from tests.agent_sim import SimAgent
 from tests.helpers import assert_error
 
@@ -126,9 +126,9 @@ def test_a_failed_move_stops_the_defrag_with_its_reason(world, django_capture_on
     # Say its move had failed instead (its new copy crashed): the defrag stops there.
     failed = Operation.objects.create(kind="move", status="failed", reason="the new copy failed")
     payload = operation.payload
-    payload["steps"][0] = {**payload["steps"][0], "kind": "move", "move": failed.pk}
+    payload["plan"][0] = {**payload["plan"][0], "kind": "move", "move": failed.pk}
     Operation.objects.filter(pk=operation.pk).update(
-        payload={**payload, "phase": "moving", "index": 0}
+        payload={**payload, "step": "moving", "index": 0}
     )
     assert defrag_advance(operation_id=operation.pk) == "failed"
     operation.refresh_from_db()

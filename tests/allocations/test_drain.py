@@ -12,7 +12,7 @@ from fleet.agents.delivery import agent_ack
 from fleet.agents.discovery import agent_hello
 from fleet.agents.documents import host_desired_state
 from fleet.agents.enrollment import host_issue_token
-from fleet.allocations.drain import drain_advance, gpu_drain
+from fleet.allocations.drain import gpu_drain
 from fleet.allocations.models import Allocation
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.models import Operation
@@ -20,6 +20,7 @@ from fleet.inventory.models import Gpu, Host
 from fleet.inventory.services import host_create
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
+from fleet.workflows.drain import drain_advance
 from tests.agent_sim import SimAgent
 from tests.helpers import assert_error, snapshot_rows
 
@@ -70,7 +71,7 @@ def test_a_busy_gpu_is_drained_reshaped_verified_and_uncordoned(
     sync()  # the agent applies the 7g layout
     op.refresh_from_db()
     assert op.status == "succeeded", op.payload
-    steps = [s["step"] for s in op.payload["steps"]]
+    steps = [s["step"] for s in op.payload["log"]]
     assert steps[:4] == ["cordon", "move", "wait_moves", "wait_idle"]
     source.refresh_from_db()
     assert not source.cordoned
@@ -267,7 +268,7 @@ def test_a_reshape_moves_only_the_replicas_whose_partitions_it_destroys(
     op.refresh_from_db()
     assert op.status == "succeeded", op.payload
     assert op.payload["move_operations"] == []
-    assert "1 replica(s) stay" in op.payload["steps"][1]["note"]
+    assert "1 replica(s) stay" in op.payload["log"][1]["note"]
     after = Allocation.objects.get()
     assert (after.pk, after.partition_id) == (before.pk, before.partition_id)
     assert not Operation.objects.filter(kind__in=["move", "replace"]).exists()

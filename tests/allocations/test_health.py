@@ -9,13 +9,13 @@ import pytest
 from django.utils import timezone
 
 from fleet.agents.reports import agent_event
-from fleet.allocations.health import gpus_recover_quiet, replicas_retry
 from fleet.allocations.models import Allocation
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.models import Operation
 from fleet.inventory.models import Gpu, HealthEvent
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, gpu_set_cordon, gpu_set_layout
+from fleet.workflows.health import gpus_recover_quiet, replicas_retry
 from tests.factories import GpuFactory, HostFactory
 from tests.helpers import assert_error
 

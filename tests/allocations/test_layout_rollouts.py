@@ -8,7 +8,6 @@ import pytest
 from fleet.allocations.layout_rollouts import (
     Selector,
     layout_rollout_abort,
-    layout_rollout_advance,
     layout_rollout_resume,
     layout_rollout_start,
 )
@@ -17,6 +16,7 @@ from fleet.core.errors import Conflict, ServiceError
 from fleet.core.models import Operation
 from fleet.inventory.models import Gpu
 from fleet.partitioning.models import Partition
+from fleet.workflows.layout_rollouts import layout_rollout_advance
 from tests.allocations.rollout_world import (
     H100,
     SEVEN,
@@ -62,7 +62,7 @@ def test_a_busy_gpu_pauses_the_rollout_and_resume_finishes_it(
     assert held(agent, gpus[0]) == [(0, 0)]  # the first wave went through
     assert held(agent, gpus[2]) == [(9, 0), (9, 4)]  # nothing started after the failure
     assert held(agent, gpus[1]) == [(9, 0), (9, 4)]  # the failed GPU was rolled back
-    assert layout_rollout_advance(operation_id=operation.pk) == "paused"  # stays paused
+    assert layout_rollout_advance(operation_id=operation.pk) == "wait"  # stays paused
     agent.backend.kill_process(pid if isinstance(pid, int) else pid.pid)
     with django_capture_on_commit_callbacks(execute=True):
         layout_rollout_resume(operation_id=operation.pk)
@@ -150,14 +150,16 @@ def test_a_failure_in_the_work_after_commit_never_fails_the_request(
 ):
     """The rollout is created; its first drains' advance (run after commit) hits a deadlock:
     that is logged and beat advances the drain later, the request still answers 202."""
+    from dataclasses import replace
+
     from django.db import OperationalError
 
-    from fleet.allocations.advance import ADVANCERS
+    from fleet.workflows.registry import BY_KIND
 
     def deadlock(**_: object) -> str:
         raise OperationalError("deadlock detected")
 
-    monkeypatch.setitem(ADVANCERS, "drain", deadlock)
+    monkeypatch.setitem(BY_KIND, "drain", replace(BY_KIND["drain"], advance=deadlock))
     body = {"selector": {"product": H100}, "layout": SEVEN.as_json(), "max_unavailable": 2}
     with django_capture_on_commit_callbacks(execute=True):
         started = operator_client.post("/api/v1/rollouts/", body, format="json")

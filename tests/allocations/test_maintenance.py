@@ -13,8 +13,6 @@ from fleet.agents.messages import handle_message
 from fleet.allocations.maintenance import (
     host_cordon,
     host_drain,
-    host_drain_advance,
-    host_drains_advance,
     host_uncordon,
 )
 from fleet.allocations.models import Allocation, AllocationState
@@ -25,6 +23,8 @@ from fleet.core.models import Operation, OperationStatus
 from fleet.inventory.models import Host, HostStatus
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
+from fleet.workflows.host_drain import host_drain_advance
+from fleet.workflows.registry import workflows_advance as host_drains_advance
 from tests.factories import GpuFactory, HostFactory, allow_process, dedicated_gpus
 
 pytestmark = pytest.mark.django_db
@@ -142,7 +142,7 @@ def test_a_drain_with_room_elsewhere_moves_each_replica_before_break_then_marks_
 
     operation = host_drain(host_id=source.host_id)
     assert operation.kind == "drain_host" and _status(source.host_id) == HostStatus.DRAINING
-    assert host_drain_advance(operation_id=operation.pk) == "move"
+    assert host_drain_advance(operation_id=operation.pk) == "wait"
     # One at a time: the first replica has a new copy on the target, the second waits.
     first = Allocation.objects.get(replaces=old[0])
     assert first.gpu_id == target.pk
@@ -230,7 +230,7 @@ def test_a_scheduled_drain_waits_until_its_time_and_uncordon_cancels_it():
 
     assert operation.status == OperationStatus.PENDING
     assert operation.payload["step"] == "scheduled"
-    assert host_drain_advance(operation_id=operation.pk) == "scheduled"
+    assert host_drain_advance(operation_id=operation.pk) == "wait"
     assert _status(gpu.host_id) == HostStatus.READY  # placements go on until then
     with pytest.raises(Conflict) as twice:
         host_drain(host_id=gpu.host_id)
@@ -300,7 +300,7 @@ def test_a_stuck_replica_is_tried_again_once_room_appears():
     assert len(operation.payload["stuck"]) == 2
     target = _mig_host("gpu-b")  # room appears
     # Not ranked again at once (every workload report of the fleet advances the drain).
-    assert host_drain_advance(operation_id=operation.pk) == "move"
+    assert host_drain_advance(operation_id=operation.pk) == "wait"
     assert not Allocation.objects.filter(replaces=old[0]).exists()
     payload = dict(operation.payload, tried_at=(timezone.now() - timedelta(seconds=10)).isoformat())
     Operation.objects.filter(pk=operation.pk).update(payload=payload)
@@ -324,7 +324,7 @@ def test_a_drain_moves_a_replica_of_two_gpus_before_break_as_one_copy():
     _report(hosts[0].pk, [(olds[0].pk, "running")])
 
     operation = host_drain(host_id=hosts[0].pk)
-    assert host_drain_advance(operation_id=operation.pk) == "move"
+    assert host_drain_advance(operation_id=operation.pk) == "wait"
     news = list(Allocation.objects.filter(replaces__in=olds).order_by("gpu_slot"))
     assert {n.gpu.host_id for n in news} == {hosts[1].pk} and len(news) == 2
     assert _running(deployment.pk) == 2  # the old copy, on both its GPUs

@@ -13,7 +13,7 @@ from django.utils import timezone
 from fleet.agents.documents import host_desired_state
 from fleet.agents.messages import handle_message
 from fleet.allocations.models import Allocation, AllocationState
-from fleet.allocations.moves import allocation_move, move_advance, moves_advance
+from fleet.allocations.moves import allocation_move
 from fleet.allocations.services import (
     DeploymentRequest,
     deployment_create,
@@ -25,6 +25,8 @@ from fleet.core.models import Operation, OperationStatus
 from fleet.inventory.models import Host
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
+from fleet.workflows.moves import move_advance
+from fleet.workflows.registry import workflows_advance
 from tests.factories import GpuFactory, HostFactory, allow_process, dedicated_gpus
 from tests.helpers import assert_error
 
@@ -120,7 +122,7 @@ def test_the_new_copy_runs_before_the_old_one_stops(two_gpus):
     # Both copies are in their hosts' desired states: the target's agent starts the new one.
     assert [a["allocation_id"] for a in _desired(target)] == [new.pk]
     assert [a["allocation_id"] for a in _desired(source)] == [old.pk]
-    assert move_advance(operation_id=operation.pk) == "wait_running"
+    assert move_advance(operation_id=operation.pk) == "wait"
     _report(target, new.pk, "starting")
     assert _running_copies(old.deployment_id) == 1
     old.refresh_from_db()
@@ -138,7 +140,7 @@ def test_the_new_copy_runs_before_the_old_one_stops(two_gpus):
     # The old copy has stopped: its slice is free.
     _report(source, old.pk, "none", exit_code=0)
     assert not Allocation.objects.filter(pk=old.pk).exists()
-    steps = [s["note"] for s in operation.payload["steps"]]
+    steps = [s["note"] for s in operation.payload["log"]]
     assert steps[0].startswith("reserved") and any("waiting" in s for s in steps)
 
 
@@ -174,7 +176,7 @@ def test_a_new_copy_that_never_runs_is_rolled_back_at_the_deadline(two_gpus):
     _report(target, new.pk, "starting")
     payload = dict(operation.payload, deadline=(timezone.now() - timedelta(seconds=1)).isoformat())
     Operation.objects.filter(pk=operation.pk).update(payload=payload)
-    assert moves_advance() == ["failed"]
+    assert workflows_advance() == ["failed"]
     operation.refresh_from_db()
     assert "not running within 10 s" in operation.reason
     # It may still be starting: it keeps its slice until the agent has stopped it.
@@ -336,7 +338,7 @@ def test_a_replica_of_two_gpus_moves_make_before_break_as_one_copy(two_hosts_of_
     desired = _desired(gpus[1][0]) + _desired(gpus[1][1])
     (runs,) = [a for a in desired if a["workload"]["runtime"] != "none"]
     assert runs["allocation_id"] == news[0].pk and len(runs["devices"]) == 2
-    assert move_advance(operation_id=operation.pk) == "wait_running"
+    assert move_advance(operation_id=operation.pk) == "wait"
     _report(gpus[1][0], news[0].pk, "running")
     operation.refresh_from_db()
     assert operation.status == OperationStatus.SUCCEEDED, operation.reason

@@ -11,9 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from fleet.agents.reports import agent_event
-from fleet.allocations import offline
 from fleet.allocations.models import Allocation
-from fleet.allocations.offline import eviction_slots, hosts_evict_offline, hosts_offline_share
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.models import Operation
 from fleet.inventory.models import Gpu, Host
@@ -21,6 +19,8 @@ from fleet.mps import MpsPolicy
 from fleet.partitioning.delivery import hosts_mark_offline
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
 from fleet.tasks import mark_offline_hosts
+from fleet.workflows import offline
+from fleet.workflows.offline import eviction_slots, hosts_evict_offline, hosts_offline_share
 from tests.factories import GpuFactory, HostFactory
 
 pytestmark = pytest.mark.django_db

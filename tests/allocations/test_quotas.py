@@ -10,12 +10,11 @@ from __future__ import annotations
 import pytest
 
 from fleet.allocations.autoplace import deployment_create_placed, deployment_place_all
-from fleet.allocations.health import replace_allocations
-from fleet.allocations.maintenance import host_drain, host_drain_advance
+from fleet.allocations.maintenance import host_drain
 from fleet.allocations.models import Allocation
-from fleet.allocations.moves import allocation_move, move_advance
+from fleet.allocations.moves import allocation_move
 from fleet.allocations.quotas import QuotaExceeded, quota_refusal, team_usage
-from fleet.allocations.rollouts import deployment_roll, rollout_advance
+from fleet.allocations.rollouts import deployment_roll
 from fleet.allocations.scaling import deployment_scale
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.models import Operation, OperationKind
@@ -24,6 +23,10 @@ from fleet.inventory.models import Gpu
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from fleet.placement.quota import Usage
+from fleet.workflows.deployment_rollouts import rollout_advance
+from fleet.workflows.health import replace_allocations
+from fleet.workflows.host_drain import host_drain_advance
+from fleet.workflows.moves import move_advance
 from tests.factories import GpuFactory, HostFactory, allow_process
 from tests.helpers import assert_error, snapshot_rows
 
@@ -357,7 +360,7 @@ def test_a_host_drain_moves_past_the_quota_on_the_record(team):
     allocation_move(allocation_id=elsewhere.pk, gpu_id=others[1].pk)  # the team's own move
 
     drain = host_drain(host_id=drained.host_id)
-    assert host_drain_advance(operation_id=drain.pk) == "move"
+    assert host_drain_advance(operation_id=drain.pk) == "wait"
 
     moved = Allocation.objects.get(replaces=on_drained)
     assert moved.gpu_id == others[2].pk
@@ -374,7 +377,7 @@ def test_a_rolling_update_at_the_quota_surges_one_replica_at_a_time(team, settin
         deployment_id=d.pk, workload={**PROCESS, "command": ["/opt/serve", "--v2"]}, max_surge=2
     )
 
-    assert rollout_advance(operation_id=rollout.pk) == "rolling"
+    assert rollout_advance(operation_id=rollout.pk) == "wait"
     (first,) = Allocation.objects.filter(deployment=d, replaces__isnull=False)
     rollout.refresh_from_db()
     assert "surge replica is in use" in rollout.payload["waiting_for"]

@@ -10,7 +10,7 @@ from fleet.agents.discovery import agent_hello
 from fleet.agents.documents import host_desired_state
 from fleet.agents.enrollment import host_issue_token
 from fleet.allocations.models import Allocation
-from fleet.allocations.repack import capacity_repack_apply, capacity_repack_plan, repack_advance
+from fleet.allocations.repack_plans import capacity_repack_plan
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.errors import Conflict
 from fleet.core.models import Operation
@@ -18,6 +18,7 @@ from fleet.inventory.models import Gpu, Host
 from fleet.inventory.services import host_create
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
+from fleet.workflows.repack import capacity_repack_apply, repack_advance
 from tests.agent_sim import SimAgent
 from tests.allocations.test_moves import PROCESS, _report
 from tests.factories import GpuFactory, HostFactory, allow_process
@@ -92,7 +93,7 @@ def test_at_most_max_unavailable_gpus_are_emptied_at_once(
         operation = capacity_repack_apply(product_key=H100, count=2, max_unavailable=1)
     operation.refresh_from_db()
     # The first GPU waits for the agent to destroy the slice its replica left.
-    assert [g["state"] for g in operation.payload["groups"]] == ["active", "waiting"]
+    assert [g["state"] for g in operation.payload["plan"]] == ["active", "waiting"]
 
 
 def test_a_second_repack_or_an_impossible_one_is_refused(world):
@@ -114,9 +115,9 @@ def test_a_failed_move_stops_the_repack_with_its_reason(world, django_capture_on
     operation.refresh_from_db()
     failed = Operation.objects.create(kind="move", status="failed", reason="the new copy failed")
     payload = operation.payload
-    group = payload["groups"][0]
+    group = payload["plan"][0]
     group["steps"][0] = {**group["steps"][0], "kind": "move", "move": failed.pk}
-    group.update(phase="moving", index=0, state="active")
+    group.update(step="moving", index=0, state="active")
     Operation.objects.filter(pk=operation.pk).update(payload=payload)
 
     assert repack_advance(operation_id=operation.pk) == "failed"

@@ -11,13 +11,14 @@ import pytest
 from fleet.agents.documents import host_desired_state
 from fleet.agents.messages import handle_message
 from fleet.allocations.models import Allocation, AllocationState, Deployment
-from fleet.allocations.rollouts import deployment_roll, rollout_advance
+from fleet.allocations.rollouts import deployment_roll
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.errors import Conflict, ServiceError
 from fleet.core.models import Operation, OperationStatus
 from fleet.inventory.models import Host
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
+from fleet.workflows.deployment_rollouts import rollout_advance
 from tests.factories import GpuFactory, HostFactory, allow_process
 
 pytestmark = pytest.mark.django_db
@@ -124,7 +125,7 @@ def test_a_rollout_updates_one_replica_at_a_time_without_dropping_any(host):
     deployment = _deployment(host)
     old = _copies(deployment)
     operation = deployment_roll(deployment_id=deployment.pk, workload=V2)
-    assert rollout_advance(operation_id=operation.pk) == "rolling"
+    assert rollout_advance(operation_id=operation.pk) == "wait"
     first = _new_copy(deployment)  # max_surge 1: one new copy at a time
     assert _commands(host)[first] == V2["command"]
     assert all(_commands(host)[pk] == V1["command"] for pk in old)
@@ -183,7 +184,7 @@ def test_max_unavailable_lets_a_replica_without_room_stop_and_start(full_host):
     deployment = _deployment(host, replicas=7)
     first = Allocation.objects.get(deployment=deployment, replica=0).pk
     operation = deployment_roll(deployment_id=deployment.pk, workload=V2, max_unavailable=1)
-    assert rollout_advance(operation_id=operation.pk) == "rolling"
+    assert rollout_advance(operation_id=operation.pk) == "wait"
     assert Allocation.objects.get(pk=first).state == AllocationState.RELEASING  # stopping
     assert _running(deployment) == 6
     _report(host, {first: "none"})  # it stopped: its slice is free, replica 0 goes there on v2
@@ -265,7 +266,7 @@ def test_a_rollout_whose_deployment_is_gone_ends_and_blocks_no_other(host):
     """A deployment deleted mid-rollout (its operation's deployment set to null) ended every
     advance with an AssertionError: the moves, the other rollouts and the agents' reports
     stopped there (CI's browser tests, after a delete during a rollout's probation)."""
-    from fleet.allocations.rollouts import rollouts_advance
+    from fleet.workflows.registry import workflows_advance as rollouts_advance
 
     deployment = _deployment(host)
     operation = deployment_roll(deployment_id=deployment.pk, workload=V2)

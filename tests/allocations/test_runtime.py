@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 
-from fleet.allocations.health import replace_allocations
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.selectors import placement_demand, placement_demands
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
@@ -17,6 +16,7 @@ from fleet.inventory.models import Gpu
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
 from fleet.placement import Demand
+from fleet.workflows.health import replace_allocations
 from tests.factories import GpuFactory, HostFactory, allow_process
 from tests.helpers import assert_error, snapshot_rows
 

@@ -9,13 +9,14 @@ import json
 import pytest
 
 from fleet.allocations.models import Allocation, Deployment
-from fleet.allocations.rollouts import deployment_roll, rollout_advance
+from fleet.allocations.rollouts import deployment_roll
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.errors import RuleViolation
 from fleet.core.models import Operation, OperationStatus
 from fleet.core.secrets import value_digest
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
+from fleet.workflows.deployment_rollouts import rollout_advance
 from tests.allocations.test_rollouts import _copies, _new_copy, _report
 from tests.factories import GpuFactory, HostFactory, allow_process
 

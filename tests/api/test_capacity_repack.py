@@ -94,7 +94,7 @@ def test_operators_apply_and_the_operation_reports_the_gpus_freed(
     assert response.status_code == 202, response.json()
     operation = response.json()
     assert operation["kind"] == "repack"
-    assert len(operation["payload"]["groups"]) == 1
+    assert len(operation["payload"]["plan"]) == 1
     assert_error(operator_client.post(URL, body, format="json"), 409, "repack.in_progress")
 
 

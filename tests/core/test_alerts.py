@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from fleet.allocations.health import gpu_mark_unhealthy, gpu_recover
 from fleet.core import alerts
 from fleet.core.models import AlertDelivery, AlertWebhook, Operation, OperationKind
 from fleet.core.operations import operation_record
@@ -28,6 +27,7 @@ from fleet.core.webhooks import (
 )
 from fleet.partitioning.delivery import hosts_mark_offline, operations_expire
 from fleet.tasks import retry_alerts
+from fleet.workflows.health import gpu_mark_unhealthy, gpu_recover
 from tests.factories import GpuFactory, HostFactory, webhook
 from tests.helpers import assert_error
 

@@ -279,8 +279,8 @@ def test_a_rolling_update_pins_the_tag_again_and_keeps_the_old_pin_for_a_rollbac
     assert changed.status_code == 202, changed.json()
     deployment = Deployment.objects.get()
     assert deployment.workload["image_pin"]["reference"].endswith(digest_of("moved"))
-    from fleet.allocations.rollouts import _sealed_previous
     from fleet.core.models import Operation
+    from fleet.workflows.deployment_rollouts import _sealed_previous
 
     rollout = Operation.objects.get(kind="rollout")
     previous = _sealed_previous(rollout.payload)

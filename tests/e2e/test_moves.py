@@ -152,7 +152,7 @@ def test_a_drain_never_drops_the_running_count(fleet, tmp_path):
     assert min(watch.samples) == 2, watch.samples
     placed = allocations(stack, deployment_id)
     assert len(placed) == 2 and all(a["gpu"] != gpus[0]["id"] for a in placed)
-    assert "wait_moves" in [s["step"] for s in drained["payload"]["steps"]]
+    assert "wait_moves" in [s["step"] for s in drained["payload"]["log"]]
     evict(stack, deployment_id)
 
 

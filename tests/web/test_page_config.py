@@ -15,6 +15,7 @@ from fleet.core.models import FINAL_STATUSES
 from fleet.mps import MAX_CLIENTS_PER_GPU, MAX_COMPUTE_PERCENT
 from fleet.web.presenters import NA_TITLE
 from fleet.web.vocabulary import DRAIN_STEP_LABELS
+from fleet.workflows import drain as drain_workflow
 from tests.web.test_filters import page_config
 
 pytestmark = pytest.mark.django_db
@@ -63,8 +64,9 @@ def test_the_editor_carries_the_mps_limits_of_the_domain_and_the_api(operator_we
 
 def test_every_drain_step_has_a_label_in_the_editor_config(operator_web, small_fleet):
     assert set(DRAIN_STEP_LABELS) == set(drain.DrainStep)
-    # drain.py names its steps only through the enum: no bare step string is left to miss
+    # The drain names its steps only through the enum: no bare step string is left to miss
     source = inspect.getsource(drain).replace(inspect.getsource(drain.DrainStep), "")
+    source += inspect.getsource(drain_workflow).split("DRAIN_STEP_LABELS")[2]
     assert not re.search(r"""[=(,]\s*["'](cordon|move|wait_idle|wait_apply|rollback)["']""", source)
     html = operator_web.get(f"/gpus/{small_fleet['mig'].pk}/layout/").content.decode()
     assert page_config(html)["drain_steps"] == DRAIN_STEP_LABELS

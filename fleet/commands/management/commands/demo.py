@@ -32,8 +32,7 @@ from fleet.inventory.models import Host
 from fleet.inventory.simulation import simulated_spec
 from fleet.mig import product_by_key
 from fleet.tasks import (
-    advance_drains,
-    advance_moves,
+    advance_workflows,
     expire_operations,
     mark_offline_hosts,
     prune_alert_deliveries,
@@ -146,8 +145,7 @@ def embedded_scheduler(period_s: float = 2.0) -> None:
         tick += 1
         try:
             redeliver()
-            advance_drains()
-            advance_moves()
+            advance_workflows()
             if tick % 3 == 0:
                 mark_offline_hosts()
                 retry_alerts()

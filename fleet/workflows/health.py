@@ -5,7 +5,7 @@ unhealthy and cordoned, and its replicas are re-placed on healthy capacity by th
 engine at once, each step an operation. When the fault clears (the daemon answers again, the GPU
 is back, a quiet period after an Xid, or an operator heals it) the GPU returns to service: never
 "unhealthy forever". A host that stops answering is not a fault of this kind: its replicas wait
-out a grace period (:mod:`fleet.allocations.offline`).
+out a grace period (:mod:`fleet.workflows.offline`).
 """
 
 from __future__ import annotations

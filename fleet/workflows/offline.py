@@ -19,7 +19,7 @@ failed instance). A quiet host is ``offline`` at once
   correlated failure just under the mass threshold drains a product in steps, not at once.
 
 GPU faults a live agent reports (Xid, ECC, MPS daemon, lost GPU) are not unreachability: they
-move replicas at once (:func:`fleet.allocations.health.gpu_mark_unhealthy`).
+move replicas at once (:func:`fleet.workflows.health.gpu_mark_unhealthy`).
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from django.db import transaction
 from django.db.models import Count, Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from fleet.allocations.health import replace_allocations
 from fleet.allocations.models import Allocation
 from fleet.core import alerts
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import operation_record
 from fleet.inventory.models import Gpu, Host, HostStatus
+from fleet.workflows.health import replace_allocations
 
 logger = logging.getLogger(__name__)
 
