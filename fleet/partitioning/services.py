@@ -209,7 +209,7 @@ def gpu_set_layout(*, gpu_id: int, spec: LayoutSpec, requested_by: Any = None) -
     gpu.mode = spec.mode
     gpu.mig_enabled = spec.mode == SharingMode.MIG
     gpu.save(update_fields=["mode", "mig_enabled", "updated_at"])
-    summary = f"Set {gpu} to {_describe(spec)}"
+    summary = f"Set {gpu} to {_describe(spec, product)}"
     payload = {
         "mode": spec.mode,
         "partitions": [_partition_payload(p) for p in gpu.partitions.all()],
@@ -311,10 +311,12 @@ def _plan_whole(
     return [], [partition], drop
 
 
-def _describe(spec: LayoutSpec) -> str:
+def _describe(spec: LayoutSpec, product: Product | None) -> str:
+    """``MIG 3g.40gb@0, 3g.40gb@4`` (profile names, as people read them, never NVML ids)."""
     if spec.mode == SharingMode.MIG:
-        listed = ", ".join(f"{i.profile}@{i.start}" for i in spec.instances) or "no instances"
-        return f"MIG [{listed}]"
+        found = [(product.profile(i.profile) if product else None, i) for i in spec.instances]
+        names = [f"{p.name if p else i.profile}@{i.start}" for p, i in found]
+        return f"MIG {', '.join(names)}" if names else "MIG, no instances"
     if spec.mode == SharingMode.MPS:
         return "MPS"
     return "dedicated"

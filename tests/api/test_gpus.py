@@ -84,6 +84,8 @@ def test_a_valid_mig_layout_creates_partitions_and_an_operation(operator_client,
     h100.refresh_from_db()
     assert h100.mode == "mig" and h100.mig_enabled
     assert Host.objects.get(pk=h100.host_id).desired_generation == 1
+    listed = "3g.40gb@4, 2g.20gb@2, 1g.10gb@0, 1g.10gb@1"
+    assert body["summary"].endswith(f" to MIG {listed}"), body["summary"]
 
 
 def test_profiles_can_be_given_by_nvml_id(operator_client, h100):
@@ -92,6 +94,8 @@ def test_profiles_can_be_given_by_nvml_id(operator_client, h100):
     )
     assert response.status_code == 202
     assert Partition.objects.get(gpu=h100).profile_name == "7g.80gb"
+    # The operation says it as people read it: profile names, never NVML ids (issue 27).
+    assert response.json()["summary"].endswith(" to MIG 7g.80gb@0"), response.json()["summary"]
 
 
 def test_an_overlapping_layout_is_refused_with_every_violation_and_nothing_written(
