@@ -125,6 +125,6 @@ export function enableDragAndDrop() {
     const target = targetFor(card, slice, targets);
     endDrag();
     if (allocation != null) await move(allocation, name, from || null, target);
-    else await place(id, name, target);
+    else await place(id, name, target, card);
   });
 }

@@ -9,10 +9,12 @@ import { cardOfPartition, describeTarget } from "./targets.js";
  * @param {number} deploymentId
  * @param {string} name
  * @param {{gpu?: number, partition?: number}} target
+ * @param {HTMLElement | null} [dropped] the GPU card it was dropped on, when it was
  * @returns {Promise<boolean>} whether the server accepted it
  */
-export async function place(deploymentId, name, target) {
+export async function place(deploymentId, name, target, dropped = null) {
   const card =
+    dropped ||
     (target.gpu != null ? document.getElementById(`gpu-${target.gpu}`) : null) ||
     cardOfPartition(target.partition);
   const where = describeTarget(card, target);

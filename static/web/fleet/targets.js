@@ -132,8 +132,10 @@ export function cardOfPartition(pid) {
 
 /** `host/gpuN`, and the slice for a partition target. @param {HTMLElement | null} card @param {{gpu?: number, partition?: number}} target */
 export function describeTarget(card, target) {
-  const where = card ? card.dataset.label : `GPU ${target.gpu}`;
+  // Without its card on the page (a host not drawn yet), never "GPU undefined".
+  const where = card?.dataset.label || (target.gpu != null ? `GPU ${target.gpu}` : "its GPU");
   if (target.partition == null) return where;
   const slice = card && card.querySelector(`.slice[data-partition="${target.partition}"] .p`);
-  return `${where} · ${slice ? slice.textContent : `partition ${target.partition}`}`;
+  // A MIG slice is named as its card shows it; an MPS share or a whole GPU is the GPU itself.
+  return slice ? `${where} · ${slice.textContent}` : where;
 }
