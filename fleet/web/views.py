@@ -200,6 +200,7 @@ def operations(request: HttpRequest) -> HttpResponse:
         "live": not request.GET.get("before") and not filters["until"],
         "statuses": OperationStatus.choices,
         "kinds": OperationKind.choices,
-        **filters,
+        # Under their own name: a filter called ``user`` hid the signed-in user from the page.
+        "filters": filters,
     }
     return render(request, "web/operations.html", context)

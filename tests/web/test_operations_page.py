@@ -65,3 +65,14 @@ def test_a_bad_filter_says_so_and_shows_nothing(viewer_web):
     operation_record(kind=OperationKind.CORDON, summary="x", status="succeeded")
     html = viewer_web.get("/operations/?since=not-a-date").content.decode()
     assert 'id="ops-errors"' in html and shown(html) == []
+
+
+def test_the_signed_in_user_stays_in_the_header_whatever_the_filters(viewer_web, viewer, operator):
+    # Issue 27: "The user name vanishes on the Operations page: the view shadows `user`."
+    for query in ("", f"?user={operator.username}", "?status=failed&kind=place"):
+        html = viewer_web.get(f"/operations/{query}").content.decode()
+        whoami = re.search(r'<span class="whoami">.*?</span>(.*?) <span class="role', html, re.S)
+        assert whoami and whoami.group(1).strip() == viewer.username, (query, whoami)
+    html = viewer_web.get(f"/operations/?user={operator.username}&status=failed").content.decode()
+    assert f'value="{operator.username}"' in html  # the filter keeps its value
+    assert '<option value="failed" selected>' in html
