@@ -45,7 +45,12 @@ def _list_context(request: HttpRequest) -> dict[str, Any]:
 def deployment_list(request: HttpRequest) -> HttpResponse:
     """Every deployment (or one team's): its team, request, what it runs, its replicas and its
     state."""
-    context = {**page_context(request, "deployments"), **_list_context(request)}
+    context = {
+        **page_context(request, "deployments"),
+        **_list_context(request),
+        # After a delete on its page: what was deleted (its name, as the page gave it).
+        "deleted": request.GET.get("deleted", "")[:200],
+    }
     return render(request, "web/deployments.html", context)
 
 

@@ -136,8 +136,9 @@ function wireDelete() {
       toastError(result, `Could not delete ${name}`);
       return;
     }
-    toast(`Deleting ${name}`, { kind: "ok", lines: ["Its workloads are stopping."] });
+    // Back to the list, where the row shows it going while its workloads stop.
     button.disabled = true;
+    window.location.assign(`/deployments/?deleted=${encodeURIComponent(name)}`);
   });
 }
 

@@ -93,6 +93,9 @@ def test_the_defrag_proposal_and_delete_from_the_deployment_page(new_session: An
     assert plan.inner_text().strip()
     page.on("dialog", lambda dialog: dialog.accept())
     page.locator("#dep-delete").click()
+    page.wait_for_url(f"{session.stack.url}/deployments/?deleted=delete-me", timeout=15_000)
+    session.wait_live()
+    assert "delete-me is being deleted" in page.locator("#deleted-note").inner_text()
     _wait(
         lambda: session.api("GET", f"/api/v1/deployments/{deployment_id}/")[0] == 404,
         30,
