@@ -12,6 +12,7 @@ from fleet.api import (
     views_logs,
     views_mig,
     views_policy,
+    views_prometheus,
     views_rollouts,
     views_secrets,
     views_teams,
@@ -47,6 +48,7 @@ router.register("teams", views_teams.TeamViewSet, basename="team")
 urlpatterns = [
     path("me", views.me, name="me"),
     path("usage", views_usage.UsageView.as_view(), name="usage"),
+    path("prometheus/targets", views_prometheus.targets, name="prometheus-targets"),
     path("capacity/", views_capacity.capacity, name="capacity"),
     path("capacity/repack", views_capacity.capacity_repack, name="capacity-repack"),
     path("capacity/advice", views_capacity.capacity_advice, name="capacity-advice"),
