@@ -49,6 +49,30 @@ refreshOnChanges((c) => {
 
 // ---- scaling (operators) ----------------------------------------------------------------------
 
+/**
+ * Scaling down stops the newest replicas: say how many, and how many of them run, first.
+ * @param {number} wanted
+ */
+function confirmScaleDown(wanted) {
+  const leaving = [...document.querySelectorAll("#dep-replicas tr[data-replica]")].filter(
+    (row) =>
+      Number(/** @type {HTMLElement} */ (row).dataset.replica) >= wanted &&
+      /** @type {HTMLElement} */ (row).dataset.allocationState !== "unplaced",
+  );
+  const replicas = new Set(leaving.map((row) => /** @type {HTMLElement} */ (row).dataset.replica));
+  if (replicas.size === 0) return true;
+  const running = new Set(
+    leaving
+      .filter((row) => row.querySelector('[data-workload="running"]'))
+      .map((row) => /** @type {HTMLElement} */ (row).dataset.replica),
+  );
+  return confirm(
+    `Scale to ${wanted}: ${replicas.size} placed replica(s) stop` +
+      (running.size ? `, ${running.size} of them running` : "") +
+      ". Their slices are freed once their workloads have stopped.",
+  );
+}
+
 const form = /** @type {HTMLFormElement | null} */ (document.getElementById("scale-form"));
 if (form) {
   const input = /** @type {HTMLInputElement} */ (form.elements.namedItem("replicas"));
@@ -59,6 +83,7 @@ if (form) {
     const raw = input.value.trim();
     // The server judges the value (and says why it refuses): send what was typed.
     const replicas = /^-?\d+$/.test(raw) ? Number(raw) : raw;
+    if (typeof replicas === "number" && replicas >= 1 && !confirmScaleDown(replicas)) return;
     button.disabled = true;
     error.hidden = true;
     input.removeAttribute("aria-invalid");

@@ -109,3 +109,38 @@ def test_the_list_links_each_deployment_to_its_page(
     page.wait_for_url(f"{session.stack.url}/deployments/{worker['id']}/")
     assert page.locator("#scale-form").count() == 0  # viewers see, operators scale
     assert session.errors == []
+
+
+def test_scaling_down_asks_first_and_says_how_many_running_replicas_stop(
+    new_session: Any, worker: dict[str, Any]
+) -> None:
+    # Issue 27: "Scale-down stopped 3 running replicas with no confirmation."
+    session = new_session("operator")
+    page = session.page
+    page.goto(f"{session.stack.url}/deployments/{worker['id']}/")
+    session.wait_live()
+    page.wait_for_function(
+        "() => document.querySelectorAll('#replicas [data-workload=\"running\"]').length === 2",
+        timeout=30_000,
+    )
+    asked: list[str] = []
+
+    def dismiss(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.dismiss()
+
+    page.once("dialog", dismiss)
+    page.get_by_label("Replicas wanted").fill("1")
+    page.get_by_role("button", name="Scale", exact=True).click()
+    page.wait_for_timeout(500)  # a request, were one sent, would have left by now
+    assert asked and "1 placed replica(s) stop, 1 of them running" in asked[0], asked
+    status, body = session.api("GET", f"/api/v1/deployments/{worker['id']}/")
+    assert status == 200 and body["replicas"] == 2  # dismissed: nothing changed
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Scale", exact=True).click()
+    page.wait_for_function(
+        "() => document.querySelector('[data-wanted]')?.textContent.trim() === '1'",
+        timeout=15_000,
+    )
+    assert session.errors == []
