@@ -69,6 +69,7 @@ def build_clients(
     state_dir: Path = Path("/tmp/fleet-swarm-workloads"),
     allow_process: bool = False,
     process_as_agent_user: bool = False,
+    address: str | None = None,
 ) -> list[AgentClient]:
     """One client per ``(host token, GPU specs)``; host ``i`` uses seed ``i``.
 
@@ -77,7 +78,9 @@ def build_clients(
     ``state_dir/<i>``, its containers labelled with its hostname); ``none`` (the default) keeps
     them reservation-only, as the benchmarks measure them. ``allow_process`` and
     ``process_as_agent_user``: the agent's ``--allow-process-runtime`` and
-    ``--process-as-agent-user`` (no cgroups: the agents share this one process).
+    ``--process-as-agent-user`` (no cgroups: the agents share this one process). ``address``:
+    what each agent's hello says it is reached at (the agent's ``--address``; the swarm's
+    replicas listen on this machine, so ``127.0.0.1`` for a load balancer on it too).
     """
     clients = []
     client_class = RecordingAgentClient if record else AgentClient
@@ -104,6 +107,7 @@ def build_clients(
             runtime=runtime,
             owners=workloads.owners,
             process_runtime=allow_process,
+            address=address,
         )
         clients.append(
             client_class(
@@ -172,6 +176,7 @@ async def run_swarm(
     stop_workloads: bool = False,
     allow_process: bool = False,
     process_as_agent_user: bool = False,
+    address: str | None = None,
 ) -> list[AgentClient]:
     """Run one simulated agent per host until ``stop`` is set; return the clients.
 
@@ -193,6 +198,7 @@ async def run_swarm(
         state_dir=state_dir,
         allow_process=allow_process,
         process_as_agent_user=process_as_agent_user,
+        address=address,
     )
     if clients_out is not None:
         clients_out.extend(clients)
@@ -217,7 +223,8 @@ def load_swarm_config(path: Path) -> tuple[str, list[tuple[str, list[SimulatedGp
     """``{"server": URL, "interval_s": 1.0, "hosts": [{"token": ..., "gpus": [spec, ...]}]}``
     (optional: ``"allow_mutation"``, default true; ``"hostname_prefix"``, default ``"sim"``;
     ``"runtime"``, default ``"none"``; ``"state_dir"``; ``"stop_workloads_on_exit"``, default
-    false; ``"allow_process_runtime"`` and ``"process_as_agent_user"``, default false)."""
+    false; ``"allow_process_runtime"`` and ``"process_as_agent_user"``, default false;
+    ``"address"``, the hosts' address in hello, default none)."""
     import json
 
     raw = json.loads(path.read_text(encoding="utf-8"))
@@ -268,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stop_workloads=bool(extra.get("stop_workloads_on_exit", False)),
             allow_process=bool(extra.get("allow_process_runtime", False)),
             process_as_agent_user=bool(extra.get("process_as_agent_user", False)),
+            address=str(extra["address"]) if extra.get("address") else None,
         )
 
     asyncio.run(run())

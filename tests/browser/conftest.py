@@ -137,7 +137,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     log_path = data_dir / "server.log"
     log = log_path.open("w")
     process = subprocess.Popen(
-        [sys.executable, "manage.py", "demo", "--addr", f"127.0.0.1:{port}"],
+        [sys.executable, "manage.py", "demo", "--addr", f"127.0.0.1:{port}", "--no-gateway"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

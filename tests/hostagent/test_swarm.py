@@ -102,3 +102,35 @@ def test_a_swarm_agent_runs_nothing_by_default_and_its_replicas_with_a_runtime(t
     assert [w["state"] for m in none_reports for w in m["workloads"]] == ["failed"]
     assert seen["t1"][0]["runtime"] == "process"
     assert (seen["t0"][0]["process_runtime"], seen["t1"][0]["process_runtime"]) == (False, True)
+
+
+def test_a_swarm_given_an_address_says_it_in_every_hello():
+    async def scenario():
+        said: list[str | None] = []
+        all_in = asyncio.Event()
+
+        async def handler(ws):
+            said.append(protocol.decode(await ws.recv()).get("address"))
+            if len(said) == 2:
+                all_in.set()
+            await ws.wait_closed()
+
+        async with serve(handler, "127.0.0.1", 0) as server:
+            port = server.sockets[0].getsockname()[1]
+            stop = asyncio.Event()
+            hosts = [(f"t{i}", [specs.a30()]) for i in range(2)]
+            task = asyncio.create_task(
+                run_swarm(
+                    f"http://127.0.0.1:{port}",
+                    hosts,
+                    interval_s=0.05,
+                    stop=stop,
+                    address="127.0.0.1",
+                )
+            )
+            await asyncio.wait_for(all_in.wait(), 10)
+            stop.set()
+            await asyncio.wait_for(task, 5)
+        return said
+
+    assert asyncio.run(scenario()) == ["127.0.0.1", "127.0.0.1"]

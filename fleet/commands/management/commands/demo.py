@@ -2,7 +2,8 @@
 
 Migrates, seeds the demo fleet, gives the admin, operator and viewer accounts new passwords of
 their own (printed once: handing out the viewer's does not hand out the admin's), starts
-simulated agents (one process, one socket per host) and serves on :8000. In the embedded mode
+simulated agents (one process, one socket per host), a gateway for the endpoints when HAProxy
+is installed (:8080), and serves on :8000. In the embedded mode
 (no Redis) a scheduler thread does what Celery beat does in production: re-push unacknowledged
 generations, expire stuck operations, mark silent hosts offline.
 """
@@ -13,6 +14,7 @@ import atexit
 import json
 import logging
 import secrets
+import shutil
 import subprocess
 import sys
 import threading
@@ -63,6 +65,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--interval", type=float, default=1.0, help="agent telemetry interval (s)"
         )
+        parser.add_argument(
+            "--gateway",
+            default="127.0.0.1:8080",
+            help="where the endpoints' gateway listens when HAProxy is installed (host:port)",
+        )
+        parser.add_argument("--no-gateway", action="store_true", help="start no gateway")
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
@@ -84,6 +92,8 @@ class Command(BaseCommand):
             config = write_swarm_config(url, interval_s=options["interval"])
             start_agents(config)
             self.stdout.write(f"  Simulated agents: {len(DEMO_HOSTS)} hosts (config {config})\n")
+        if not options["no_gateway"]:
+            self.stdout.write(f"  {start_gateway(options['gateway'])}\n")
         if settings.CELERY_TASK_ALWAYS_EAGER:
             threading.Thread(target=embedded_scheduler, name="fleet-scheduler", daemon=True).start()
         call_command("runserver", options["addr"], use_reloader=False, insecure_serving=True)
@@ -125,10 +135,36 @@ def write_swarm_config(server: str, *, interval_s: float) -> Path:
         "process_as_agent_user": True,
         "state_dir": str(Path(settings.FLEET_DATA_DIR) / "demo-workloads"),
         "stop_workloads_on_exit": True,
+        # Their replicas listen on this machine: the demo's gateway reaches them here.
+        "address": "127.0.0.1",
     }
     path.write_text(json.dumps(config))
     path.chmod(0o600)
     return path
+
+
+def start_gateway(listen: str) -> str:
+    """The endpoints' gateway (``manage.py fleet_gateway``: HAProxy kept in step with the
+    deployments' ready replicas) when HAProxy is installed; what to tell the user either way."""
+    if shutil.which("haproxy") is None:
+        return "Endpoints: no gateway (HAProxy is not installed: apt-get install haproxy)."
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(settings.BASE_DIR) / "manage.py"),
+            "fleet_gateway",
+            "--listen",
+            listen,
+            "--directory",
+            str(Path(settings.FLEET_DATA_DIR) / "gateway"),
+            "--metrics",
+            "none",
+        ]
+    )
+    atexit.register(process.terminate)  # SIGTERM: HAProxy stops softly
+    if not settings.FLEET_GATEWAY_URL:
+        settings.FLEET_GATEWAY_URL = f"http://{listen}"
+    return f"Endpoints: gateway http://{listen}/ (HAProxy; docs/endpoints.md)."
 
 
 def start_agents(config: Path) -> subprocess.Popen[bytes]:
