@@ -17,7 +17,6 @@ from typing import Any, TypedDict
 
 from django.db.models import Count
 
-from fleet.allocations.drain import current_layout
 from fleet.allocations.models import Allocation, Deployment, RequestKind
 from fleet.allocations.quotas import quota_refusals
 from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_demands
@@ -25,6 +24,7 @@ from fleet.core.errors import ServiceError
 from fleet.inventory.models import Gpu
 from fleet.mig import Product, product_by_key
 from fleet.mps import MpsPolicy
+from fleet.partitioning.selectors import current_layout
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec
 from fleet.placement.advisor import (
     DEFAULT_TIME_LIMIT_S,

@@ -25,7 +25,6 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from fleet.allocations.drain import current_layout
 from fleet.allocations.models import Allocation
 from fleet.allocations.selectors import deployment_ranking
 from fleet.core.errors import Conflict, NotFound, ServiceError
@@ -34,6 +33,7 @@ from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import RUNNING, operation_record
 from fleet.inventory.models import Gpu
 from fleet.partitioning import converters
+from fleet.partitioning.selectors import current_layout
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
 
 logger = logging.getLogger(__name__)

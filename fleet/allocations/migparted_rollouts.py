@@ -14,13 +14,13 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from fleet.allocations.drain import current_layout
 from fleet.allocations.layout_rollouts import MAX_GPUS, Selector, selected_gpus
 from fleet.core.errors import ServiceError
 from fleet.domain import Violation
 from fleet.inventory.models import Gpu
 from fleet.mig import MigConfigSpec, MigPartedError, Product, migparted_to_layout, parse_migparted
 from fleet.partitioning import converters
+from fleet.partitioning.selectors import current_layout
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec
 
 INVALID = "rollout.migparted_invalid"

@@ -26,7 +26,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet.allocations.autoplace import deployment_autoplace
-from fleet.allocations.drain import current_layout
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.moves import allocation_move
 from fleet.allocations.repack_plans import step_of
@@ -37,6 +36,7 @@ from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import RUNNING, WorkflowPayload, operation_record
 from fleet.partitioning.models import Partition
+from fleet.partitioning.selectors import current_layout
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
 from fleet.workflows.engine import Outcome, Run, Workflow, workflow_run
 
