@@ -19,6 +19,7 @@ after the transaction that started it, after the acks and reports that wake it, 
 from __future__ import annotations
 
 import copy
+from abc import ABC, abstractmethod
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
@@ -82,7 +83,7 @@ class Run:
         Operation.objects.filter(pk__in=child_ids).update(parent=self.operation)
 
 
-class Workflow:
+class Workflow(ABC):
     """A long-running kind. Subclasses set ``kind`` and ``steps`` (each step's label, in order,
     as the UI words it) and implement :meth:`advance`; they may override :meth:`compensate`,
     :meth:`deadline` and :meth:`timeout_reason`."""
@@ -90,10 +91,10 @@ class Workflow:
     kind: ClassVar[str]
     steps: ClassVar[dict[str, str]] = {}
 
+    @abstractmethod
     def advance(self, run: Run) -> Outcome:
         """Go as far as possible now: ``wait`` (saved, woken again later), or the outcome of
         :meth:`Run.succeed` / :meth:`Run.fail`. A :class:`ServiceError` fails the run."""
-        raise NotImplementedError
 
     def compensate(self, run: Run, reason: str) -> str | None:
         """Undo what a failed run can undo (roll back, uncordon...); returns the reason it ends
