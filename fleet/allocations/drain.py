@@ -19,13 +19,12 @@ from typing import Any, NotRequired
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.core.errors import Conflict
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import (
-    RUNNING,
     WorkflowPayload,
     operation_record,
+    operation_refuse_running,
 )
 from fleet.inventory.models import Gpu
 from fleet.partitioning.desired import lock_gpu
@@ -89,15 +88,12 @@ def gpu_drain(
     """Start draining one GPU (and reshaping it to ``layout`` when given). Its replicas move to
     GPUs not in ``avoid_gpus`` where they can (a rollout names the GPUs it will drain next)."""
     gpu = lock_gpu(gpu_id)
-    running = Operation.objects.filter(
-        kind=OperationKind.DRAIN, gpu=gpu, status__in=RUNNING
-    ).first()
-    if running is not None:
-        raise Conflict(
-            "drain.in_progress",
-            f"{gpu} is already draining (operation {running.pk}).",
-            {"operation": running.pk},
-        )
+    operation_refuse_running(
+        OperationKind.DRAIN,
+        "drain.in_progress",
+        f"{gpu} is already draining (operation {{operation}}).",
+        gpu=gpu,
+    )
     if layout is not None:
         _dry_run(gpu_id, layout)
     now = timezone.now()

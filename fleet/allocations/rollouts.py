@@ -35,14 +35,14 @@ from django.utils import timezone
 from fleet.allocations.models import Deployment
 from fleet.allocations.services import lock_deployment
 from fleet.allocations.workloads import workload_from_input, workload_of
-from fleet.core.errors import Conflict, ServiceError
+from fleet.core.errors import ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import (
-    RUNNING,
     WorkflowPayload,
     operation_record,
+    operation_refuse_running,
 )
 from fleet.core.policy import effective_policy, image_allowed, policy_enforce
 from fleet.core.registry import PIN_KEY, pin_of, workload_pinned
@@ -153,15 +153,12 @@ def deployment_roll(
         team=deployment.team, workload=checked, host_memory_mib=deployment.host_memory_mib
     )
     secrets_enforce(team=deployment.team, workload=checked)
-    running = Operation.objects.filter(
-        kind=OperationKind.ROLLOUT, deployment=deployment, status__in=RUNNING
-    ).first()
-    if running is not None:
-        raise Conflict(
-            "rollout.in_progress",
-            f"{deployment.name} is already rolling out (operation {running.pk}); wait for it.",
-            {"operation": running.pk},
-        )
+    operation_refuse_running(
+        OperationKind.ROLLOUT,
+        "rollout.in_progress",
+        f"{deployment.name} is already rolling out (operation {{operation}}); wait for it.",
+        deployment=deployment,
+    )
     previous = workload_of(deployment)
     if checked == previous and not restart:
         return operation_record(

@@ -13,6 +13,7 @@ from typing import Any, NotRequired, Protocol, TypedDict
 from django.utils import timezone
 
 from fleet.core.alerts import alert_operation_ended
+from fleet.core.errors import Conflict
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import FINAL_STATUSES, Operation, OperationStatus
@@ -41,6 +42,20 @@ class WorkflowPayload(TypedDict, total=False):
 
 # An operation in flight: recorded, or handed to an agent or a worker, and not ended.
 RUNNING = (OperationStatus.PENDING, OperationStatus.DISPATCHED)
+
+
+def operation_refuse_running(kind: str, code: str, message: str, **scope: Any) -> None:
+    """409 ``code`` when an operation of ``kind`` (on ``scope``: ``deployment=``, ``gpu=``...)
+    is still running: one long-running change at a time. ``message`` may name it as
+    ``{operation}``. Its row is locked, so a concurrent start waits for this one's verdict."""
+    running = (
+        Operation.objects.select_for_update()
+        .filter(kind=kind, status__in=RUNNING, **scope)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if running is not None:
+        raise Conflict(code, message.format(operation=running), {"operation": running})
 
 
 def operation_lock_running(operation_id: int, kind: str | None = None) -> Operation | None:

@@ -34,7 +34,12 @@ from fleet.allocations.services import lock_deployment
 from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import RUNNING, WorkflowPayload, operation_record
+from fleet.core.operations import (
+    RUNNING,
+    WorkflowPayload,
+    operation_record,
+    operation_refuse_running,
+)
 from fleet.partitioning.models import Partition
 from fleet.partitioning.selectors import current_layout
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
@@ -112,15 +117,12 @@ def deployment_defrag_apply(*, deployment_id: int, requested_by: Any = None) -> 
 
 
 def _check_startable(deployment: Deployment) -> None:
-    running = Operation.objects.filter(
-        kind=OperationKind.DEFRAG, deployment=deployment, status__in=RUNNING
-    ).first()
-    if running is not None:
-        raise Conflict(
-            "defrag.in_progress",
-            f"A defrag for {deployment.name} is already running (operation {running.pk}).",
-            {"operation": running.pk},
-        )
+    operation_refuse_running(
+        OperationKind.DEFRAG,
+        "defrag.in_progress",
+        f"A defrag for {deployment.name} is already running (operation {{operation}}).",
+        deployment=deployment,
+    )
     placed = deployment.allocations.placed().values("replica").distinct().count()
     if placed >= deployment.replicas:
         raise Conflict(

@@ -22,7 +22,11 @@ from fleet.core.errors import Conflict
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import RUNNING, WorkflowPayload, operation_record
+from fleet.core.operations import (
+    WorkflowPayload,
+    operation_record,
+    operation_refuse_running,
+)
 from fleet.inventory.models import Gpu
 from fleet.workflows.defrag import STEP_LABELS, advance_step, move_timeout_s
 from fleet.workflows.engine import FAILED, WAIT, Outcome, Run, Workflow, workflow_run
@@ -51,17 +55,11 @@ def capacity_repack_apply(
     """Plan and apply a repack; returns the ``repack`` operation (follow it). Refuses while
     another repack runs (``repack.in_progress``) and when no plan exists (``repack.infeasible``,
     with the planner's reason)."""
-    running = (
-        Operation.objects.select_for_update()
-        .filter(kind=OperationKind.REPACK, status__in=RUNNING)
-        .first()
+    operation_refuse_running(
+        OperationKind.REPACK,
+        "repack.in_progress",
+        "A repack is already running (operation {operation}).",
     )
-    if running is not None:
-        raise Conflict(
-            "repack.in_progress",
-            f"A repack is already running (operation {running.pk}).",
-            {"operation": running.pk},
-        )
     plan = capacity_repack_plan(product_key=product_key, count=count)
     if not plan.feasible:
         raise Conflict(
