@@ -3,7 +3,9 @@ not root, and cannot read its agent's token; another team reads neither its work
 logs, nor its secrets; a secret's value reaches the workload and is masked in its logs.
 
 Issue 21's first finding: "A team operator (no fleet role) created a process workload. Its log
-showed uid=0, and it read the agents' host token files."
+showed uid=0, and it read the agents' host token files." And its second: containers ran as the
+image's user with Docker's default capabilities, no ``no-new-privileges`` and no limits: here a
+container of the team runs on a real Docker Engine with the restricted profile.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.stack import NOBODY, Agent, Stack, running, wait_until
+from tests.e2e.test_workloads import containers_of, image  # noqa: F401  (a fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -308,4 +311,110 @@ def test_a_team_at_its_quota_moves_one_replica_at_a_time_never_more(
             lambda: not stack.get(f"/api/v1/allocations/?deployment={deployment_id}")["results"],
             20,
             what="the movers stopped",
+        )
+
+
+def test_a_team_container_runs_restricted_and_cannot_ask_for_root(
+    stack: Stack,
+    tenancy: dict[str, Any],
+    image: str,  # noqa: F811
+) -> None:
+    """Root is refused at the door (422, the rule named); the container the team may run has
+    no capabilities, ``no-new-privileges``, a PID and a memory limit, its own network, a
+    read-only view of nothing of the agent's: it cannot read the host token nor reach Docker."""
+    a = tenancy["tenant-a"]
+    agent = stack.add_agent("tc-1", ["a100-sxm4-40gb"], runtime="docker")
+    status, policy = stack.request(
+        "PUT", f"/api/v1/teams/{a['id']}/policy", {"runtimes": ["container"]}, token="admin"
+    )
+    assert status == 200 and policy["allow_root"] is False and not policy["host_network"], policy
+    probe = {
+        "runtime": "container",
+        "image": image,
+        "command": ["sh", "-c", "sleep 3600"],
+        "stop_grace_s": 1,
+    }
+    for user in ("0", "0:0", "1000:0"):
+        status, body = _create(stack, a["token"], "tenant-a-root", {**probe, "user": user})
+        assert status == 422 and body["code"] == "policy.user_denied", (user, body)
+        assert "root" in body["message"], body
+    # An image without a user of its own runs as root: refused too, with what to change.
+    status, body = _create(stack, a["token"], "tenant-a-root", probe)
+    assert status == 201, body  # the image's user is known only on the host: checked there
+    refused_id = body["id"]
+    script = (
+        "echo uid=$(id -u); grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; "
+        f"cat {agent.token_file}; echo token-read=$?; "
+        "test -e /var/run/docker.sock; echo docker-sock=$?; "
+        "cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/memory.max; exec sleep 3600"
+    )
+    status, created = _create(
+        stack,
+        a["token"],
+        "tenant-a-box",
+        {**probe, "user": "1000:1000", "command": ["sh", "-c", script]},
+    )
+    assert status == 201, created
+    deployment_id = created["id"]
+    gpu_id = stack.gpus(agent)[0]["id"]
+    try:
+        status, op = stack.request(
+            "POST", f"/api/v1/deployments/{refused_id}/place", {"gpu": gpu_id}, a["token"]
+        )
+        assert status in (200, 201, 202), op
+        (rootish,) = stack.get(f"/api/v1/allocations/?deployment={refused_id}")["results"]
+        failed = wait_until(
+            lambda: (
+                row
+                if (row := stack.get(f"/api/v1/allocations/{rootish['id']}/"))["workload_state"]
+                == "failed"
+                else None
+            ),
+            60,
+            what="the image's root user refused on the host",
+        )
+        assert "root" in failed["message"], failed
+        assert containers_of(rootish["id"]) == []
+        stack.request("POST", f"/api/v1/deployments/{refused_id}/evict", {}, a["token"])
+
+        status, op = stack.request(
+            "POST", f"/api/v1/deployments/{deployment_id}/place", {"gpu": gpu_id}, a["token"]
+        )
+        assert status in (200, 201, 202), op
+        (replica,) = stack.get(f"/api/v1/allocations/?deployment={deployment_id}")["results"]
+
+        def printed() -> list[str] | None:
+            status, body = stack.request(
+                "GET", f"/api/v1/allocations/{replica['id']}/logs?tail=50", token=a["token"]
+            )
+            assert status == 200, body
+            lines = [line for line in body["lines"] if not line.startswith("fleet: ")]
+            return lines if any(line.startswith("docker-sock=") for line in lines) else None
+
+        lines = wait_until(printed, 60, what="the container's lines")
+        assert "uid=1000" in lines, lines
+        assert any(line.split() == ["CapEff:", "0000000000000000"] for line in lines), lines
+        assert any(line.split() == ["NoNewPrivs:", "1"] for line in lines), lines
+        assert "token-read=1" in lines and "docker-sock=1" in lines, lines
+        (box,) = containers_of(replica["id"])
+        host = box["HostConfig"]
+        assert host["CapDrop"] == ["ALL"] and not host["CapAdd"], host
+        assert host["SecurityOpt"] == ["no-new-privileges"] and not host["Privileged"], host
+        assert host["PidsLimit"] and host["PidsLimit"] > 0 and host["Memory"] > 0, host
+        assert host["NetworkMode"] != "host" and host["IpcMode"] != "host", host
+        mounted = {m.get("Source", "") for m in box["Mounts"]}
+        assert not any(str(agent.dir) in source for source in mounted), mounted
+        assert box["Config"]["User"] == "1000:1000"
+    finally:
+        for deployment in (refused_id, deployment_id):
+            stack.request("DELETE", f"/api/v1/deployments/{deployment}/", token="admin")
+        wait_until(
+            lambda: (
+                not any(
+                    stack.get(f"/api/v1/allocations/?deployment={d}")["results"]
+                    for d in (refused_id, deployment_id)
+                )
+            ),
+            30,
+            what="the containers stopped",
         )
