@@ -6,6 +6,10 @@ reads the endpoints' copies (:func:`fleet.endpoints.selectors.gateway_routes`) a
 difference (:func:`fleet.endpoints.haproxy.sync.sync`): a change Fleet knows reaches the balancer
 within about ``interval_s`` plus a sync, well under a second. Several gateways may run, anywhere
 the hosts' addresses can be reached: each converges on its own.
+
+Every ``meter_every_s`` it also reads HAProxy's counters and records each copy's request rate,
+requests in flight and response time (:mod:`fleet.endpoints.metering`,
+:mod:`fleet.endpoints.traffic`): the deployment page and the autoscaler read them.
 """
 
 from __future__ import annotations
@@ -13,18 +17,21 @@ from __future__ import annotations
 import logging
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.db import close_old_connections
 
 from fleet.endpoints.haproxy import config as hconfig
-from fleet.endpoints.haproxy.runtime import RuntimeApi, RuntimeApiError
+from fleet.endpoints.haproxy.runtime import RuntimeApi, RuntimeApiError, read_counters
 from fleet.endpoints.haproxy.sync import SyncResult, sync
+from fleet.endpoints.metering import Meter
 from fleet.endpoints.selectors import gateway_routes
+from fleet.endpoints.traffic import traffic_record
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +48,13 @@ class Gateway:
     haproxy: str = "haproxy"
     interval_s: float = 0.25
     process: subprocess.Popen[bytes] | None = None
+    name: str = ""  # how its traffic readings are told apart: host:listen port by default
+    meter_every_s: float = 1.0
+    meter: Meter = field(default_factory=Meter)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            self.name = f"{socket.gethostname()}:{self.config.listen.rpartition(':')[2]}"[:64]
 
     @property
     def api(self) -> RuntimeApi:
@@ -76,12 +90,21 @@ class Gateway:
         close_old_connections()
         return sync(self.api, self.config, gateway_routes())
 
+    def measure(self) -> int:
+        """Read HAProxy's counters and record the copies' traffic; the rows written."""
+        samples = self.meter.observe(read_counters(self.api), time.monotonic())
+        return traffic_record(self.name, samples)
+
     def run(self, stop: threading.Event) -> None:
         """Sync until ``stop``; a failed round (HAProxy or the database away) is logged and
         retried, never fatal: the balancer keeps routing as it last was."""
+        measured = 0.0
         while not stop.is_set():
             try:
                 self.once()
+                if time.monotonic() - measured >= self.meter_every_s:
+                    measured = time.monotonic()
+                    self.measure()
             except RuntimeApiError as exc:
                 logger.warning("gateway: HAProxy does not answer: %s", exc)
                 if self.process is not None and self.process.poll() is not None:

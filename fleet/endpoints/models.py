@@ -32,3 +32,32 @@ class Endpoint(TimeStampedModel):
 
     def __str__(self) -> str:
         return f"endpoint of {self.deployment_id}: {self.hostname or ''}{self.path_prefix or ''}"
+
+
+class Traffic(models.Model):
+    """What one gateway last measured of one copy of an endpoint, over its meter's window
+    (:mod:`fleet.endpoints.metering`): ``allocation_id`` 0 is the endpoint's backend as a whole
+    (every request, and those queued before any copy took them). Plain ids, not foreign keys: a
+    reading may name a copy that has just gone, and rows are replaced every second."""
+
+    gateway = models.CharField(max_length=64)
+    deployment_id = models.PositiveBigIntegerField()
+    allocation_id = models.PositiveBigIntegerField()
+    state = models.CharField(max_length=16)
+    requests_per_s = models.FloatField(null=True)
+    errors_per_s = models.FloatField(null=True)
+    in_flight = models.PositiveIntegerField()
+    queued = models.PositiveIntegerField()
+    response_ms = models.FloatField(null=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gateway", "deployment_id", "allocation_id"], name="traffic_one_row"
+            )
+        ]
+        indexes = [models.Index(fields=["deployment_id", "updated_at"])]
+
+    def __str__(self) -> str:
+        return f"traffic of {self.deployment_id}/{self.allocation_id} via {self.gateway}"

@@ -1,4 +1,5 @@
-"""An endpoint as the deployment page shows it: its URL and which replicas the balancer holds."""
+"""An endpoint as the deployment page shows it: its URL, which replicas the balancer holds, and
+its live traffic as the gateways measure it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from fleet.allocations.ports import allocation_ports
 from fleet.endpoints.models import Endpoint
 from fleet.endpoints.selectors import copy_state
 from fleet.endpoints.services import endpoint_url
+from fleet.endpoints.traffic import DeploymentTraffic, deployment_traffic
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,8 @@ class EndpointPanel:
     hostname: str | None
     in_rotation: tuple[str, ...]  # replica labels, e.g. "qwen[0]"
     draining: tuple[str, ...]
+    traffic: DeploymentTraffic | None = None  # None: no gateway measured it lately
+    replica_rates: tuple[tuple[str, float | None, str], ...] = ()  # label, req/s, balancer state
 
 
 def endpoint_panel(deployment: Deployment) -> EndpointPanel | None:
@@ -30,11 +34,16 @@ def endpoint_panel(deployment: Deployment) -> EndpointPanel | None:
     except Endpoint.DoesNotExist:
         return None
     ready, draining = [], []
+    traffic = deployment_traffic(deployment.pk)
+    rates = []
     for allocation in deployment.allocations.all():
         if allocation.gpu_slot or endpoint.port not in allocation_ports(allocation):
             continue
         state = copy_state(allocation)
         label = f"{deployment.name}[{allocation.replica}]"
+        measured = traffic.replicas.get(allocation.pk) if traffic else None
+        if measured is not None:
+            rates.append((label, measured.requests_per_s, measured.state))
         if state == "ready":
             ready.append(label)
         elif state == "draining":
@@ -46,4 +55,6 @@ def endpoint_panel(deployment: Deployment) -> EndpointPanel | None:
         hostname=endpoint.hostname,
         in_rotation=tuple(sorted(ready)),
         draining=tuple(sorted(draining)),
+        traffic=traffic,
+        replica_rates=tuple(sorted(rates)),
     )

@@ -40,6 +40,14 @@ const refresh = debounce(async () => {
   if (ok) syncLogReplicas();
 }, 250);
 
+// The gateways measure an endpoint's traffic every second, with no change event: while the page
+// is visible, its numbers are re-read every 5 s.
+if (document.getElementById("dep-endpoint")) {
+  setInterval(() => {
+    if (!document.hidden) refresh();
+  }, 5000);
+}
+
 refreshOnChanges((c) => {
   const mine = gpuIds();
   return (

@@ -128,19 +128,61 @@ def map_entries(api: RuntimeApi, path: Path) -> dict[str, str]:
     return entries
 
 
-def server_sessions(api: RuntimeApi) -> dict[tuple[str, str], int]:
-    """The connections each server holds now (``show stat``'s ``scur``)."""
-    out: dict[tuple[str, str], int] = {}
+@dataclass(frozen=True)
+class Counters:
+    """One server (or a backend as a whole: ``server`` is ``BACKEND``) as ``show stat`` has it.
+    ``requests`` and ``errors_5xx`` count from the server's creation; ``response_ms`` is
+    HAProxy's average over the last 1,024 requests (0 before the first)."""
+
+    backend: str
+    server: str
+    in_flight: int  # scur: requests being served
+    queued: int  # qcur: requests waiting for a connection slot
+    requests: int  # req_tot
+    errors_5xx: int  # hrsp_5xx
+    response_ms: int  # rtime
+    status: str  # UP, DOWN, DRAIN, MAINT, no check, ...
+
+
+def read_counters(api: RuntimeApi) -> list[Counters]:
+    """Every server and backend of ``show stat`` (frontends left out); a row HAProxy writes in
+    another shape is skipped, never guessed."""
     lines = api.command("show", "stat").splitlines()
     if not lines or not lines[0].startswith("# "):
-        return out
+        return []
     header = lines[0][2:].split(",")
+    names = ("pxname", "svname", "scur", "qcur", "req_tot", "hrsp_5xx", "rtime", "status")
     try:
-        px, sv, scur = header.index("pxname"), header.index("svname"), header.index("scur")
+        px, sv, scur, qcur, req, err, rtime, status = (header.index(n) for n in names)
     except ValueError:
-        return out
+        return []
+    rows = []
     for line in lines[1:]:
         fields = line.split(",")
-        if len(fields) > scur and fields[sv] not in ("FRONTEND", "BACKEND"):
-            out[(fields[px], fields[sv])] = int(fields[scur] or 0)
-    return out
+        if len(fields) < len(header) - 1 or fields[sv] == "FRONTEND":
+            continue
+        try:
+            rows.append(
+                Counters(
+                    backend=fields[px],
+                    server=fields[sv],
+                    in_flight=int(fields[scur] or 0),
+                    queued=int(fields[qcur] or 0),
+                    requests=int(fields[req] or 0),
+                    errors_5xx=int(fields[err] or 0),
+                    response_ms=int(fields[rtime] or 0),
+                    status=fields[status],
+                )
+            )
+        except ValueError:
+            continue
+    return rows
+
+
+def server_sessions(api: RuntimeApi) -> dict[tuple[str, str], int]:
+    """The requests each server holds now (``show stat``'s ``scur``)."""
+    return {
+        (row.backend, row.server): row.in_flight
+        for row in read_counters(api)
+        if row.server != "BACKEND"
+    }

@@ -41,6 +41,11 @@ class Command(BaseCommand):
             help="drive an HAProxy already running (its Runtime API: a socket path or host:port) "
             "instead of starting one; print its configuration with --print-config",
         )
+        parser.add_argument(
+            "--name",
+            default="",
+            help="this gateway's name in the traffic readings (host:listen port by default)",
+        )
         parser.add_argument("--print-config", action="store_true", help="print and exit")
         parser.add_argument("--interval", type=float, default=0.25, help="seconds between syncs")
         parser.add_argument("--once", action="store_true", help="sync once and exit")
@@ -63,7 +68,10 @@ class Command(BaseCommand):
         if not 0.05 <= options["interval"] <= 10:
             raise CommandError("--interval: between 0.05 and 10 seconds")
         gateway = Gateway(
-            config, runtime_api=options["runtime_api"], interval_s=options["interval"]
+            config,
+            runtime_api=options["runtime_api"],
+            interval_s=options["interval"],
+            name=options["name"][:64],
         )
         try:
             gateway.start()
