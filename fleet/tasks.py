@@ -76,6 +76,14 @@ def advance_workflows() -> int:
     return len(workflows_advance())
 
 
+@app.task(name="fleet.autoscale", ignore_result=True)
+def autoscale() -> int:
+    """Beat: evaluate every deployment's autoscaling policy once (target tracking)."""
+    from fleet.autoscaling.services import autoscale_all
+
+    return autoscale_all()
+
+
 @app.task(name="fleet.telemetry_rollup", ignore_result=True)
 def telemetry_rollup() -> int:
     """Beat: per-minute means of the closed minutes into PostgreSQL (GPUs, then replicas);

@@ -192,6 +192,8 @@ class OperationKind(models.TextChoices):
     RESERVE_HOST = "reserve_host", "Reserve host"
     ROTATE_HOST_TOKEN = "rotate_host_token", "Rotate host token"
     SET_ENDPOINT = "set_endpoint", "Set deployment endpoint"
+    SET_AUTOSCALING = "set_autoscaling", "Set deployment autoscaling"
+    AUTOSCALE = "autoscale", "Autoscale"
 
 
 class OperationStatus(models.TextChoices):

@@ -78,6 +78,7 @@ INSTALLED_APPS = [
     "fleet.partitioning",
     "fleet.allocations",
     "fleet.endpoints",
+    "fleet.autoscaling",
     "fleet.api",
     "fleet.web",
     "fleet.commands",
@@ -363,6 +364,12 @@ CELERY_BEAT_SCHEDULE = {
     },
     "recover-quiet-gpus": {"task": "fleet.recover_quiet_gpus", "schedule": 10.0},
     "advance-workflows": {"task": "fleet.advance_workflows", "schedule": 3.0},
+    # Autoscaling's evaluation (fleet.autoscaling); a run that waited past the next is dropped.
+    "autoscale": {
+        "task": "fleet.autoscale",
+        "schedule": env_float("FLEET_AUTOSCALE_SECONDS", 5.0),
+        "options": {"expires": env_float("FLEET_AUTOSCALE_SECONDS", 5.0)},
+    },
     "retry-replicas": {"task": "fleet.retry_replicas", "schedule": 10.0},
     "telemetry-rollup": {"task": "fleet.telemetry_rollup", "schedule": 60.0},
     "telemetry-retention": {"task": "fleet.telemetry_retention", "schedule": 3600.0},

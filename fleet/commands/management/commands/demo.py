@@ -35,6 +35,7 @@ from fleet.inventory.simulation import simulated_spec
 from fleet.mig import product_by_key
 from fleet.tasks import (
     advance_workflows,
+    autoscale,
     expire_operations,
     mark_offline_hosts,
     prune_alert_deliveries,
@@ -183,6 +184,7 @@ def embedded_scheduler(period_s: float = 2.0) -> None:
             redeliver()
             advance_workflows()
             if tick % 3 == 0:
+                autoscale()
                 mark_offline_hosts()
                 retry_alerts()
             if tick % 5 == 0:

@@ -1,0 +1,109 @@
+"""The decision rule: target tracking, as SageMaker's and the Kubernetes HPA's (pure).
+
+``desired = ceil(ready * per_replica / target)``, bounded by ``min`` and ``max``:
+
+* **tolerance**: no change while ``per_replica / target`` stays within ±10 % of 1, so a metric
+  hovering at its target does not flap;
+* **replicas that are not ready do not count**: the metric is per *ready* replica, and a
+  deployment whose new replicas are still starting scales out again only once the ready ones
+  alone would need more than it has (HPA's rule, not ``ceil(replicas * ratio)``, which would
+  scale out again on every evaluation while a new replica starts); it scales in only when every
+  replica is ready;
+* **scale-out is fast, scale-in slow**: a scale-out waits ``scale_out_cooldown_s`` after the last
+  scale-out; a scale-in waits ``scale_in_cooldown_s`` after the last scaling either way;
+* a count outside ``[min, max]`` (the policy changed) is brought back at once.
+
+A metric with no value (no gateway measured the endpoint; NVML has no utilisation for the
+replica's MIG instance) changes nothing: the decision says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+TOLERANCE = 0.1
+
+Action = Literal["out", "in", "hold"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    min: int
+    max: int
+    target: float
+    scale_out_cooldown_s: float = 30.0
+    scale_in_cooldown_s: float = 300.0
+    tolerance: float = TOLERANCE
+
+
+@dataclass(frozen=True)
+class Observation:
+    """``value``: the metric over the ready replicas, as a total (``additive``: requests per
+    second, requests in flight) or as their mean (utilisation). ``since_*``: seconds since the
+    last scaling of that kind (``None``: never)."""
+
+    replicas: int
+    ready: int
+    value: float | None
+    additive: bool = True
+    since_scale_out_s: float | None = None
+    since_scale_in_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    replicas: int  # the count to set (the current one when holding)
+    reason: str
+    per_replica: float | None = None  # the metric per ready replica
+    desired: int | None = None  # before the bounds
+
+
+def _elapsed(since: float | None, cooldown: float) -> bool:
+    return since is None or since >= cooldown
+
+
+def decide(limits: Limits, obs: Observation) -> Decision:
+    """The decision for one evaluation (see the module's docstring)."""
+    now = obs.replicas
+    if now < limits.min:
+        return Decision("out", limits.min, f"below the policy's minimum of {limits.min}")
+    if now > limits.max:
+        return Decision("in", limits.max, f"above the policy's maximum of {limits.max}")
+    if obs.value is None:
+        return Decision("hold", now, "the metric has no value now")
+    if obs.ready <= 0:
+        return Decision("hold", now, "no replica is ready yet")
+    per_replica = obs.value / obs.ready if obs.additive else obs.value
+    ratio = per_replica / limits.target
+    desired = max(0, math.ceil(obs.ready * ratio - 1e-9))
+    bounded = min(limits.max, max(limits.min, desired))
+
+    def hold(reason: str) -> Decision:
+        return Decision("hold", now, reason, per_replica, desired)
+
+    if abs(ratio - 1.0) <= limits.tolerance:
+        return hold("within 10 % of the target")
+    if bounded > now:
+        if not _elapsed(obs.since_scale_out_s, limits.scale_out_cooldown_s):
+            return hold(f"scale-out cooldown ({limits.scale_out_cooldown_s:g} s)")
+        return Decision("out", bounded, "above the target", per_replica, desired)
+    if bounded < now:
+        if obs.ready < now:
+            return hold(f"{now - obs.ready} replica(s) not ready: no scale-in while starting")
+        since = min(
+            (s for s in (obs.since_scale_in_s, obs.since_scale_out_s) if s is not None),
+            default=None,
+        )
+        if not _elapsed(since, limits.scale_in_cooldown_s):
+            return hold(f"scale-in cooldown ({limits.scale_in_cooldown_s:g} s)")
+        return Decision("in", bounded, "below the target", per_replica, desired)
+    if desired > now:
+        return hold(f"at the policy's maximum of {limits.max}")
+    if desired < now:
+        return hold(f"at the policy's minimum of {limits.min}")
+    if obs.ready < now:
+        return hold(f"{obs.ready} ready replica(s) need {desired}: waiting for the starting ones")
+    return hold(f"{desired} replica(s) meet the target")

@@ -1,0 +1,76 @@
+"""What an evaluation reads: the deployment's replicas (placed, ready) and its metric.
+
+* ``requests_per_replica_per_s`` and ``in_flight_per_replica`` come from the balancer: the
+  gateways' readings of the endpoint (:mod:`fleet.endpoints.traffic`), totals over the ready
+  replicas (in flight counts the requests queued at the endpoint too: they wait for a replica);
+* ``gpu_utilization_percent`` from the replicas' own telemetry (their MIG instance, their MPS
+  processes, or their GPU: :mod:`fleet.inventory.telemetry`), the mean of the last
+  :data:`UTILIZATION_WINDOW_S` seconds over the ready replicas that have a value. Where NVML has
+  none (a MIG instance on Ampere), there is no metric, not 0.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from fleet.allocations.models import Allocation, Deployment
+from fleet.allocations.ports import allocation_ready
+from fleet.autoscaling.models import Metric
+from fleet.endpoints.traffic import traffic_of
+from fleet.inventory.telemetry import ROLLUP_SECONDS, get_store, unpack_replicas
+
+UTILIZATION_WINDOW_S = 30.0
+
+
+@dataclass(frozen=True)
+class Replicas:
+    placed: list[Allocation]  # the first GPU of each replica in place, not releasing
+    ready: list[Allocation]
+    moving: set[int]  # replica indices with a move's new copy in flight
+
+
+def replicas_of(deployment: Deployment) -> Replicas:
+    rows = list(
+        Allocation.objects.placed()
+        .filter(deployment=deployment, gpu_slot=0)
+        .select_related("gpu__host")
+        .order_by("replica", "pk")
+    )
+    moving = {a.replica for a in rows if a.replaces_id is not None}
+    placed = [a for a in rows if a.replaces_id is None]
+    ready = [a for a in placed if allocation_ready(a)]
+    return Replicas(placed, ready, moving)
+
+
+def metric_value(deployment: Deployment, metric: str, ready: list[Allocation]) -> float | None:
+    """The metric as :class:`fleet.autoscaling.rule.Observation` takes it: a total over the
+    ready replicas (requests, in flight), or their mean (utilisation); ``None``: no value."""
+    if metric in (Metric.REQUESTS, Metric.IN_FLIGHT):
+        traffic = traffic_of([deployment.pk]).get(deployment.pk)
+        if traffic is None:
+            return None
+        if metric == Metric.REQUESTS:
+            return traffic.requests_per_s
+        return float(traffic.in_flight + traffic.queued)
+    if metric == Metric.GPU_UTILIZATION:
+        return _mean_utilization(ready)
+    return None
+
+
+def _mean_utilization(ready: list[Allocation], now: float | None = None) -> float | None:
+    now = time.time() if now is None else now
+    since = now - UTILIZATION_WINDOW_S
+    store = get_store()
+    hosts = sorted({a.gpu.host_id for a in ready})
+    wanted = {a.pk for a in ready}
+    sums: dict[int, list[float]] = {}
+    for minute in range(int(since // ROLLUP_SECONDS), int(now // ROLLUP_SECONDS) + 1):
+        buckets = store.replica_buckets(hosts, minute)
+        for data in buckets.values():
+            for allocation_id, point in unpack_replicas(minute, data):
+                util = point["utilization_percent"]
+                if allocation_id in wanted and util is not None and since <= point["ts"] <= now:
+                    sums.setdefault(allocation_id, []).append(util)
+    means = [sum(values) / len(values) for values in sums.values() if values]
+    return sum(means) / len(means) if means else None

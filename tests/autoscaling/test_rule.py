@@ -1,0 +1,84 @@
+"""The autoscaling decision rule (issue 24): target tracking with a ±10 % tolerance, fast
+scale-out and slow scale-in, min and max, and replicas that are not ready left out."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.autoscaling.rule import Decision, Limits, Observation, decide
+
+LIMITS = Limits(min=1, max=8, target=4.0, scale_out_cooldown_s=30, scale_in_cooldown_s=300)
+
+
+def at(replicas: int, value: float | None, ready: int | None = None, **since) -> Decision:
+    obs = Observation(replicas, replicas if ready is None else ready, value, **since)
+    return decide(LIMITS, obs)
+
+
+def test_desired_is_the_ceiling_of_demand_over_the_target():
+    d = at(2, 16.0)  # 8 req/s per replica, target 4
+    assert (d.action, d.replicas, d.per_replica, d.desired) == ("out", 4, 8.0, 4)
+    assert at(2, 17.0).replicas == 5  # ceil(17 / 4)
+    d = at(4, 6.0, since_scale_out_s=400, since_scale_in_s=400)  # 1.5 per replica
+    assert (d.action, d.replicas) == ("in", 2)
+
+
+@pytest.mark.parametrize("value", [7.3, 8.0, 8.7])
+def test_within_ten_percent_of_the_target_nothing_changes(value):
+    d = at(2, value, since_scale_out_s=1000, since_scale_in_s=1000)
+    assert d.action == "hold" and d.replicas == 2 and "10 %" in d.reason
+
+
+def test_just_past_the_tolerance_it_scales():
+    assert at(2, 8.9).action == "out"
+    assert at(3, 7.1, since_scale_out_s=1000).replicas == 2
+    # Below the target, but one replica fewer would be past it: the count stays.
+    d = at(2, 7.1, since_scale_out_s=1000)
+    assert d.action == "hold" and "meet the target" in d.reason
+
+
+def test_scale_out_waits_its_cooldown_and_scale_in_waits_longer_after_any_scaling():
+    d = at(2, 16.0, since_scale_out_s=10)
+    assert d.action == "hold" and "scale-out cooldown" in d.reason
+    assert at(2, 16.0, since_scale_out_s=31).action == "out"
+    assert at(2, 16.0, since_scale_in_s=5).action == "out"  # a scale-in does not slow it
+    d = at(4, 4.0, since_scale_out_s=120)
+    assert d.action == "hold" and "scale-in cooldown" in d.reason
+    d = at(4, 4.0, since_scale_out_s=1000, since_scale_in_s=100)
+    assert d.action == "hold" and "scale-in cooldown" in d.reason
+    assert at(4, 4.0, since_scale_out_s=301, since_scale_in_s=301).action == "in"
+
+
+def test_bounds_hold_and_a_count_outside_them_comes_back_at_once():
+    d = at(8, 80.0)
+    assert (d.action, d.replicas) == ("hold", 8) and "maximum" in d.reason
+    assert at(7, 80.0).replicas == 8  # capped, not 20
+    d = at(1, 0.0, since_scale_out_s=1000)
+    assert (d.action, d.replicas) == ("hold", 1) and "minimum" in d.reason
+    assert at(3, 0.0, since_scale_out_s=1000).replicas == 1
+    assert decide(LIMITS, Observation(12, 12, 4.0)).replicas == 8  # the policy was lowered
+    assert decide(LIMITS, Observation(0, 0, None)).replicas == 1  # and even with no metric
+
+
+def test_replicas_not_ready_do_not_count():
+    # 4 replicas, 2 ready at 8 req/s each: the 2 starting ones are already what is needed.
+    d = at(4, 16.0, ready=2)
+    assert d.action == "hold" and "starting" in d.reason
+    # The ready two now take 12 req/s each: 6 are needed, even counting the starting ones.
+    assert at(4, 24.0, ready=2).replicas == 6
+    # Little traffic, but a replica still starting: no scale-in until every one is ready.
+    d = at(4, 1.0, ready=3, since_scale_out_s=1000)
+    assert d.action == "hold" and "not ready" in d.reason
+    d = at(2, 16.0, ready=0)
+    assert d.action == "hold" and "no replica is ready" in d.reason
+
+
+def test_no_metric_changes_nothing():
+    d = at(3, None)
+    assert d.action == "hold" and d.replicas == 3 and "no value" in d.reason
+
+
+def test_a_mean_metric_is_not_divided_by_the_replicas():
+    limits = Limits(min=1, max=10, target=60.0)
+    d = decide(limits, Observation(2, 2, 90.0, additive=False))  # 90 % on each of 2
+    assert (d.action, d.replicas, d.per_replica) == ("out", 3, 90.0)
