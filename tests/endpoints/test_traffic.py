@@ -58,9 +58,7 @@ def test_two_gateways_add_up_and_a_stopped_one_stops_counting(mig_gpu):
     assert seen.replicas[copy].requests_per_s == 8.0 and seen.replicas[copy].in_flight == 2
     assert seen.in_flight == 2  # the backends' own count
     assert seen.replicas[copy].response_ms == 20.0  # (6 x 10 + 2 x 50) / 8
-    Traffic.objects.filter(gateway="gw-b").update(
-        updated_at=timezone.now() - timedelta(seconds=30)
-    )
+    Traffic.objects.filter(gateway="gw-b").update(updated_at=timezone.now() - timedelta(seconds=30))
     after = deployment_traffic(deployment_id)
     assert after is not None and after.gateways == 1 and after.requests_per_s == 6.5
 
