@@ -47,8 +47,8 @@ class Caller:
     """Requests through the gateway, one after the other on each of ``threads`` connections,
     until stopped; every answer that is not a 200 is a failure, with when it happened."""
 
-    def __init__(self, port: int, path: str, threads: int = 2) -> None:
-        self.port, self.path = port, path
+    def __init__(self, port: int, path: str, threads: int = 2, pause_s: float = 0.01) -> None:
+        self.port, self.path, self.pause_s = port, path, pause_s
         self.ok = 0
         self.failed: list[str] = []
         self.stop = threading.Event()
@@ -69,7 +69,7 @@ class Caller:
                 self.failed.append(f"{exc!r} at {time.strftime('%X')}")
             finally:
                 connection.close()
-            time.sleep(0.01)
+            time.sleep(self.pause_s)
 
     def __enter__(self) -> Caller:
         for thread in self.threads:

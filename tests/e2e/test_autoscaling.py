@@ -1,0 +1,114 @@
+"""Autoscaling on the real processes (issue 24): daphne, a Celery worker and beat (the
+evaluation every 5 s), an agent running its replicas as processes, and ``manage.py
+fleet_gateway`` running Debian's HAProxy, whose counters are the metric. A load step through
+the gateway scales the deployment out; once the load is gone, it scales back in after the
+cooldown, and a caller still sending a trickle of requests sees none of them fail.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.stack import BIN, Stack, wait_until
+from tests.e2e.test_endpoints import HAPROXY, SYSTEM_PYTHON, Caller, _answers, free_port, server
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+POLICY = (
+    "from fleet.autoscaling.policy import autoscaling_set; "
+    "autoscaling_set(deployment_id={id}, spec={{'min': 1, 'max': 3, "
+    "'target': {{'requests_per_replica_per_s': 10}}, "
+    "'scale_out_cooldown_s': 5, 'scale_in_cooldown_s': 10}})"
+)
+
+
+def test_a_load_step_scales_out_and_the_quiet_after_scales_in_with_no_failed_request(
+    stack: Stack, tmp_path: Path
+) -> None:
+    for needed in (SYSTEM_PYTHON, HAPROXY):
+        if not needed.exists():
+            pytest.skip(f"{needed} is missing")
+    stack.allow_workloads()
+    agent = stack.add_agent("as-1", ["a100-sxm4-40gb"] * 3, runtime="process")
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "who").write_text("model\n")
+    body = {
+        "name": "as-model",
+        "kind": "gpu",
+        "gpu_count": 1,
+        "replicas": 1,
+        "auto": True,
+        "workload": server(www, "1"),
+        "endpoint": {"path_prefix": "/as-model"},
+    }
+    status, created = stack.request("POST", "/api/v1/deployments/", body)
+    assert status == 201, created
+    deployment_id = created["id"]
+
+    def ready() -> int:
+        rows = stack.get(f"/api/v1/allocations/?deployment={deployment_id}")["results"]
+        return sum(1 for r in rows if r["ready"])
+
+    def count() -> int:
+        return int(stack.get(f"/api/v1/deployments/{deployment_id}/")["replicas"])
+
+    wait_until(lambda: ready() == 1, 60, what="the first replica ready")
+    stack.manage("shell", "-c", POLICY.format(id=deployment_id))
+    port = free_port()
+    directory = Path(f"/tmp/fgw-as-{port}")
+    shutil.rmtree(directory, ignore_errors=True)
+    stack.spawn(
+        "gateway",
+        [
+            str(BIN / "python"),
+            "manage.py",
+            "fleet_gateway",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--directory",
+            str(directory),
+            "--metrics",
+            "none",
+        ],
+    )
+    try:
+        wait_until(lambda: _answers(port, "/as-model/who"), 30, what="the gateway routing")
+        # The load step: 3 callers without a pause, far past 10 requests per replica per second.
+        with Caller(port, "/as-model/who", threads=3) as load:
+            started = time.monotonic()
+            wait_until(lambda: count() >= 2, 60, what="a scale-out")
+            scaled_out_s = time.monotonic() - started
+            wait_until(lambda: ready() >= 2, 60, what="the new replica ready")
+            ready_s = time.monotonic() - started
+        assert load.failed == [], load.failed
+        assert len(stack.gpus(agent)) == 3
+        ops = stack.get(f"/api/v1/operations/?deployment={deployment_id}&kind=autoscale")
+        first = ops["results"][-1]
+        assert first["payload"]["metric"] == "requests_per_replica_per_s", first
+        assert first["payload"]["per_replica"] > 10, first
+        # The quiet after: a trickle (one caller, 4 requests/s at most) falls under the target;
+        # after the cooldown the deployment comes back to its minimum.
+        with Caller(port, "/as-model/who", threads=1, pause_s=0.25) as trickle:
+            wait_until(lambda: count() == 1, 90, what="the scale-in")
+            wait_until(
+                lambda: (
+                    len(stack.get(f"/api/v1/allocations/?deployment={deployment_id}")["results"])
+                    == 1
+                ),
+                60,
+                what="the surplus replica stopped",
+            )
+            time.sleep(1)
+        assert trickle.failed == [], trickle.failed
+        assert trickle.ok > 10
+        print(f"scale-out decided after {scaled_out_s:.1f} s, new replica ready {ready_s:.1f} s")
+        assert ready_s < 40  # beat every 5 s + the gateway's 5 s window + a process start
+    finally:
+        stack.terminate("gateway")
+        stack.request("DELETE", f"/api/v1/deployments/{deployment_id}/")
+        shutil.rmtree(directory, ignore_errors=True)
