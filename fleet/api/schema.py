@@ -13,11 +13,11 @@ from drf_spectacular.extensions import (
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
 
-from fleet.api.serializers import ErrorSerializer
+from fleet.api.common import ErrorSerializer
 
 
 class HostTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
-    target_class = "fleet.api.views_agent.HostTokenAuthentication"
+    target_class = "fleet.api.resources.agent.views.HostTokenAuthentication"
     name = "hostToken"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
