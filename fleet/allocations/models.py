@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.db import models
@@ -27,6 +27,11 @@ class Deployment(TimeStampedModel):
     (SageMaker); ``mps`` asks for GPU memory and optionally a compute cap (ECS); ``gpu`` asks for
     ``gpu_count`` whole GPUs on one host per replica.
     """
+
+    # Its details: fields people read that nothing places, runs or bills by. The API reads and
+    # writes them (on create and PATCH) with these fields' own bounds and help text, through
+    # fleet.allocations.details; docs/architecture.md, "Adding a field to Deployment".
+    DETAIL_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     name = models.CharField(max_length=200, unique=True)
     # Who owns it: its team's operators act on it, its team's quota bounds its replicas.

@@ -24,6 +24,23 @@ from fleet.api.resources.workloads.serializers import WorkloadReadSerializer, Wo
 from fleet.core.redaction import workload_redacted
 
 
+class DeploymentDetailsSerializer(serializers.ModelSerializer[Deployment]):
+    """A deployment's details (``Deployment.DETAIL_FIELDS``), as the create and update bodies
+    take them: each with its model field's bounds and help text."""
+
+    class Meta:
+        model = Deployment
+        fields = Deployment.DETAIL_FIELDS
+
+
+def with_details(fields: dict[str, Any]) -> dict[str, Any]:
+    """A body's fields plus the deployment's details (each optional)."""
+    details = DeploymentDetailsSerializer().get_fields()
+    for field in details.values():
+        field.required = False
+    return {**fields, **details}
+
+
 class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
     placed_replicas = serializers.SerializerMethodField()
     running_replicas = serializers.SerializerMethodField()
@@ -55,6 +72,7 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
             "endpoint",
             "deleting",
             "created_at",
+            *Deployment.DETAIL_FIELDS,
         ]
         read_only_fields = fields
         extra_kwargs = {
@@ -179,6 +197,9 @@ class DeploymentCreateSerializer(serializers.Serializer[Any]):
         "declares no such port. Nothing is created then.",
     )
 
+    def get_fields(self) -> dict[str, Any]:
+        return with_details(super().get_fields())
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         kind = attrs["kind"]
         errors: dict[str, str] = {}
@@ -260,3 +281,6 @@ class DeploymentUpdateSerializer(serializers.Serializer[Any]):
         "`quota.exceeded`). Its replicas stay where they are; usage is billed to the new team "
         "from now on.",
     )
+
+    def get_fields(self) -> dict[str, Any]:
+        return with_details(super().get_fields())

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 
 from fleet.allocations import services as allocation_services
 from fleet.allocations.autoplace import deployment_create_placed
+from fleet.allocations.details import deployment_set_details
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.scaling import deployment_update
 from fleet.api.common import ReadViewSet, documented_reads, error_responses, parse_id, validated
@@ -24,6 +25,7 @@ from fleet.api.filters import (
 from fleet.api.permissions import authorize_deployment, team_for_create
 from fleet.api.resources.deployments.serializers import (
     DeploymentCreateSerializer,
+    DeploymentDetailsSerializer,
     DeploymentSerializer,
     DeploymentUpdateSerializer,
 )
@@ -87,6 +89,9 @@ class DeploymentViewSet(
         create = deployment_create_placed if data["auto"] else allocation_services.deployment_create
         with transaction.atomic():  # an endpoint refused: no deployment either
             deployment = self._create(create, data, team_id, request)
+            details = {k: data[k] for k in Deployment.DETAIL_FIELDS if k in data}
+            if details:
+                deployment_set_details(deployment_id=deployment.pk, details=details)
             if data.get("endpoint") is not None:
                 endpoint_set(
                     deployment_id=deployment.pk,
@@ -140,7 +145,9 @@ class DeploymentViewSet(
             "else 422 `quota.exceeded`): its replicas stay put, usage is billed to the new team "
             "from then on; answered 200 with the deployment. A new workload, and a deployment "
             "handed to another team, must be allowed by the (new) team's policy, else 422 "
-            "`policy.*` as on create."
+            "`policy.*` as on create. The deployment's details (the other fields of the body) "
+            "change in place, alone or with any one of these, all or nothing; answered 200 with "
+            "the deployment unless a rollout started."
         ),
     )
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -149,12 +156,15 @@ class DeploymentViewSet(
         deployment_id = parse_id(kwargs.get("pk"))
         authorize_deployment(request.user, deployment_id)
         changes = dict(request.data)
+        details = _details(changes)
         if "team" in changes:  # the team it goes to: the user must operate that one too
             named = changes["team"]
             if not isinstance(named, str | int) or isinstance(named, bool):
                 raise ServiceError("team.not_found", "'team' is a team's id or slug.")
             changes["team"] = team_for_create(request.user, str(named)[:64])
-        with transaction.atomic():  # the endpoint and the rest, or neither
+        with transaction.atomic():  # the details, the endpoint and the rest, or none
+            if details:
+                deployment_set_details(deployment_id=deployment_id, details=details)
             if "endpoint" in changes:
                 endpoint_set(
                     deployment_id=deployment_id,
@@ -165,7 +175,7 @@ class DeploymentViewSet(
                 deployment_update(
                     deployment_id=deployment_id, changes=changes, requested_by=request.user
                 )
-                if changes or "endpoint" not in request.data
+                if changes or not (details or "endpoint" in request.data)
                 else None
             )
         if operation is not None and operation.kind == OperationKind.ROLLOUT:
@@ -179,3 +189,13 @@ class DeploymentViewSet(
             deployment_id=parse_id(kwargs.get("pk")), requested_by=request.user
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _details(changes: dict[str, Any]) -> dict[str, Any]:
+    """Take the deployment's details out of a PATCH body, checked (400 ``invalid``)."""
+    given = {k: changes.pop(k) for k in Deployment.DETAIL_FIELDS if k in changes}
+    if not given:
+        return {}
+    body = DeploymentDetailsSerializer(data=given, partial=True)
+    body.is_valid(raise_exception=True)
+    return dict(body.validated_data)
