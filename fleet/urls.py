@@ -5,8 +5,8 @@ from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from fleet.api.metrics import metrics
 from fleet.api.health import health
+from fleet.api.metrics import metrics
 
 urlpatterns = [
     path("", include("fleet.web.urls")),

@@ -8,9 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from fleet.allocations.models import (
-    Allocation,
-)
+from fleet.allocations.models import Allocation
 from fleet.allocations.ports import allocation_address, allocation_ports, allocation_ready
 from fleet.allocations.selectors import allocation_environment
 from fleet.allocations.telemetry import MAX_POINTS, WINDOWS

@@ -15,9 +15,7 @@ from fleet.allocations.models import Allocation
 from fleet.allocations.moves import allocation_move
 from fleet.allocations.telemetry import replica_series
 from fleet.api.common import ReadViewSet, documented_reads, error_responses, parse_id, validated
-from fleet.api.filters import (
-    AllocationFilter,
-)
+from fleet.api.filters import AllocationFilter
 from fleet.api.permissions import authorize_allocation, authorize_replica_read
 from fleet.api.resources.allocations.serializers import (
     AllocationSerializer,

@@ -1,4 +1,5 @@
-"""Serializers of ``GET /capacity/``: its query (one request shape, optional) and its answer."""
+"""Serializers of ``/capacity/``: its query (one request shape, optional) and its answer, the
+repack plan and the layout advice."""
 
 from __future__ import annotations
 

@@ -19,9 +19,7 @@ from fleet.allocations.details import deployment_set_details
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.scaling import deployment_update
 from fleet.api.common import ReadViewSet, documented_reads, error_responses, parse_id, validated
-from fleet.api.filters import (
-    DeploymentFilter,
-)
+from fleet.api.filters import DeploymentFilter
 from fleet.api.permissions import authorize_deployment, team_for_create
 from fleet.api.resources.deployments.serializers import (
     DeploymentCreateSerializer,

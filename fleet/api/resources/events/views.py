@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from fleet.api.common import ReadViewSet, documented_reads
-from fleet.api.filters import (
-    HealthEventFilter,
-)
+from fleet.api.filters import HealthEventFilter
 from fleet.api.resources.events.serializers import HealthEventSerializer
 from fleet.inventory.models import HealthEvent
 

@@ -16,9 +16,7 @@ from rest_framework.response import Response
 from fleet.agents.host_tokens import host_token_rotate
 from fleet.allocations.maintenance import host_cordon, host_drain, host_uncordon, scheduled_drains
 from fleet.api.common import ReadViewSet, documented_reads, error_responses, parse_id, validated
-from fleet.api.filters import (
-    HostFilter,
-)
+from fleet.api.filters import HostFilter
 from fleet.api.resources.hosts.serializers import (
     HostCreatedSerializer,
     HostCreateSerializer,

@@ -1,4 +1,4 @@
-"""The MIG catalog and the dry-run layout validator."""
+"""The MIG catalog, the dry-run layout validator, and mig-parted import and export."""
 
 from __future__ import annotations
 

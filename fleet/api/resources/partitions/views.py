@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from fleet.api.common import ReadViewSet, documented_reads
-from fleet.api.filters import (
-    PartitionFilter,
-)
+from fleet.api.filters import PartitionFilter
 from fleet.api.resources.partitions.serializers import PartitionSerializer
 from fleet.partitioning.models import Partition
 
