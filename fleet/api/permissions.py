@@ -10,7 +10,7 @@ permission classes (``AnyRole``, ``TeamRolePermission``, ``IsAdminRole``) are
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rest_framework.exceptions import PermissionDenied
@@ -62,6 +62,12 @@ def reader_sees_spec(context: Mapping[str, Any], team_id: int | None) -> bool:
     to a write, read by its author, who operates the team."""
     request = context.get("request")
     return request is None or can_see_spec(request.user, team_id)
+
+
+def spec_reader(user: Any) -> Callable[[int | None], bool]:
+    """Whether ``user`` may read the workload specs of a team's deployments, as a predicate on
+    the team's id (what lists of another team's replicas filter with)."""
+    return lambda team_id: can_see_spec(user, team_id)
 
 
 def team_for_create(user: Any, named: str | None) -> int:

@@ -9,8 +9,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from fleet.api.common import error_responses
+from fleet.api.permissions import spec_reader
 from fleet.api.resources.prometheus.serializers import TargetGroupSerializer
-from fleet.core.teams import can_see_spec
 from fleet.endpoints.discovery import scrape_targets
 
 
@@ -27,4 +27,4 @@ from fleet.endpoints.discovery import scrape_targets
 )
 @api_view(["GET"])
 def targets(request: Request) -> Response:
-    return Response(scrape_targets(lambda team_id: can_see_spec(request.user, team_id)))
+    return Response(scrape_targets(spec_reader(request.user)))
