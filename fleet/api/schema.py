@@ -11,9 +11,8 @@ from drf_spectacular.extensions import (
     OpenApiSerializerFieldExtension,
 )
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import OpenApiResponse
 
-from fleet.api.common import ErrorSerializer
+from fleet.api.common import error_responses
 
 
 class HostTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
@@ -63,5 +62,5 @@ class LimitedAutoSchema(AutoSchema):
         return operation
 
     def _envelope(self, code: str, description: str) -> Any:
-        response = OpenApiResponse(ErrorSerializer, description=description)
+        response = error_responses(described={int(code): description})[int(code)]
         return self._get_response_for_code(response, code)  # type: ignore[no-untyped-call]
