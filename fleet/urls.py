@@ -5,8 +5,8 @@ from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from fleet.api.health import health
 from fleet.api.metrics import metrics
-from fleet.api.views_health import health
 
 urlpatterns = [
     path("", include("fleet.web.urls")),
@@ -24,5 +24,5 @@ urlpatterns = [
     ),
 ]
 
-handler404 = "fleet.api.views_health.not_found"
-handler500 = "fleet.api.views_health.server_error"
+handler404 = "fleet.api.health.not_found"
+handler500 = "fleet.api.health.server_error"

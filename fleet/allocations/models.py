@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.db import models
@@ -28,7 +28,19 @@ class Deployment(TimeStampedModel):
     ``gpu_count`` whole GPUs on one host per replica.
     """
 
+    # Its details: fields people read that nothing places, runs or bills by. The API reads and
+    # writes them (on create and PATCH) with these fields' own bounds and help text, through
+    # fleet.allocations.details; docs/architecture.md, "Adding a field to Deployment".
+    DETAIL_FIELDS: ClassVar[tuple[str, ...]] = ("description",)
+
     name = models.CharField(max_length=200, unique=True)
+    description = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        help_text="What it is for, in a few words (at most 500 characters); shown under its "
+        "name. Every role reads it, as the name.",
+    )
     # Who owns it: its team's operators act on it, its team's quota bounds its replicas.
     # Saved without one, it joins the ``default`` team.
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="deployments")

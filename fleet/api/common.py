@@ -1,34 +1,55 @@
-"""What every REST API view module shares: the documented error responses, the read viewset
-base, and the parsing of bodies and ids into the envelope's errors."""
+"""What every REST API view module shares: the error envelope and its documented responses
+(:func:`error_responses`, the one helper every view documents its errors with), the read
+viewset base, and the parsing of bodies and ids into the envelope's errors."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from django.db.models import Model
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
-from rest_framework import viewsets
+from rest_framework import serializers, viewsets
 from rest_framework.request import Request
 
-from fleet.api import serializers as s
 from fleet.core.errors import NotFound
 from fleet.core.filters import ID_MAX
 
 _M = TypeVar("_M", bound=Model)
 
-ERRORS = {
-    400: OpenApiResponse(s.ErrorSerializer, description="Malformed or invalid input"),
-    401: OpenApiResponse(s.ErrorSerializer, description="Not authenticated"),
-    403: OpenApiResponse(s.ErrorSerializer, description="Role too low"),
-    404: OpenApiResponse(s.ErrorSerializer, description="Not found"),
-    409: OpenApiResponse(s.ErrorSerializer, description="Conflicts with the current state"),
-    422: OpenApiResponse(s.ErrorSerializer, description="Refused by the MIG/MPS/placement rules"),
+
+class ErrorSerializer(serializers.Serializer[Any]):
+    code = serializers.CharField(help_text="Stable machine-readable code, e.g. `mig.overlap`.")
+    message = serializers.CharField()
+    details = serializers.DictField(
+        help_text="Facts about the error; `violations` lists broken rules."
+    )
+
+
+ERROR_DESCRIPTIONS = {
+    400: "Malformed or invalid input",
+    401: "Not authenticated",
+    403: "Role too low",
+    404: "Not found",
+    409: "Conflicts with the current state",
+    422: "Refused by the MIG/MPS/placement rules",
+    429: "Too many requests",
+    504: "Timed out",
 }
-READ_ERRORS = {k: ERRORS[k] for k in (400, 401, 403, 404)}
 
 
-def error_responses(*codes: int) -> dict[int, OpenApiResponse]:
-    return {code: ERRORS[code] for code in codes}
+def error_responses(
+    *codes: int, described: Mapping[int, str] | None = None
+) -> dict[int, OpenApiResponse]:
+    """The OpenAPI responses of ``codes`` (each the error envelope with its usual description),
+    plus those of ``described``, each with its own description (what that view's error means)."""
+    texts = {code: ERROR_DESCRIPTIONS[code] for code in codes} | dict(described or {})
+    return {
+        code: OpenApiResponse(ErrorSerializer, description=text) for code, text in texts.items()
+    }
+
+
+READ_ERRORS = error_responses(400, 401, 403, 404)
 
 
 def documented_reads(serializer: type[Any]) -> Any:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from fleet.core.filters import ID_MAX
+from fleet.inventory.labels import MAX_LABELS, MAX_VALUE_CHARS, labels_problems
 
 
 class IdField(serializers.IntegerField):
@@ -55,3 +57,45 @@ class BoundedDictField(serializers.DictField):
     def check_size(self, data: Any) -> None:
         if isinstance(data, dict) and len(data) > self.max_entries:
             self.fail("max_entries", max_entries=self.max_entries)
+
+
+class LabelsField(BoundedDictField):
+    """A label map: at most 32 labels, Kubernetes-like keys of at most 63 characters, values
+    of at most 63 printable characters (:mod:`fleet.inventory.labels`)."""
+
+    child = serializers.CharField(max_length=MAX_VALUE_CHARS, allow_blank=True)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_entries=MAX_LABELS, **kwargs)
+
+    def to_internal_value(self, data: Any) -> dict[str, str]:
+        self.check_size(data)
+        problems = labels_problems(data)
+        if problems:
+            raise serializers.ValidationError(problems[:20])
+        return dict(super().to_internal_value(data))
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 1, "maximum": ID_MAX},
+            {"type": "string", "minLength": 1, "maxLength": 100},
+        ]
+    }
+)
+class TeamRefField(serializers.Field):  # type: ignore[type-arg]
+    """A team in a request body: its id, or its slug."""
+
+    default_error_messages = {"invalid": "A team is an id (a whole number) or a slug."}
+
+    def to_internal_value(self, data: Any) -> int | str:
+        if isinstance(data, int) and not isinstance(data, bool) and 1 <= data <= ID_MAX:
+            return data
+        # No NUL: PostgreSQL cannot compare a text holding one (a 500, not a 400).
+        if isinstance(data, str) and 0 < len(data.strip()) <= 100 and "\x00" not in data:
+            return data.strip()
+        raise serializers.ValidationError(self.error_messages["invalid"], code="invalid")
+
+    def to_representation(self, value: Any) -> Any:
+        return value

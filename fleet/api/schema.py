@@ -11,13 +11,12 @@ from drf_spectacular.extensions import (
     OpenApiSerializerFieldExtension,
 )
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import OpenApiResponse
 
-from fleet.api.serializers import ErrorSerializer
+from fleet.api.common import error_responses
 
 
 class HostTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
-    target_class = "fleet.api.views_agent.HostTokenAuthentication"
+    target_class = "fleet.api.resources.agent.views.HostTokenAuthentication"
     name = "hostToken"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
@@ -63,5 +62,5 @@ class LimitedAutoSchema(AutoSchema):
         return operation
 
     def _envelope(self, code: str, description: str) -> Any:
-        response = OpenApiResponse(ErrorSerializer, description=description)
+        response = error_responses(described={int(code): description})[int(code)]
         return self._get_response_for_code(response, code)  # type: ignore[no-untyped-call]

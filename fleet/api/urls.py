@@ -3,21 +3,25 @@ from __future__ import annotations
 from django.urls import include, path
 from rest_framework.routers import DynamicRoute, SimpleRouter
 
-from fleet.api import (
-    views,
-    views_agent,
-    views_alerts,
-    views_capacity,
-    views_deployments,
-    views_logs,
-    views_mig,
-    views_policy,
-    views_prometheus,
-    views_rollouts,
-    views_secrets,
-    views_teams,
-    views_usage,
-)
+from fleet.api.resources.agent import views as agent
+from fleet.api.resources.alerts import views as alerts
+from fleet.api.resources.allocations import views as allocations
+from fleet.api.resources.capacity import views as capacity
+from fleet.api.resources.deployments import views as deployments
+from fleet.api.resources.events import views as events
+from fleet.api.resources.gpus import views as gpus
+from fleet.api.resources.hosts import views as hosts
+from fleet.api.resources.me import views as me
+from fleet.api.resources.mig import views as mig
+from fleet.api.resources.operations import views as operations
+from fleet.api.resources.partitions import views as partitions
+from fleet.api.resources.policies import views as policies
+from fleet.api.resources.prometheus import views as prometheus
+from fleet.api.resources.rollouts import views as rollouts
+from fleet.api.resources.secrets import views as secrets
+from fleet.api.resources.teams import views as teams
+from fleet.api.resources.tokens import views as tokens
+from fleet.api.resources.usage import views as usage
 
 
 class CommandRouter(SimpleRouter):
@@ -33,39 +37,39 @@ class CommandRouter(SimpleRouter):
 
 
 router = CommandRouter(trailing_slash=True)
-router.register("hosts", views.HostViewSet, basename="host")
-router.register("gpus", views.GpuViewSet, basename="gpu")
-router.register("partitions", views.PartitionViewSet, basename="partition")
-router.register("deployments", views_deployments.DeploymentViewSet, basename="deployment")
-router.register("allocations", views_deployments.AllocationViewSet, basename="allocation")
-router.register("operations", views.OperationViewSet, basename="operation")
-router.register("events", views.HealthEventViewSet, basename="event")
-router.register("tokens", views.ApiTokenViewSet, basename="token")
-router.register("alerts/webhooks", views_alerts.WebhookViewSet, basename="webhook")
-router.register("alerts/deliveries", views_alerts.DeliveryViewSet, basename="delivery")
-router.register("teams", views_teams.TeamViewSet, basename="team")
+router.register("hosts", hosts.HostViewSet, basename="host")
+router.register("gpus", gpus.GpuViewSet, basename="gpu")
+router.register("partitions", partitions.PartitionViewSet, basename="partition")
+router.register("deployments", deployments.DeploymentViewSet, basename="deployment")
+router.register("allocations", allocations.AllocationViewSet, basename="allocation")
+router.register("operations", operations.OperationViewSet, basename="operation")
+router.register("events", events.HealthEventViewSet, basename="event")
+router.register("tokens", tokens.ApiTokenViewSet, basename="token")
+router.register("alerts/webhooks", alerts.WebhookViewSet, basename="webhook")
+router.register("alerts/deliveries", alerts.DeliveryViewSet, basename="delivery")
+router.register("teams", teams.TeamViewSet, basename="team")
 
 urlpatterns = [
-    path("me", views.me, name="me"),
-    path("usage", views_usage.UsageView.as_view(), name="usage"),
-    path("prometheus/targets", views_prometheus.targets, name="prometheus-targets"),
-    path("capacity/", views_capacity.capacity, name="capacity"),
-    path("capacity/repack", views_capacity.capacity_repack, name="capacity-repack"),
-    path("capacity/advice", views_capacity.capacity_advice, name="capacity-advice"),
-    path("rollouts/", views_rollouts.rollouts, name="rollouts"),
-    path("rollouts/<int:pk>/", views_rollouts.rollout, name="rollout"),
-    path("rollouts/<int:pk>/resume", views_rollouts.rollout_resume, name="rollout-resume"),
-    path("rollouts/<int:pk>/abort", views_rollouts.rollout_abort, name="rollout-abort"),
-    path("mig/catalog/", views_mig.catalog, name="mig-catalog"),
-    path("mig/validate", views_mig.validate, name="mig-validate"),
-    path("mig/migparted", views_mig.migparted_import, name="mig-migparted"),
-    path("gpus/<int:pk>/migparted", views_mig.migparted_export, name="gpu-migparted"),
-    path("allocations/<int:pk>/logs", views_logs.allocation_logs, name="allocation-logs"),
-    path("teams/<int:pk>/policy", views_policy.team_policy, name="team-policy"),
-    path("teams/<int:pk>/secrets", views_secrets.team_secrets, name="team-secrets"),
-    path("teams/<int:pk>/secrets/<str:name>", views_secrets.team_secret, name="team-secret"),
-    path("agent/enroll", views_agent.enroll, name="agent-enroll"),
-    path("agent/desired-state", views_agent.desired_state, name="agent-desired-state"),
-    path("agent/report", views_agent.report, name="agent-report"),
+    path("me", me.me, name="me"),
+    path("usage", usage.UsageView.as_view(), name="usage"),
+    path("prometheus/targets", prometheus.targets, name="prometheus-targets"),
+    path("capacity/", capacity.capacity, name="capacity"),
+    path("capacity/repack", capacity.capacity_repack, name="capacity-repack"),
+    path("capacity/advice", capacity.capacity_advice, name="capacity-advice"),
+    path("rollouts/", rollouts.rollouts, name="rollouts"),
+    path("rollouts/<int:pk>/", rollouts.rollout, name="rollout"),
+    path("rollouts/<int:pk>/resume", rollouts.rollout_resume, name="rollout-resume"),
+    path("rollouts/<int:pk>/abort", rollouts.rollout_abort, name="rollout-abort"),
+    path("mig/catalog/", mig.catalog, name="mig-catalog"),
+    path("mig/validate", mig.validate, name="mig-validate"),
+    path("mig/migparted", mig.migparted_import, name="mig-migparted"),
+    path("gpus/<int:pk>/migparted", mig.migparted_export, name="gpu-migparted"),
+    path("allocations/<int:pk>/logs", allocations.allocation_logs, name="allocation-logs"),
+    path("teams/<int:pk>/policy", policies.team_policy, name="team-policy"),
+    path("teams/<int:pk>/secrets", secrets.team_secrets, name="team-secrets"),
+    path("teams/<int:pk>/secrets/<str:name>", secrets.team_secret, name="team-secret"),
+    path("agent/enroll", agent.enroll, name="agent-enroll"),
+    path("agent/desired-state", agent.desired_state, name="agent-desired-state"),
+    path("agent/report", agent.report, name="agent-report"),
     path("", include(router.urls)),
 ]

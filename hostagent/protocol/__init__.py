@@ -182,6 +182,7 @@ from hostagent.protocol.ports import (
 from hostagent.protocol.workloads import (
     CRASHLOOP_FAILURES,
     CRASHLOOP_WINDOW_S,
+    DEFAULT_STOP_GRACE_S,
     IMAGE_REFERENCE,
     LABEL_ALLOCATION,
     LABEL_DEPLOYMENT,
@@ -229,6 +230,7 @@ __all__ = [
     "CRASHLOOP_FAILURES",
     "CRASHLOOP_WINDOW_S",
     "DEFAULT_LOG_LINES",
+    "DEFAULT_STOP_GRACE_S",
     "DESIRED_STATE_PATH",
     "DOWN_TYPES",
     "ENROLL_PATH",

@@ -58,6 +58,9 @@ MAX_ARG_CHARS = 4096
 """Characters of one argument or one environment value."""
 MAX_IMAGE_CHARS = 255
 MAX_STOP_GRACE_S = 3600
+DEFAULT_STOP_GRACE_S = 30
+"""Seconds between SIGTERM and SIGKILL when a workload gives none (the one default: the API,
+the agent's runtimes and adopted replicas read it from here)."""
 CRASHLOOP_FAILURES = 5
 CRASHLOOP_WINDOW_S = 600.0
 RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
@@ -236,7 +239,7 @@ def default_workload() -> Workload:
         "cwd": None,
         "user": None,
         "restart": "always",
-        "stop_grace_s": 30,
+        "stop_grace_s": DEFAULT_STOP_GRACE_S,
         "health": None,
         "ports": [],
     }

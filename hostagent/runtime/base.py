@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from hostagent.protocol import (
+    DEFAULT_STOP_GRACE_S,
     Security,
     Workload,
     declared_ports,
@@ -168,7 +169,7 @@ class Running:
     pid: int | None
     gpu_uuid: str | None = None
     deployment: str = ""
-    stop_grace_s: int = 30
+    stop_grace_s: int = DEFAULT_STOP_GRACE_S
     host_ports: dict[str, int] = field(default_factory=dict)
     """The host ports it was started with (a container's labels say them), for an adoption
     without the replica store."""

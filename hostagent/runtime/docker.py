@@ -50,7 +50,13 @@ import docker
 import docker.errors
 import docker.types
 
-from hostagent.protocol import LABEL_ALLOCATION, LABEL_DEPLOYMENT, LABEL_HOST, declared_ports
+from hostagent.protocol import (
+    DEFAULT_STOP_GRACE_S,
+    LABEL_ALLOCATION,
+    LABEL_DEPLOYMENT,
+    LABEL_HOST,
+    declared_ports,
+)
 from hostagent.runtime.base import (
     Exit,
     Found,
@@ -468,7 +474,7 @@ class DockerRuntime:
             pid=int(state.get("Pid") or 0) or None,
             gpu_uuid=labels.get(LABEL_GPU),
             deployment=labels.get(LABEL_DEPLOYMENT, ""),
-            stop_grace_s=int(grace) if grace.isdecimal() else 30,
+            stop_grace_s=int(grace) if grace.isdecimal() else DEFAULT_STOP_GRACE_S,
             host_ports=_label_ports(labels.get(LABEL_PORTS)),
             address=self._address(inspected),
         )

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from hostagent.protocol import (
     CRASHLOOP_FAILURES,
     CRASHLOOP_WINDOW_S,
+    DEFAULT_STOP_GRACE_S,
     RESTART_BACKOFF_S,
     RestartPolicy,
     WorkloadState,
@@ -112,7 +113,7 @@ class Replica:
         if self.spec is not None:
             return self.spec.workload["stop_grace_s"]
         live = self.running or self.ended
-        return live.stop_grace_s if live else 30
+        return live.stop_grace_s if live else DEFAULT_STOP_GRACE_S
 
 
 def should_restart(policy: RestartPolicy, exit_code: int | None) -> bool:

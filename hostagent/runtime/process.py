@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hostagent.protocol import Security
+from hostagent.protocol import DEFAULT_STOP_GRACE_S, Security
 from hostagent.runtime import procfs
 from hostagent.runtime.base import (
     BASE_LANG,
@@ -536,7 +536,7 @@ def _running(entry: dict[str, Any]) -> Running | None:
             pid=int(entry["pid"]),
             gpu_uuid=entry.get("gpu_uuid"),
             deployment=str(entry.get("deployment", "")),
-            stop_grace_s=int(entry.get("stop_grace_s", 30)),
+            stop_grace_s=int(entry.get("stop_grace_s", DEFAULT_STOP_GRACE_S)),
             host_ports={str(k): int(v) for k, v in dict(entry.get("host_ports") or {}).items()},
         )
     except (KeyError, TypeError, ValueError):

@@ -73,7 +73,7 @@ def test_a_viewers_migparted_bomb_is_refused_before_any_planning_and_changes_not
     def planner_reached(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the planner ran for a count no GPU can hold")
 
-    monkeypatch.setattr("fleet.api.views_mig.migparted_to_layout", planner_reached)
+    monkeypatch.setattr("fleet.api.resources.mig.views.migparted_to_layout", planner_reached)
     before = snapshot_rows()
     response = viewer_client.post(
         "/api/v1/mig/migparted", {"gpu": gpu.pk, "config": "x", "yaml": BOMB}, format="json"

@@ -22,7 +22,7 @@ def test_the_api_still_answers_404_in_json(viewer_web):
 
 
 def test_a_server_error_is_fleets_page_and_says_nothing_changed(rf):
-    from fleet.api.views_health import server_error
+    from fleet.api.health import server_error
 
     request = rf.get("/hosts/")
     answer = server_error(request)

@@ -46,7 +46,7 @@ def test_the_fleet_page_carries_the_gpu_filters_with_the_fleet_products(operator
 
 
 def test_the_editor_carries_the_mps_limits_of_the_domain_and_the_api(operator_web, small_fleet):
-    from fleet.api.serializers_mig import MpsPolicySerializer
+    from fleet.api.resources.mig.serializers import MpsPolicySerializer
 
     gpu = small_fleet["mps"]
     html = operator_web.get(f"/gpus/{gpu.pk}/layout/").content.decode()
