@@ -15,6 +15,11 @@ from fleet.allocations.models import (
 )
 from fleet.api.fields import LabelsField
 from fleet.api.permissions import reader_sees_spec
+from fleet.api.resources.autoscaling.serializers import (
+    AutoscalingReadSerializer,
+    AutoscalingSerializer,
+    autoscaling_read,
+)
 from fleet.api.resources.endpoints.serializers import (
     EndpointReadSerializer,
     EndpointSerializer,
@@ -48,6 +53,7 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
     workload = WorkloadReadSerializer(read_only=True)
     team_slug = serializers.CharField(source="team.slug", read_only=True)
     endpoint = serializers.SerializerMethodField()
+    autoscaling = serializers.SerializerMethodField()
 
     class Meta:
         model = Deployment
@@ -70,6 +76,7 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
             "host_labels",
             "host_memory_mib",
             "endpoint",
+            "autoscaling",
             "deleting",
             "created_at",
             *Deployment.DETAIL_FIELDS,
@@ -105,6 +112,11 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
     def get_endpoint(self, obj: Deployment) -> dict[str, Any] | None:
         """The one address its ready replicas answer at, through the gateways; `null`: none."""
         return endpoint_read(obj)
+
+    @extend_schema_field(AutoscalingReadSerializer(allow_null=True))
+    def get_autoscaling(self, obj: Deployment) -> dict[str, Any] | None:
+        """Its autoscaling policy and what the last evaluation found; `null`: none."""
+        return autoscaling_read(obj)
 
     @extend_schema_field(serializers.IntegerField())
     def get_placed_replicas(self, obj: Deployment) -> int:
@@ -196,6 +208,13 @@ class DeploymentCreateSerializer(serializers.Serializer[Any]):
         "deployment has the path or host name, 422 `endpoint.port_unknown` when the workload "
         "declares no such port. Nothing is created then.",
     )
+    autoscaling = AutoscalingSerializer(
+        required=False,
+        allow_null=True,
+        help_text='Target tracking, e.g. `{"min": 1, "max": 8, "target": '
+        '{"requests_per_replica_per_s": 4}}` (docs/autoscaling.md); the balancer\'s metrics '
+        "need an endpoint (else 422 `autoscaling.needs_endpoint`); `null` turns it off.",
+    )
 
     def get_fields(self) -> dict[str, Any]:
         return with_details(super().get_fields())
@@ -272,6 +291,13 @@ class DeploymentUpdateSerializer(serializers.Serializer[Any]):
         allow_null=True,
         help_text="Its endpoint, set or changed (`null` removes it); 409 `endpoint.taken` when "
         "another deployment has the path or host name.",
+    )
+    autoscaling = AutoscalingSerializer(
+        required=False,
+        allow_null=True,
+        help_text='Target tracking, e.g. `{"min": 1, "max": 8, "target": '
+        '{"requests_per_replica_per_s": 4}}` (docs/autoscaling.md); the balancer\'s metrics '
+        "need an endpoint (else 422 `autoscaling.needs_endpoint`); `null` turns it off.",
     )
     team = serializers.CharField(
         required=False,

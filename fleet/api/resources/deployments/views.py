@@ -10,6 +10,7 @@ from django.db import transaction
 from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -27,12 +28,15 @@ from fleet.api.resources.deployments.serializers import (
     DeploymentSerializer,
     DeploymentUpdateSerializer,
 )
+from fleet.api.resources.endpoints.serializers import TrafficSerializer, traffic_read
 from fleet.api.resources.operations.serializers import OperationSerializer
 from fleet.api.resources.placement.views import DeploymentPlacementActions
-from fleet.core.errors import ServiceError
+from fleet.autoscaling.policy import autoscaling_set
+from fleet.core.errors import NotFound, ServiceError
 from fleet.core.models import OperationKind
 from fleet.core.permissions import TeamRolePermission
 from fleet.endpoints.services import endpoint_set
+from fleet.endpoints.traffic import deployment_traffic
 
 
 @documented_reads(DeploymentSerializer)
@@ -59,7 +63,7 @@ class DeploymentViewSet(
 
     def get_queryset(self) -> QuerySet[Deployment]:
         return (
-            Deployment.objects.select_related("team", "endpoint")
+            Deployment.objects.select_related("team", "endpoint", "autoscaling")
             .prefetch_related(
                 Prefetch(
                     "allocations",
@@ -94,6 +98,12 @@ class DeploymentViewSet(
                 endpoint_set(
                     deployment_id=deployment.pk,
                     spec=dict(request.data["endpoint"]),
+                    requested_by=request.user,
+                )
+            if data.get("autoscaling") is not None:
+                autoscaling_set(
+                    deployment_id=deployment.pk,
+                    spec=dict(request.data["autoscaling"]),
                     requested_by=request.user,
                 )
         return Response(
@@ -169,16 +179,43 @@ class DeploymentViewSet(
                     spec=changes.pop("endpoint"),
                     requested_by=request.user,
                 )
+            if "autoscaling" in changes:
+                autoscaling_set(
+                    deployment_id=deployment_id,
+                    spec=changes.pop("autoscaling"),
+                    requested_by=request.user,
+                )
             operation = (
                 deployment_update(
                     deployment_id=deployment_id, changes=changes, requested_by=request.user
                 )
-                if changes or not (details or "endpoint" in request.data)
+                if changes or not (details or {"endpoint", "autoscaling"} & set(request.data))
                 else None
             )
         if operation is not None and operation.kind == OperationKind.ROLLOUT:
             return Response(OperationSerializer(operation).data, status=status.HTTP_202_ACCEPTED)
         return Response(DeploymentSerializer(self.get_queryset().get(pk=deployment_id)).data)
+
+    @extend_schema(
+        responses={200: TrafficSerializer, **error_responses(401, 403, 404)},
+        description=(
+            "Its endpoint's traffic as the gateways measured it over their last 5 s, in total "
+            "and per replica (several gateways add up). 404 `traffic.not_available` when no "
+            "gateway has measured it in the last 10 s (no endpoint, or no `fleet_gateway` "
+            "running)."
+        ),
+    )
+    @action(detail=True, methods=["get"])
+    def traffic(self, request: Request, pk: str | None = None) -> Response:
+        deployment = self.get_object()
+        found = deployment_traffic(deployment.pk)
+        if found is None:
+            raise NotFound(
+                "traffic.not_available",
+                f"No gateway has measured {deployment.name}'s endpoint in the last 10 s.",
+                {"deployment": deployment.pk},
+            )
+        return Response(TrafficSerializer(traffic_read(found)).data)
 
     @extend_schema(responses={204: None, **error_responses(401, 403, 404)})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -51,3 +51,45 @@ def endpoint_read(deployment: Any) -> dict[str, Any] | None:
         "hostname": endpoint.hostname,
         "url": endpoint_url(endpoint),
     }
+
+
+class ReplicaTrafficSerializer(serializers.Serializer[Any]):
+    allocation = serializers.IntegerField(source="allocation_id")
+    state = serializers.ChoiceField(
+        choices=["ready", "draining", "down", "maint"],
+        help_text="The balancer's word for the copy (the worst of the gateways').",
+    )
+    requests_per_s = serializers.FloatField(allow_null=True)
+    errors_per_s = serializers.FloatField(allow_null=True)
+    in_flight = serializers.IntegerField()
+    response_ms = serializers.FloatField(
+        allow_null=True, help_text="HAProxy's average over its last 1,024 requests."
+    )
+
+
+class TrafficSerializer(serializers.Serializer[Any]):
+    """``GET /deployments/{id}/traffic``: what the gateways measured over their last 5 s."""
+
+    requests_per_s = serializers.FloatField(allow_null=True)
+    errors_per_s = serializers.FloatField(allow_null=True, help_text="5xx answers per second.")
+    in_flight = serializers.IntegerField()
+    queued = serializers.IntegerField(help_text="Requests waiting for a replica.")
+    response_ms = serializers.FloatField(
+        allow_null=True, help_text="The replicas' average, weighted by their request rates."
+    )
+    gateways = serializers.IntegerField(help_text="Gateways that measured it in the last 10 s.")
+    updated_at = serializers.DateTimeField()
+    replicas = ReplicaTrafficSerializer(many=True)
+
+
+def traffic_read(traffic: Any) -> dict[str, Any]:
+    return {
+        "requests_per_s": traffic.requests_per_s,
+        "errors_per_s": traffic.errors_per_s,
+        "in_flight": traffic.in_flight,
+        "queued": traffic.queued,
+        "response_ms": traffic.response_ms,
+        "gateways": traffic.gateways,
+        "updated_at": traffic.updated_at,
+        "replicas": list(traffic.replicas.values()),
+    }

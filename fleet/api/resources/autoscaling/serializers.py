@@ -1,0 +1,69 @@
+"""A deployment's autoscaling policy, as the API reads and writes it (the service checks what is
+written: :func:`fleet.autoscaling.policy.checked`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from fleet.autoscaling.models import ScalingPolicy, ScalingState
+from fleet.autoscaling.policy import as_spec
+
+
+class AutoscalingTargetSerializer(serializers.Serializer[Any]):
+    requests_per_replica_per_s = serializers.FloatField(
+        required=False, help_text="Requests per second per ready replica, from the gateways."
+    )
+    in_flight_per_replica = serializers.FloatField(
+        required=False,
+        help_text="Requests being served or queued per ready replica, from the gateways.",
+    )
+    gpu_utilization_percent = serializers.FloatField(
+        required=False,
+        help_text="Mean GPU utilisation of the ready replicas (their MIG instance, MPS processes "
+        "or GPU), over 30 s.",
+    )
+
+
+class AutoscalingSerializer(serializers.Serializer[Any]):
+    min = serializers.IntegerField(min_value=1, max_value=1000, help_text="Fewest replicas.")
+    max = serializers.IntegerField(min_value=1, max_value=1000, help_text="Most replicas.")
+    target = AutoscalingTargetSerializer(
+        help_text="Exactly one metric and the value per ready replica to hold it at."
+    )
+    scale_out_cooldown_s = serializers.IntegerField(
+        required=False, min_value=0, max_value=3600, help_text="After a scale-out (30)."
+    )
+    scale_in_cooldown_s = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=86_400,
+        help_text="After any scaling, before a scale-in (300).",
+    )
+
+
+class AutoscalingReadSerializer(AutoscalingSerializer):
+    state = serializers.ChoiceField(
+        choices=ScalingState.choices,
+        help_text="What the last evaluation found: `blocked_quota` is 'scaling blocked: quota'.",
+    )
+    reason = serializers.CharField(help_text="The last evaluation's reason, in words.")
+    value = serializers.FloatField(
+        allow_null=True, help_text="The metric per ready replica at the last evaluation."
+    )
+    evaluated_at = serializers.DateTimeField(allow_null=True)
+
+
+def autoscaling_read(deployment: Any) -> dict[str, Any] | None:
+    try:
+        policy: ScalingPolicy = deployment.autoscaling
+    except ScalingPolicy.DoesNotExist:
+        return None
+    return {
+        **as_spec(policy),
+        "state": policy.state,
+        "reason": policy.reason,
+        "value": policy.value,
+        "evaluated_at": policy.evaluated_at,
+    }
