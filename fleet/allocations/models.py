@@ -70,7 +70,8 @@ class Deployment(TimeStampedModel):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(replicas__gte=1) & Q(replicas__lte=1000),
+                # 0: scaled to zero by its autoscaling policy (fleet.autoscaling).
+                condition=Q(replicas__gte=0) & Q(replicas__lte=1000),
                 name="deployment_replicas_range",
             ),
             models.CheckConstraint(

@@ -36,6 +36,8 @@ class ScalingPolicy(TimeStampedModel):
     target = models.FloatField()
     scale_out_cooldown_s = models.PositiveIntegerField(default=30)
     scale_in_cooldown_s = models.PositiveIntegerField(default=300)
+    # min 0: how long a request that finds no replica is held while the first one starts.
+    activation_timeout_s = models.PositiveIntegerField(default=300)
     last_scale_out_at = models.DateTimeField(null=True, blank=True)
     last_scale_in_at = models.DateTimeField(null=True, blank=True)
     # What the last evaluation saw and decided, for the page and the API.
@@ -47,7 +49,8 @@ class ScalingPolicy(TimeStampedModel):
     class Meta:
         constraints = [
             models.CheckConstraint(
-                condition=Q(min_replicas__gte=1)
+                condition=Q(min_replicas__gte=0)
+                & Q(max_replicas__gte=1)
                 & Q(max_replicas__gte=models.F("min_replicas"))
                 & Q(max_replicas__lte=1000),
                 name="autoscaling_bounds",

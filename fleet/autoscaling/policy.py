@@ -7,8 +7,10 @@ The policy as clients write it::
      "scale_out_cooldown_s": 30, "scale_in_cooldown_s": 300}
 
 ``target`` names exactly one metric (:class:`fleet.autoscaling.models.Metric`). The balancer's
-metrics need the deployment to have an endpoint. ``min`` is at least 1 for now: scale to zero
-(holding requests at the endpoint while the first replica starts) is not built yet.
+metrics need the deployment to have an endpoint. ``min`` 0 scales to zero: it needs a balancer
+metric (a replica's utilisation cannot wake a deployment that has none), and the gateways hold
+the requests that find no replica for ``activation_timeout_s`` (300) while the first one
+starts (:mod:`fleet.endpoints.activator`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,14 @@ from fleet.core.models import OperationKind, OperationStatus
 from fleet.core.operations import operation_record
 from fleet.endpoints.models import Endpoint
 
-FIELDS = ("min", "max", "target", "scale_out_cooldown_s", "scale_in_cooldown_s")
+FIELDS = (
+    "min",
+    "max",
+    "target",
+    "scale_out_cooldown_s",
+    "scale_in_cooldown_s",
+    "activation_timeout_s",
+)
 MAX_REPLICAS = 1000
 TARGET_RANGES: dict[str, tuple[float, float]] = {
     Metric.REQUESTS: (0.01, 1_000_000.0),
@@ -55,11 +64,7 @@ def checked(spec: Any) -> dict[str, Any]:
         raise _invalid(
             f"Unknown field {unknown[0]!r}; the fields are {', '.join(FIELDS)}.", unknown[0]
         )
-    if spec.get("min") == 0:
-        raise _invalid(
-            "'min' of 0 (scale to zero) is not supported yet: give 1 or more.", "min", min=1
-        )
-    low = _whole(spec, "min", None, 1, MAX_REPLICAS)
+    low = _whole(spec, "min", None, 0, MAX_REPLICAS)
     high = _whole(spec, "max", None, 1, MAX_REPLICAS)
     if high < low:
         raise _invalid(f"'max' ({high}) is below 'min' ({low}).", "max")
@@ -78,6 +83,12 @@ def checked(spec: Any) -> dict[str, Any]:
             "target",
             metrics=list(Metric.values),
         )
+    if low == 0 and metric not in BALANCER_METRICS:
+        raise _invalid(
+            "'min' 0 (scale to zero) needs a balancer metric: at zero replicas only the requests "
+            f"held at the endpoint can bring one back, not {metric}.",
+            "min",
+        )
     lo, hi = TARGET_RANGES[metric]
     if not isinstance(value, int | float) or isinstance(value, bool) or not lo <= value <= hi:
         raise _invalid(f"The target of {metric} is a number from {lo:g} to {hi:g}.", "target")
@@ -88,6 +99,7 @@ def checked(spec: Any) -> dict[str, Any]:
         "target": float(value),
         "scale_out_cooldown_s": _whole(spec, "scale_out_cooldown_s", 30, 0, 3600),
         "scale_in_cooldown_s": _whole(spec, "scale_in_cooldown_s", 300, 0, 86_400),
+        "activation_timeout_s": _whole(spec, "activation_timeout_s", 300, 1, 3600),
     }
 
 
@@ -99,6 +111,7 @@ def as_spec(policy: ScalingPolicy) -> dict[str, Any]:
         "target": {policy.metric: policy.target},
         "scale_out_cooldown_s": policy.scale_out_cooldown_s,
         "scale_in_cooldown_s": policy.scale_in_cooldown_s,
+        "activation_timeout_s": policy.activation_timeout_s,
     }
 
 

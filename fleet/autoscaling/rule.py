@@ -11,7 +11,11 @@
   replica is ready;
 * **scale-out is fast, scale-in slow**: a scale-out waits ``scale_out_cooldown_s`` after the last
   scale-out; a scale-in waits ``scale_in_cooldown_s`` after the last scaling either way;
-* a count outside ``[min, max]`` (the policy changed) is brought back at once.
+* a count outside ``[min, max]`` (the policy changed) is brought back at once;
+* **scale to zero** (``min`` 0, a balancer metric): no traffic for the scale-in cooldown takes
+  the last replica away; at zero, any request (the balancer counts it while it holds it, see
+  :mod:`fleet.endpoints.activator`) brings back ``ceil(demand / target)`` replicas, one at
+  least, without a cooldown.
 
 A metric with no value (no gateway measured the endpoint; NVML has no utilisation for the
 replica's MIG instance) changes nothing: the decision says so.
@@ -74,6 +78,11 @@ def decide(limits: Limits, obs: Observation) -> Decision:
         return Decision("in", limits.max, f"above the policy's maximum of {limits.max}")
     if obs.value is None:
         return Decision("hold", now, "the metric has no value now")
+    if now == 0:
+        if obs.value <= 0:
+            return Decision("hold", 0, "scaled to zero: no request")
+        wanted = max(1, math.ceil(obs.value / limits.target - 1e-9)) if obs.additive else 1
+        return Decision("out", min(limits.max, wanted), "requests arrived at zero replicas")
     if obs.ready <= 0:
         return Decision("hold", now, "no replica is ready yet")
     per_replica = obs.value / obs.ready if obs.additive else obs.value

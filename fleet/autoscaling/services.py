@@ -63,6 +63,34 @@ def autoscale_all(now: datetime | None = None) -> int:
     return changed
 
 
+@transaction.atomic
+def autoscale_activate(*, slot: int) -> float | None:
+    """A request reached the endpoint of backend ``slot`` and found no replica (the gateway's
+    activator, :mod:`fleet.endpoints.activator`): a deployment that scales to zero and is at
+    zero gets its first replica now, not at the next evaluation. Returns how long the request
+    may be held (its policy's ``activation_timeout_s``), or ``None``: the deployment does not
+    scale to zero, and the request is answered 503 at once."""
+    from fleet.endpoints.models import Endpoint
+
+    endpoint = Endpoint.objects.filter(slot=slot).first()
+    if endpoint is None:
+        return None
+    policy = ScalingPolicy.objects.filter(pk=endpoint.deployment_id, min_replicas=0).first()
+    if policy is None:
+        return None
+    deployment = lock_deployment(endpoint.deployment_id)
+    if deployment.replicas == 0:
+        policy = ScalingPolicy.objects.select_for_update().get(pk=deployment.pk)
+        decision = Decision("out", 1, "a request arrived at zero replicas")
+        observed = Observation(replicas=0, ready=0, value=None)
+        state, reason = _scale_out(deployment, policy, decision, observed, 0)
+        policy.last_scale_out_at = timezone.now()
+        policy.state, policy.reason = state, reason[:200]
+        policy.save()
+        publish_changed("deployment", [deployment.pk])
+    return float(policy.activation_timeout_s)
+
+
 def _limits(policy: ScalingPolicy) -> Limits:
     return Limits(
         min=policy.min_replicas,

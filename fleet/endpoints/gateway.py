@@ -21,11 +21,12 @@ import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from django.db import close_old_connections
 
+from fleet.endpoints.activator import Activate, Activator
 from fleet.endpoints.haproxy import config as hconfig
 from fleet.endpoints.haproxy.runtime import RuntimeApi, RuntimeApiError, read_counters
 from fleet.endpoints.haproxy.sync import SyncResult, sync
@@ -51,6 +52,10 @@ class Gateway:
     name: str = ""  # how its traffic readings are told apart: host:listen port by default
     meter_every_s: float = 1.0
     meter: Meter = field(default_factory=Meter)
+    # What a request that finds no replica asks (fleet.endpoints.activator); None: no activator,
+    # such a request is answered 503 by HAProxy at once.
+    activate: Activate | None = None
+    activator: Activator | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -67,6 +72,10 @@ class Gateway:
                 raise GatewayError(
                     f"{self.haproxy!r} is not installed: apt-get install haproxy (2.6 or later)."
                 )
+            if self.activate is not None and self.activator is None:
+                self.activator = Activator(RuntimeApi(self.config.socket), self.activate)
+                self.activator.start()
+                self.config = replace(self.config, activator=self.activator.address)
             path = hconfig.write(self.config)
             check = subprocess.run(
                 [binary, "-c", "-q", "-f", str(path)], capture_output=True, check=False
@@ -118,6 +127,9 @@ class Gateway:
 
     def close(self, grace_s: float = 10.0) -> None:
         """Stop HAProxy softly: its listeners close, the requests in flight finish."""
+        if self.activator is not None:
+            self.activator.close()
+            self.activator = None
         if self.process is None or self.process.poll() is not None:
             return
         self.process.send_signal(signal.SIGUSR1)

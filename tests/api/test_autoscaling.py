@@ -40,6 +40,7 @@ def test_a_policy_is_set_on_create_read_changed_and_removed(operator_client):
         **POLICY,
         "scale_out_cooldown_s": 30,
         "scale_in_cooldown_s": 300,
+        "activation_timeout_s": 300,
         "state": "steady",
         "reason": "",
         "value": None,

@@ -82,3 +82,18 @@ def test_a_mean_metric_is_not_divided_by_the_replicas():
     limits = Limits(min=1, max=10, target=60.0)
     d = decide(limits, Observation(2, 2, 90.0, additive=False))  # 90 % on each of 2
     assert (d.action, d.replicas, d.per_replica) == ("out", 3, 90.0)
+
+
+def test_scale_to_zero_and_back_on_the_first_requests():
+    zero = Limits(min=0, max=8, target=4.0, scale_in_cooldown_s=300)
+    idle = decide(zero, Observation(1, 1, 0.0, since_scale_out_s=400, since_scale_in_s=400))
+    assert (idle.action, idle.replicas) == ("in", 0)
+    cooling = decide(zero, Observation(1, 1, 0.0, since_scale_out_s=100))
+    assert cooling.action == "hold" and "cooldown" in cooling.reason
+    asleep = decide(zero, Observation(0, 0, 0.0))
+    assert (asleep.action, asleep.replicas) == ("hold", 0) and "zero" in asleep.reason
+    # Requests held at the endpoint count: back at once, as many as they need, no cooldown.
+    woken = decide(zero, Observation(0, 0, 13.0, since_scale_out_s=1, since_scale_in_s=1))
+    assert (woken.action, woken.replicas) == ("out", 4)
+    assert decide(zero, Observation(0, 0, 0.2)).replicas == 1
+    assert decide(zero, Observation(0, 0, 900.0)).replicas == 8

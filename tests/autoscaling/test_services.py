@@ -65,7 +65,7 @@ def _traffic(deployment: Deployment, requests_per_s: float) -> None:
 def test_a_policy_is_checked_stored_audited_and_removed(gpus):
     deployment = _deployment([gpus[0]])
     bad = [
-        ({**POLICY, "min": 0}, "min"),
+        ({**POLICY, "min": -1}, "min"),
         ({**POLICY, "max": 0}, "max"),
         ({**POLICY, "min": 5, "max": 2}, "max"),
         ({**POLICY, "target": {}}, "target"),
@@ -83,7 +83,12 @@ def test_a_policy_is_checked_stored_audited_and_removed(gpus):
     assert not ScalingPolicy.objects.exists()
     policy = autoscaling_set(deployment_id=deployment.pk, spec=POLICY)
     assert policy is not None
-    assert as_spec(policy) == {**POLICY, "scale_out_cooldown_s": 30, "scale_in_cooldown_s": 300}
+    assert as_spec(policy) == {
+        **POLICY,
+        "scale_out_cooldown_s": 30,
+        "scale_in_cooldown_s": 300,
+        "activation_timeout_s": 300,
+    }
     assert Operation.objects.filter(kind=OperationKind.SET_AUTOSCALING).count() == 1
     autoscaling_set(deployment_id=deployment.pk, spec=None)
     assert not ScalingPolicy.objects.exists()
@@ -186,3 +191,48 @@ def test_without_a_metric_nothing_changes_and_the_sweep_goes_on(gpus):
     assert policy.state == ScalingState.NO_METRIC and policy.evaluated_at is not None
     deployment.refresh_from_db()
     assert deployment.replicas == 1
+
+
+def test_scale_to_zero_needs_a_balancer_metric():
+    from fleet.allocations.services import DeploymentRequest, deployment_create
+
+    bare = deployment_create(
+        name="gpu-util", request=DeploymentRequest(kind="mps", memory_mib=4096), replicas=1
+    )
+    with pytest.raises(ServiceError) as refused:
+        autoscaling_set(
+            deployment_id=bare.pk,
+            spec={"min": 0, "max": 2, "target": {"gpu_utilization_percent": 50}},
+        )
+    assert refused.value.details["field"] == "min"
+
+
+def test_a_request_at_zero_replicas_brings_the_first_one_back_at_once(gpus):
+    from fleet.autoscaling.services import autoscale_activate
+
+    deployment = _deployment([gpus[0]])
+    autoscaling_set(
+        deployment_id=deployment.pk,
+        spec={**POLICY, "min": 0, "scale_in_cooldown_s": 0, "activation_timeout_s": 120},
+    )
+    slot = deployment.endpoint.slot
+    assert autoscale_activate(slot=slot) == 120.0  # one replica already: only wait for it
+    assert Deployment.objects.get(pk=deployment.pk).replicas == 1
+    _traffic(deployment, 0.0)
+    decision = autoscale_evaluate(deployment_id=deployment.pk)
+    assert decision is not None and (decision.action, decision.replicas) == ("in", 0)
+    assert Deployment.objects.get(pk=deployment.pk).replicas == 0
+    assert not Allocation.objects.placed().filter(deployment=deployment).exists()
+    _traffic(deployment, 0.0)
+    held = autoscale_evaluate(deployment_id=deployment.pk)
+    assert held is not None and held.action == "hold" and "zero" in held.reason
+    # A request arrives at the gateway: the first replica is placed now, not at the next beat.
+    assert autoscale_activate(slot=slot) == 120.0
+    assert Deployment.objects.get(pk=deployment.pk).replicas == 1
+    assert Allocation.objects.placed().filter(deployment=deployment).count() == 1
+    woken = Operation.objects.filter(kind=OperationKind.AUTOSCALE).order_by("-pk").first()
+    assert woken is not None and "from 0 to 1" in woken.summary
+    # A deployment that does not scale to zero: the request is answered 503 at once.
+    autoscaling_set(deployment_id=deployment.pk, spec=POLICY)
+    assert autoscale_activate(slot=slot) is None
+    assert autoscale_activate(slot=slot + 100) is None

@@ -7,6 +7,7 @@ cooldown, and a caller still sending a trickle of requests sees none of them fai
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import time
 from pathlib import Path
@@ -110,5 +111,82 @@ def test_a_load_step_scales_out_and_the_quiet_after_scales_in_with_no_failed_req
         assert ready_s < 40  # beat every 5 s + the gateway's 5 s window + a process start
     finally:
         stack.terminate("gateway")
+        stack.request("DELETE", f"/api/v1/deployments/{deployment_id}/")
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_scaled_to_zero_the_first_request_is_held_until_a_replica_answers_it(
+    stack: Stack, tmp_path: Path
+) -> None:
+    for needed in (SYSTEM_PYTHON, HAPROXY):
+        if not needed.exists():
+            pytest.skip(f"{needed} is missing")
+    stack.allow_workloads()
+    stack.add_agent("as-0", ["a100-sxm4-40gb"], runtime="process")
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "who").write_text("woken\n")
+    body = {
+        "name": "as-zero",
+        "kind": "gpu",
+        "gpu_count": 1,
+        "replicas": 1,
+        "auto": True,
+        "workload": server(www, "1"),
+        "endpoint": {"path_prefix": "/as-zero"},
+        "autoscaling": {
+            "min": 0,
+            "max": 1,
+            "target": {"requests_per_replica_per_s": 5},
+            "scale_in_cooldown_s": 5,
+        },
+    }
+    status, created = stack.request("POST", "/api/v1/deployments/", body)
+    assert status == 201, created
+    deployment_id = created["id"]
+    port = free_port()
+    directory = Path(f"/tmp/fgw-az-{port}")
+    shutil.rmtree(directory, ignore_errors=True)
+    stack.spawn(
+        "gateway-zero",
+        [
+            str(BIN / "python"),
+            "manage.py",
+            "fleet_gateway",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--directory",
+            str(directory),
+            "--metrics",
+            "none",
+        ],
+    )
+    try:
+        # No request: after the cooldown it goes to zero replicas, and stays there.
+        wait_until(
+            lambda: stack.get(f"/api/v1/deployments/{deployment_id}/")["replicas"] == 0,
+            90,
+            what="the scale to zero",
+        )
+        wait_until(
+            lambda: not stack.get(f"/api/v1/allocations/?deployment={deployment_id}")["results"],
+            60,
+            what="the last replica stopped",
+        )
+        # The first request: held at the gateway while a replica is placed and starts.
+        started = time.monotonic()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            connection.request("GET", "/as-zero/who")
+            answer = connection.getresponse()
+            status, text = answer.status, answer.read().decode()
+        finally:
+            connection.close()
+        cold_start_s = time.monotonic() - started
+        assert (status, text.strip()) == (200, "woken"), (status, text)
+        print(f"cold start (scale from zero to the first answer): {cold_start_s:.1f} s")
+        assert stack.get(f"/api/v1/deployments/{deployment_id}/")["replicas"] == 1
+    finally:
+        stack.terminate("gateway-zero")
         stack.request("DELETE", f"/api/v1/deployments/{deployment_id}/")
         shutil.rmtree(directory, ignore_errors=True)

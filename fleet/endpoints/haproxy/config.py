@@ -55,9 +55,16 @@ class GatewayConfig:
     server_timeout_s: int = 300  # an LLM answer streams for minutes
     check_interval_ms: int = 1000
     check_fall: int = 2
+    # The gateway's activator (fleet.endpoints.activator), every backend's backup server: it
+    # holds a request that finds no replica while a deployment scaled to zero comes back.
+    activator: str | None = None
 
     def __post_init__(self) -> None:
-        for name, address in (("listen", self.listen), ("metrics", self.metrics)):
+        for name, address in (
+            ("listen", self.listen),
+            ("metrics", self.metrics),
+            ("activator", self.activator),
+        ):
             if address is not None and not _ADDRESS.match(address):
                 raise ConfigError(f"{name}: {address!r} is not host:port")
         if not 1 <= self.slots <= MAX_SLOTS:
@@ -84,6 +91,10 @@ class GatewayConfig:
     @property
     def pid_file(self) -> Path:
         return self.directory / "haproxy.pid"
+
+
+ACTIVATOR = "fleet_activator"
+"""The backup server's name in every backend (never an ``r<allocation id>`` copy)."""
 
 
 def backend_name(slot: int) -> str:
@@ -155,8 +166,16 @@ def render(config: GatewayConfig) -> str:
             f"backend {backend_name(slot)}",
             "    balance leastconn",
             f"    default-server inter {config.check_interval_ms} fall {config.check_fall} rise 1",
-            # With no server in the rotation, the caller gets 503 at once, not a queue timeout.
+            # With no server in the rotation, the caller gets 503 at once, not a queue timeout;
+            # with an activator, the request goes to it (a backup server), which holds it while
+            # a deployment scaled to zero comes back, then closes without an answer: HAProxy
+            # retries it on the copy now up (retry-on empty-response, redispatch).
         ]
+        if config.activator is not None:
+            lines += [
+                f"    http-request set-header X-Fleet-Slot {slot}",
+                f"    server {ACTIVATOR} {config.activator} backup",
+            ]
     return "\n".join(lines) + "\n"
 
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from fleet.endpoints.haproxy.config import GatewayConfig, backend_name, slot_of
+from fleet.endpoints.haproxy.config import ACTIVATOR, GatewayConfig, backend_name, slot_of
 from fleet.endpoints.haproxy.runtime import (
     RuntimeApi,
     RuntimeApiError,
@@ -90,7 +90,7 @@ def plan(
     last: list[tuple[str, ...]] = []  # servers leaving
     by_backend: dict[str, dict[str, ServerState]] = {}
     for row in held:
-        if slot_of(row.backend) is not None:
+        if slot_of(row.backend) is not None and row.name != ACTIVATOR:
             by_backend.setdefault(row.backend, {})[row.name] = row
     wanted_hosts: dict[str, str] = {}
     wanted_paths: dict[str, str] = {}

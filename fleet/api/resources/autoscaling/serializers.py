@@ -27,7 +27,12 @@ class AutoscalingTargetSerializer(serializers.Serializer[Any]):
 
 
 class AutoscalingSerializer(serializers.Serializer[Any]):
-    min = serializers.IntegerField(min_value=1, max_value=1000, help_text="Fewest replicas.")
+    min = serializers.IntegerField(
+        min_value=0,
+        max_value=1000,
+        help_text="Fewest replicas; 0 scales to zero (a balancer metric only): requests that "
+        "find no replica are held at the endpoint while the first one starts.",
+    )
     max = serializers.IntegerField(min_value=1, max_value=1000, help_text="Most replicas.")
     target = AutoscalingTargetSerializer(
         help_text="Exactly one metric and the value per ready replica to hold it at."
@@ -40,6 +45,12 @@ class AutoscalingSerializer(serializers.Serializer[Any]):
         min_value=0,
         max_value=86_400,
         help_text="After any scaling, before a scale-in (300).",
+    )
+    activation_timeout_s = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=3600,
+        help_text="At zero replicas, how long a request is held for the first one (300); then 503.",
     )
 
 

@@ -9,7 +9,9 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import close_old_connections
 
+from fleet.autoscaling.services import autoscale_activate
 from fleet.endpoints.gateway import Gateway, GatewayError, default_directory
 from fleet.endpoints.haproxy.config import ConfigError, GatewayConfig
 
@@ -46,6 +48,12 @@ class Command(BaseCommand):
             default="",
             help="this gateway's name in the traffic readings (host:listen port by default)",
         )
+        parser.add_argument(
+            "--no-activator",
+            action="store_true",
+            help="no activator: a request that finds no replica gets 503 at once, even for a "
+            "deployment scaled to zero",
+        )
         parser.add_argument("--print-config", action="store_true", help="print and exit")
         parser.add_argument("--interval", type=float, default=0.25, help="seconds between syncs")
         parser.add_argument("--once", action="store_true", help="sync once and exit")
@@ -72,6 +80,7 @@ class Command(BaseCommand):
             runtime_api=options["runtime_api"],
             interval_s=options["interval"],
             name=options["name"][:64],
+            activate=None if options["no_activator"] else _activate,
         )
         try:
             gateway.start()
@@ -90,3 +99,12 @@ class Command(BaseCommand):
             gateway.run(stop)
         finally:
             gateway.close()
+
+
+def _activate(slot: int) -> float | None:
+    """The activator's question, in its own thread: wake a deployment scaled to zero."""
+    close_old_connections()
+    try:
+        return autoscale_activate(slot=slot)
+    finally:
+        close_old_connections()
