@@ -232,7 +232,10 @@ def run_endpoints_bench(options: EndpointOptions) -> dict[str, Any]:
         replay_ended = time.monotonic()
         changer.join(options.timeout_s * max(1, len(options.changes)))
         time.sleep(1.0)  # the watcher's last polls
-        terminate(stack.processes.pop("watch"), 10)
+        watcher = stack.processes.pop("watch")
+        if watcher.poll() is not None:
+            raise RuntimeError(f"the gateway watcher exited ({watcher.returncode}): see watch.log")
+        terminate(watcher, 10)
         return endpoint_report.report(
             direct=direct,
             through=through,

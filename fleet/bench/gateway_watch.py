@@ -67,12 +67,9 @@ def watch(socket: str, out: Path, stop: threading.Event) -> None:
     held: dict[str, dict[str, str]] = {"fleet": {}, "haproxy": {}}
     with out.open("a", encoding="utf-8") as sink:
         while not stop.is_set():
-            for side, read in (
-                ("fleet", fleet_states),
-                ("haproxy", lambda: haproxy_states(socket)),
-            ):
+            for side in ("fleet", "haproxy"):
                 try:
-                    now: dict[str, str] = read()
+                    now = fleet_states(held[side]) if side == "fleet" else haproxy_states(socket)
                 except (RuntimeApiError, OSError):
                     continue
                 stamp = time.time()
