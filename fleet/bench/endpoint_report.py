@@ -12,8 +12,9 @@
   subtracted from the gateway run's, over the gateway run's requests that overlapped no change
   (the balancer's cost, not that of processes starting and stopping beside it on the same CPUs;
   ``p99_overhead_all_ms`` counts every request; ``p50_overhead_ms`` compares the medians, which a
-  busy machine's scheduling noise moves far less than the p99s). Subtracting the handler time takes out the
-  token-driven service time, which would otherwise drown a millisecond in hundreds.
+  busy machine's scheduling noise moves far less than the p99s). Subtracting the handler time
+  takes out the token-driven service time, which would otherwise drown a millisecond in
+  hundreds.
 * ``update_lag_ms``: :func:`fleet.bench.gateway_watch.update_lags`.
 """
 
