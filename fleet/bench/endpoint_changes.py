@@ -83,10 +83,10 @@ class Scenario:
             for a in self.api.ok("GET", "/api/v1/allocations/?limit=1000")["results"]
             if a.get("gpu") is not None
         }
-        free = [g for g, h in sorted(self.host_of().items()) if h in usable and g not in used]
+        hosts_of = self.host_of()
+        free = [g for g, h in sorted(hosts_of.items()) if h in usable and g not in used]
         if not free:
             raise RuntimeError("no free GPU to move a replica to")
-        hosts_of = self.host_of()
         return next((g for g in free if hosts_of[g] != avoid_host), free[0])
 
     def wait_operation(self, op: dict[str, Any]) -> dict[str, Any]:
