@@ -154,6 +154,44 @@ def test_the_gateway_holds_ready_copies_drains_leaving_ones_and_drops_the_rest(m
     assert servers() == []  # its host is gone
 
 
+def test_a_copy_its_restarted_agent_rechecks_keeps_its_place_in_the_balancer(mig_gpu, tmp_path):
+    """SIGKILL an agent and start it again: it adopts the replicas that kept running and
+    reports them ``starting`` until their health check passes again. The gateway holds them as
+    they are (the bench found every copy of the host out of the rotation for a sync, 503s);
+    a copy that really (re)starts, its process new, leaves the rotation."""
+    import time
+
+    from fleet.allocations.workloads import workloads_record
+    from fleet.endpoints.haproxy import config as hconfig
+    from fleet.endpoints.haproxy.runtime import ServerState
+    from fleet.endpoints.haproxy.sync import plan
+    from tests.allocations.test_workloads import _status
+
+    Host.objects.filter(pk=mig_gpu.host_id).update(address="10.0.0.7")
+    allocation = _placed(mig_gpu, workload=SERVER)
+    endpoint_set(deployment_id=allocation.deployment_id, spec={"path_prefix": "/llm"})
+
+    def report(state: str, started_at: float) -> Any:
+        status = {**_status(allocation.pk, state, started_at=started_at), "ports": {"http": 20001}}
+        workloads_record(host_id=mig_gpu.host_id, statuses=[status], full=False)
+        (route,) = gateway_routes()
+        return route
+
+    long_ago = time.time() - 600
+    assert [s.hold for s in report("running", long_ago).servers] == [False]
+    adopted = report("starting", long_ago)  # the restarted agent re-checks it
+    assert [(s.name, s.hold, s.draining) for s in adopted.servers] == [
+        (f"r{allocation.pk}", True, False)
+    ]
+    config = hconfig.GatewayConfig(listen="127.0.0.1:1", directory=tmp_path, slots=1)
+    held = ServerState("ep_0", f"r{allocation.pk}", "10.0.0.7", 20001, True, False, False)
+    commands, waiting, deferred = plan(config, [adopted], [held], {}, {"llm": "ep_0"}, {})
+    assert (commands, waiting, deferred) == ([], 0, 0)  # it stays in the rotation
+    commands, _, _ = plan(config, [adopted], [], {}, {"llm": "ep_0"}, {})
+    assert [c for c in commands if c[0] == "add" and c[1] == "server"] == []  # and is not added
+    assert report("starting", time.time()).servers == ()  # a new process: out until it passes
+
+
 def test_the_routes_cost_two_queries_whatever_the_number_of_endpoints(
     mig_gpu, django_assert_num_queries
 ):

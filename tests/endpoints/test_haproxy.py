@@ -280,3 +280,36 @@ def test_a_copy_leaves_the_rotation_only_once_a_copy_that_stays_is_up(tmp_path):
     last = Route(0, None, "/m", (Server("r1", "127.0.0.1", 9001, draining=True),))
     commands, _, deferred = plan(config, [last], [old], {}, paths, {})
     assert (commands, deferred) == ([("set", "server", "ep_0/r1", "state", "drain")], 0)
+
+
+def test_a_copy_that_dies_unannounced_costs_no_request(gateway):
+    """A copy's process killed (its port refuses connections) before its checks or Fleet notice:
+    each refused connection is retried on another copy (``retry-on conn-failure`` with
+    ``option redispatch``), so no caller sees it."""
+    config, api = gateway
+    alive, doomed = Copy("alive", delay_s=0.005), Copy("doomed", delay_s=0.005)
+    failures: list[str] = []
+    answers: list[str] = []
+    stop = threading.Event()
+
+    def caller() -> None:
+        while not stop.is_set():
+            status, body = get(config, "/m")
+            (answers if status == 200 else failures).append(body if status == 200 else str(status))
+
+    servers = (Server("r1", "127.0.0.1", alive.port), Server("r2", "127.0.0.1", doomed.port))
+    settle(api, config, [Route(0, None, "/m", servers)])
+    callers = [threading.Thread(target=caller) for _ in range(4)]
+    try:
+        for t in callers:
+            t.start()
+        time.sleep(0.3)
+        doomed.stop()  # no sync: HAProxy learns it from the traffic
+        time.sleep(0.5)  # shorter than its checks' fall (2 x 1 s)
+    finally:
+        stop.set()
+        for t in callers:
+            t.join()
+        alive.stop()
+    assert failures == []
+    assert "doomed" in answers and answers[-1] == "alive"

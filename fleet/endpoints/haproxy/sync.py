@@ -39,12 +39,15 @@ def path_key(path_prefix: str) -> str:
 @dataclass(frozen=True)
 class Server:
     """One copy of a deployment: ``name`` is ``r<allocation id>``; ``draining``: it takes no new
-    request (its copy is about to stop), those in flight finish."""
+    request (its copy is about to stop), those in flight finish; ``hold``: Fleet is re-checking
+    a copy that was running (its agent restarted): the balancer keeps it as it is, in the
+    rotation or out of it, until Fleet knows again."""
 
     name: str
     address: str
     port: int
     draining: bool = False
+    hold: bool = False
 
     @property
     def target(self) -> str:
@@ -107,6 +110,8 @@ def plan(
         for server in route.servers:
             key = f"{backend}/{server.name}"
             state = now.pop(server.name, None)
+            if server.hold:
+                continue
             if state is None:
                 first += [
                     ("add", "server", key, server.target, "check"),

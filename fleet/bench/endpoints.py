@@ -1,0 +1,277 @@
+"""``bench_endpoints``: zero failed requests through an endpoint while its replicas move, roll out,
+drain and crash, on the production stack and the real balancer.
+
+It starts its own stack on loopback (:class:`fleet.bench.stack.Stack`: a scratch PostgreSQL
+database, a private Redis, daphne, a Celery worker and beat), one ``hostagent.swarm`` process per
+host (the real agent code on simulated GPUs, running replicas as real processes, reached at
+127.0.0.1), and ``manage.py fleet_gateway`` (HAProxy driven over its Runtime API). A deployment of
+``--replicas`` copies of :mod:`fleet.bench.token_server` (service time: 1 ms per 10 tokens) gets
+the endpoint ``/bench``. Then:
+
+1. **direct**: the trace's arrivals (:mod:`fleet.bench.replay`, compressed to ``--seconds``) are
+   sent straight to the copies' host ports, round-robin: the baseline;
+2. **through the gateway**: the same arrivals are sent to the gateway while
+   :mod:`fleet.bench.endpoint_changes` moves every copy, rolls out a new version, drains a host,
+   SIGKILLs an agent (restarted after ``agent_down_s``) and SIGKILLs a copy's process.
+   :mod:`fleet.bench.gateway_watch` records Fleet's and HAProxy's view of each server meanwhile.
+
+Reported: requests, failures (per change; those in flight on the killed copy), latency through
+the gateway and direct, the gateway's overhead, and the update lag (Fleet → HAProxy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fleet.bench import endpoint_report
+from fleet.bench.endpoint_changes import KINDS, Scenario
+from fleet.bench.options import Options
+from fleet.bench.processes import free_port, terminate, wait_until
+from fleet.bench.replay import TRACE, load_trace, replay
+from fleet.bench.runtime import Api
+from fleet.bench.stack import BIN, ROOT, Stack
+
+PRODUCT_KEY = "h100-sxm5-80gb"
+SERVER = Path(__file__).resolve().with_name("token_server.py")
+# The copies run as the team's process user (``nobody`` when the bench runs as root): the
+# system's Python runs the server (standard library only), not the virtual environment's.
+PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+PATH_PREFIX = "/bench"
+
+
+@dataclass
+class EndpointOptions:
+    seconds: float = 120.0
+    requests: int | None = None  # the trace's first N requests (None: all of them)
+    replicas: int = 4
+    hosts: int = 3
+    gpus_per_host: int = 4
+    changes: tuple[str, ...] = KINDS
+    agent_down_s: float = 5.0
+    lead_in_s: float = 5.0  # replay before the first change
+    trace: Path = TRACE
+    database_url: str = ""
+    workdir: Path | None = None
+    timeout_s: float = 120.0
+    log: Any = print
+
+
+def workload(version: int) -> dict[str, Any]:
+    return {
+        "runtime": "process",
+        "command": [PYTHON, "-I", str(SERVER)],
+        "env": {"VERSION": str(version)},
+        "ports": [{"name": "http", "port": 8000}],
+        "health": {"http": {"port": 8000, "path": "/health"}, "interval_s": 1, "timeout_s": 1},
+        "stop_grace_s": 10,
+    }
+
+
+class Agents:
+    """One swarm process per host, so that one agent can be SIGKILLed and started again."""
+
+    def __init__(self, stack: Stack, workdir: Path, seeded: dict[str, Any], run: str) -> None:
+        self.stack = stack
+        self.configs: dict[int, Path] = {}
+        for n, host in enumerate(seeded["hosts"]):
+            config = workdir / f"agent-{n}.json"
+            config.write_text(
+                json.dumps(
+                    {
+                        "server": stack.urls[0],
+                        "interval_s": 1.0,
+                        "allow_mutation": True,
+                        "hostname_prefix": f"bench-{run}-h{n}",
+                        "runtime": "process",
+                        "allow_process_runtime": True,
+                        "process_as_agent_user": True,
+                        "state_dir": str(workdir / "workloads" / str(n)),
+                        "stop_workloads_on_exit": True,
+                        "address": "127.0.0.1",
+                        "hosts": [{"token": host["token"], "gpus": host["gpus"]}],
+                    }
+                )
+            )
+            config.chmod(0o600)
+            self.configs[int(host["host_id"])] = config
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    def start(self, host: int) -> None:
+        self.processes[host] = self.stack.spawn(
+            f"agent-{host}", [sys.executable, "-m", "hostagent.swarm", str(self.configs[host])]
+        )
+
+    def kill(self, host: int) -> None:
+        """SIGKILL: the agent dies, its replicas (their own sessions) keep running."""
+        process = self.processes.pop(host)
+        process.kill()
+        process.wait(10)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            terminate(process, 30)  # SIGTERM: the agents stop their replicas on the way out
+        self.processes.clear()
+
+
+def run_endpoints_bench(options: EndpointOptions) -> dict[str, Any]:
+    arrivals = load_trace(options.trace, options.seconds, options.requests)
+    workdir = options.workdir or Path(tempfile.mkdtemp(prefix="fleet-bench-ep-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    stack = Stack(workdir, options.database_url, Options(hosts=options.hosts, servers=1))
+    stack.env["FLEET_THROTTLE_USER"] = "1000000/min"
+    agents: Agents | None = None
+    load = os.getloadavg()
+    try:
+        stack.start()
+        stack.start_servers()
+        stack.spawn(
+            "worker", [str(BIN / "celery"), "-A", "fleet", "worker", "--pool=solo", "-l", "warning"]
+        )
+        stack.spawn(
+            "beat",
+            [
+                str(BIN / "celery"), "-A", "fleet", "beat", "-l", "warning",
+                "-s", str(workdir / "beat-schedule"),
+            ],
+        )  # fmt: skip
+        token = stack.run_python(
+            "manage.py", "create_api_token", "bench-admin", "--role", "admin"
+        ).strip()
+        api = Api(stack.urls[0], token)
+        api.allow_workloads()
+        run = uuid.uuid4().hex[:8]
+        seeded_path = workdir / "seeded.json"
+        stack.run_python(
+            "-m", "fleet.bench.seed", "setup", str(options.hosts), str(options.gpus_per_host),
+            PRODUCT_KEY, run, str(seeded_path),
+        )  # fmt: skip
+        agents = Agents(stack, workdir, json.loads(seeded_path.read_text()), run)
+        for host in agents.configs:
+            agents.start(host)
+        wait_until(
+            lambda: api.ok("GET", "/api/v1/hosts/?status=ready&limit=1")["count"] == options.hosts,
+            120,
+            "every host ready",
+        )
+        deployment = api.ok(
+            "POST",
+            "/api/v1/deployments/",
+            {
+                "name": "bench-endpoints",
+                "kind": "gpu",
+                "gpu_count": 1,
+                "replicas": options.replicas,
+                "auto": True,
+                "workload": workload(1),
+                "endpoint": {"port": "http", "path_prefix": PATH_PREFIX},
+            },
+        )
+        dep = int(deployment["id"])
+        wait_until(
+            lambda: sum(a["ready"] for a in api.allocations(dep)) == options.replicas,
+            options.timeout_s,
+            f"{options.replicas} copies ready",
+        )
+        gateway_port = free_port()
+        gateway_dir = workdir / "gateway"
+        stack.spawn(
+            "gateway",
+            [
+                sys.executable, "manage.py", "fleet_gateway",
+                "--listen", f"127.0.0.1:{gateway_port}",
+                "--directory", str(gateway_dir), "--metrics", "none",
+            ],
+        )  # fmt: skip
+        wait_until(
+            lambda: _servers_in(gateway_dir / "admin.sock") == options.replicas,
+            60,
+            "the gateway holding every copy",
+        )
+        options.log(f"{options.replicas} copies ready behind 127.0.0.1:{gateway_port}")
+        addresses = [str(a["address"]) for a in api.allocations(dep)]
+        direct = replay(
+            [(a.rpartition(":")[0], int(a.rpartition(":")[2]), "/generate") for a in addresses],
+            arrivals,
+        )
+        options.log(f"direct replay: {len(direct.outcomes)} requests")
+        events = workdir / "gateway-watch.jsonl"
+        stack.spawn(
+            "watch",
+            [sys.executable, "-m", "fleet.bench.gateway_watch", str(gateway_dir / "admin.sock"),
+             str(events)],
+        )  # fmt: skip
+        scenario = Scenario(
+            api,
+            dep,
+            options.replicas,
+            kill_agent=agents.kill,
+            start_agent=agents.start,
+            agent_down_s=options.agent_down_s,
+            timeout_s=options.timeout_s,
+            log=options.log,
+        )
+        origin = time.monotonic()
+
+        def changes() -> None:
+            time.sleep(options.lead_in_s)
+            scenario.run(list(options.changes))
+
+        changer = threading.Thread(target=changes, daemon=True)
+        changer.start()
+        through = replay([("127.0.0.1", gateway_port, PATH_PREFIX + "/generate")], arrivals)
+        replay_ended = time.monotonic()
+        changer.join(options.timeout_s * max(1, len(options.changes)))
+        time.sleep(1.0)  # the watcher's last polls
+        watcher = stack.processes.pop("watch")
+        if watcher.poll() is not None:
+            raise RuntimeError(f"the gateway watcher exited ({watcher.returncode}): see watch.log")
+        terminate(watcher, 10)
+        return endpoint_report.report(
+            direct=direct,
+            through=through,
+            changes=scenario.changes,
+            wanted=list(options.changes),
+            events=events,
+            origin=origin,
+            replay_ended=replay_ended,
+            setup={
+                "seconds": options.seconds,
+                "trace": options.trace.name,
+                "trace_requests": len(arrivals),
+                "rate_per_s": round(len(arrivals) / options.seconds, 1),
+                "replicas": options.replicas,
+                "hosts": options.hosts,
+                "agent_down_s": options.agent_down_s,
+                "cpus": os.cpu_count(),
+                "load_average_at_start": [round(x, 2) for x in load],
+            },
+        )
+    finally:
+        if agents is not None:
+            agents.stop()
+        stack.stop()
+
+
+def _servers_in(socket: Path) -> int:
+    from fleet.endpoints.haproxy.runtime import RuntimeApi, RuntimeApiError, servers_state
+
+    if not socket.exists():
+        return 0
+    try:
+        rows = servers_state(RuntimeApi(socket))
+    except RuntimeApiError:
+        return 0
+    return sum(1 for r in rows if r.backend.startswith("ep_") and not (r.drain or r.maint))
+
+
+__all__ = ["ROOT", "EndpointOptions", "run_endpoints_bench"]
