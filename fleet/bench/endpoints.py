@@ -263,6 +263,7 @@ def run_endpoints_bench(options: EndpointOptions) -> dict[str, Any]:
 
 
 def _servers_in(socket: Path) -> int:
+    from fleet.endpoints.haproxy.config import ACTIVATOR
     from fleet.endpoints.haproxy.runtime import RuntimeApi, RuntimeApiError, servers_state
 
     if not socket.exists():
@@ -271,7 +272,11 @@ def _servers_in(socket: Path) -> int:
         rows = servers_state(RuntimeApi(socket))
     except RuntimeApiError:
         return 0
-    return sum(1 for r in rows if r.backend.startswith("ep_") and not (r.drain or r.maint))
+    return sum(
+        1
+        for r in rows
+        if r.backend.startswith("ep_") and r.name != ACTIVATOR and not (r.drain or r.maint)
+    )
 
 
 __all__ = ["ROOT", "EndpointOptions", "run_endpoints_bench"]

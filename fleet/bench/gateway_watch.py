@@ -51,13 +51,13 @@ def fleet_states(before: dict[str, str]) -> dict[str, str]:
 
 
 def haproxy_states(socket: str) -> dict[str, str]:
-    from fleet.endpoints.haproxy.config import slot_of
+    from fleet.endpoints.haproxy.config import ACTIVATOR, slot_of
     from fleet.endpoints.haproxy.runtime import RuntimeApi, servers_state
 
     return {
         f"{row.backend}/{row.name}": "drain" if row.drain or row.maint else "ready"
         for row in servers_state(RuntimeApi(socket))
-        if slot_of(row.backend) is not None
+        if slot_of(row.backend) is not None and row.name != ACTIVATOR  # the backup, not a copy
     }
 
 

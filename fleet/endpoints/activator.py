@@ -27,6 +27,11 @@ from fleet.endpoints.haproxy.runtime import RuntimeApi, RuntimeApiError, servers
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.2
+REFUSAL_CACHE_S = 1.0
+"""A slot whose deployment does not scale to zero is not asked about again for this long: a
+flood of requests to an endpoint with no replica costs no database query each."""
+MAX_HELD = 512
+"""Requests held at once; past it, the next gets 503 (each holds a thread)."""
 MAX_BODY_BYTES = 16 * 2**20
 Activate = Callable[[int], float | None]
 
@@ -44,6 +49,8 @@ class Activator:
         self.held = 0  # requests being held now
         self.released = 0  # requests handed back to HAProxy once a copy was up
         self.refused = 0
+        self._refusing: dict[int, float] = {}  # slot -> until when it is refused unasked
+        self._lock = threading.Lock()
         activator = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -82,26 +89,24 @@ class Activator:
             request.rfile.read(int(length))  # read it all: an unread body would reset
         raw = request.headers.get("X-Fleet-Slot", "")
         slot = int(raw) if raw.isdecimal() and len(raw) <= 5 else None
-        try:
-            wait_s = None if slot is None else self.activate(slot)
-        except Exception:
-            logger.exception("activator: activating slot %s failed", slot)
-            wait_s = None
-        if slot is None or wait_s is None:
+        wait_s = None if slot is None else self._ask(slot)
+        if slot is None or wait_s is None or self.held >= MAX_HELD:
             self.refused += 1
             self._answer(
                 request,
                 _error("endpoint.no_replica", "No replica of this endpoint is ready."),
             )
             return
-        self.held += 1
+        with self._lock:
+            self.held += 1
         try:
             if self._wait_for_copy(slot, time.monotonic() + wait_s):
                 self.released += 1
                 request.close_connection = True  # no answer: HAProxy retries on the copy
                 return
         finally:
-            self.held -= 1
+            with self._lock:
+                self.held -= 1
         self.refused += 1
         self._answer(
             request,
@@ -110,6 +115,18 @@ class Activator:
                 f"No replica of this endpoint was ready within {wait_s:g} s.",
             ),
         )
+
+    def _ask(self, slot: int) -> float | None:
+        if self._refusing.get(slot, 0.0) > time.monotonic():
+            return None
+        try:
+            wait_s = self.activate(slot)
+        except Exception:
+            logger.exception("activator: activating slot %s failed", slot)
+            wait_s = None
+        if wait_s is None:
+            self._refusing[slot] = time.monotonic() + REFUSAL_CACHE_S
+        return wait_s
 
     def _wait_for_copy(self, slot: int, deadline: float) -> bool:
         backend = backend_name(slot)

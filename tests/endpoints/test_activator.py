@@ -124,6 +124,10 @@ def test_an_endpoint_that_does_not_scale_to_zero_answers_503_at_once(gateway):
     status, body = call(running, "GET", "/s1/x")
     assert status == 503 and '"endpoint.no_replica"' in body
     assert time.monotonic() - started < 2.0 and asked == [1]
+    # A flood at an endpoint with no replica is not a query each: refused unasked for a while.
+    for _ in range(5):
+        assert call(running, "GET", "/s1/x")[0] == 503
+    assert asked == [1]
 
 
 def test_a_copy_that_never_comes_is_a_503_after_the_deadline(gateway):
