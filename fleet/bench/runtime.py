@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fleet.bench.image import ensure_image
 from fleet.bench.options import Options
 from fleet.bench.processes import terminate, wait_until
 from fleet.bench.stack import BIN, Stack
@@ -59,7 +60,7 @@ COMMAND = ["sh", "-c", "trap 'exit 0' TERM; sleep 86400 & wait"]
 class RuntimeOptions:
     replicas: int = 20
     runtime: str = "docker"
-    image: str = "fleet-test/busybox:1"
+    image: str = "fleet-test/busybox:2"
     database_url: str = ""
     workdir: Path | None = None
     timeout_s: float = 120.0
@@ -79,24 +80,6 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
         "p99": round(at(0.99) * 1000, 1),
         "max": round(ordered[-1] * 1000, 1),
     }
-
-
-def ensure_image(tag: str) -> None:
-    """Build ``tag`` from Debian's static busybox with ``docker import`` unless it exists."""
-    if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0:
-        return
-    busybox = shutil.which("busybox")
-    if busybox is None:
-        raise RuntimeError("no busybox to build the image from: apt-get install busybox-static")
-    with tempfile.TemporaryDirectory() as root:
-        bin_dir = Path(root) / "bin"
-        bin_dir.mkdir()
-        shutil.copy2(busybox, bin_dir / "busybox")
-        for applet in ("sh", "sleep", "true", "false", "env", "cat", "echo", "wget", "kill"):
-            (bin_dir / applet).symlink_to("busybox")
-        tar = subprocess.Popen(["tar", "-C", root, "-c", "."], stdout=subprocess.PIPE)
-        subprocess.run(["docker", "import", "-", tag], stdin=tar.stdout, check=True)
-        tar.wait()
 
 
 class Api:

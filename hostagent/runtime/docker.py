@@ -328,6 +328,7 @@ class DockerRuntime:
                     if not self._network_exists():
                         raise
                 logger.info("created the Docker network %s", self.network)
+            self._dedupe_network()
         except (docker.errors.DockerException, OSError) as exc:
             raise StartError(
                 f"cannot create the Docker network {self.network}: {_explain(exc)}"
@@ -478,6 +479,24 @@ class DockerRuntime:
             host_ports=_label_ports(labels.get(LABEL_PORTS)),
             address=self._address(inspected),
         )
+
+    def _dedupe_network(self) -> None:
+        """Keep one network of the name. The Engine does not refuse a second network of a name
+        (API 1.44 ignores ``CheckDuplicate``), so two agents that raced to create it made two,
+        and a container then cannot join either ("network fleet is ambiguous"). The oldest
+        stays; the others go (an agent that raced here removes the same ones: idempotent)."""
+        found = [
+            n for n in self._api.networks(names=[self.network]) if n.get("Name") == self.network
+        ]
+        if len(found) < 2:
+            return
+        found.sort(key=lambda n: (str(n.get("Created", "")), str(n.get("Id", ""))))
+        for extra in found[1:]:
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                self._api.remove_network(extra["Id"])
+                logger.warning(
+                    "removed a duplicate Docker network %s (%s)", self.network, extra["Id"][:12]
+                )
 
     def _network_exists(self) -> bool:
         # ``names`` filters by substring: ``fleet`` finds ``fleet-test`` too.

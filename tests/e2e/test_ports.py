@@ -21,7 +21,7 @@ from tests.e2e.test_workloads import containers_of, image  # noqa: F401  (a fixt
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-IMAGE = "fleet-test/busybox:1"
+IMAGE = "fleet-test/busybox:2"
 SYSTEM_PYTHON = "/usr/bin/python3"
 HEALTH = {"http": {"port": 8080, "path": "/who"}, "interval_s": 1, "timeout_s": 1}
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from fleet.bench.runtime import ensure_image
+from fleet.bench.image import ensure_image
 from tests.e2e.stack import NOBODY, Agent, Stack, Watch, running, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-IMAGE = "fleet-test/busybox:1"
+IMAGE = "fleet-test/busybox:2"
 FOUR_1G = {"mode": "mig", "instances": [{"profile": "1g.10gb", "start": s} for s in range(4)]}
 
 

@@ -29,7 +29,7 @@ def _workload(**changes: Any) -> protocol.Workload:
     "image",
     [
         "busybox",
-        "fleet-test/busybox:1",
+        "fleet-test/busybox:2",
         "registry.example/llm:1.2",
         "localhost:5000/team/model_server:v2.0-rc1",
         "ghcr.io/org/a.b__c--d:latest",

@@ -4,42 +4,16 @@ whatever a test left running (processes by session, containers by their host lab
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import signal
-import tarfile
 import uuid
-from pathlib import Path
 
 import pytest
 
+from fleet.bench.image import BUSYBOX, rootfs_tar
 from hostagent.protocol import LABEL_HOST
 
-IMAGE = "fleet-test/busybox:1"
-BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static
-
-
-def _rootfs_tar() -> bytes:
-    """A root filesystem holding only a static busybox and its applets, as a tar stream."""
-    import subprocess
-
-    applets = subprocess.run(
-        [str(BUSYBOX), "--list"], capture_output=True, text=True, check=True
-    ).stdout.split()
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        for directory in ("bin", "tmp", "etc"):
-            info = tarfile.TarInfo(directory)
-            info.type, info.mode = tarfile.DIRTYPE, 0o1777 if directory == "tmp" else 0o755
-            tar.addfile(info)
-        tar.add(str(BUSYBOX), arcname="bin/busybox")
-        for applet in applets:
-            if applet == "busybox":
-                continue
-            link = tarfile.TarInfo(f"bin/{applet}")
-            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
-            tar.addfile(link)
-    return out.getvalue()
+IMAGE = "fleet-test/busybox:2"
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +34,7 @@ def docker_client():
                 f"{IMAGE} is missing and {BUSYBOX} is not here to build it (busybox-static)"
             )
         repository, tag = IMAGE.split(":")
-        client.api.import_image_from_data(_rootfs_tar(), repository=repository, tag=tag)
+        client.api.import_image_from_data(rootfs_tar(), repository=repository, tag=tag)
     yield client
     client.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import time
@@ -263,3 +264,21 @@ def test_a_container_that_declares_no_port_has_no_network():
 def test_a_declared_port_without_its_host_port_is_not_started():
     with pytest.raises(StartError, match="no host port for http"):
         container_config(container_spec(ports=[{"name": "http", "port": 8080}]), "h")
+
+
+def test_two_networks_of_one_name_made_by_racing_agents_become_one(docker_host, docker_client):
+    """The Engine lets two agents that race to create the bridge network make two of one name;
+    a container then cannot join either ("network ... is ambiguous"). The oldest stays."""
+    name = f"{docker_host}-net"
+    first = docker_client.api.create_network(name, driver="bridge")["Id"]
+    second = docker_client.api.create_network(name, driver="bridge")["Id"]
+    try:
+        runtime = DockerRuntime(docker_host, image_pull="if-not-present", network=name)
+        runtime._ensure_network()
+        left = [n["Id"] for n in docker_client.api.networks(names=[name]) if n["Name"] == name]
+        assert left == [first] and second not in left
+        runtime.close()
+    finally:
+        for network in (first, second):
+            with contextlib.suppress(Exception):
+                docker_client.api.remove_network(network)

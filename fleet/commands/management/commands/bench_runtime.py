@@ -19,7 +19,7 @@ class Command(StackBenchCommand):
         super().add_arguments(parser)
         parser.add_argument("--replicas", type=int, default=20)
         parser.add_argument("--runtime", choices=["docker", "process"], default="docker")
-        parser.add_argument("--image", default="fleet-test/busybox:1", help="a local image")
+        parser.add_argument("--image", default="fleet-test/busybox:2", help="a local image")
         parser.add_argument("--timeout", type=float, default=120.0, help="per step (s)")
 
     def handle(self, *args: Any, **options: Any) -> None:
