@@ -2,10 +2,13 @@
 // One deployment: its head, replicas, events and operations re-rendered by the server after a
 // change, and the replica count (operators) changed through the REST API.
 import { api, debounce, refreshOnChanges, refreshParts, toast } from "./core.js";
+import { wirePlacing } from "./placing.js";
 
 const page = /** @type {HTMLElement} */ (document.getElementById("deployment-page"));
 const deploymentId = Number(page.dataset.deployment);
 const PARTS = ["#dep-head", "#dep-replicas", "#dep-side"];
+// Place all and Place… in the head (replicas that fit now), Move… on each placed replica.
+wirePlacing(page);
 let gone = false;
 
 /** The GPUs its replicas hold (an agent's ack or event names the GPU, not the deployment). */

@@ -12,8 +12,10 @@ from fleet.web.presenters.deployment_cards import (
     FAILING_STATES,
     DeploymentCard,
     TrayFit,
+    TraySection,
     deployment_card,
     describe_request,
+    tray_sections,
 )
 from fleet.web.presenters.fleet import FleetSummary, HostGroup, fleet_summary, host_groups
 from fleet.web.presenters.formats import (
@@ -47,6 +49,7 @@ __all__ = [
     "PartitionRow",
     "SliceView",
     "TrayFit",
+    "TraySection",
     "deployment_card",
     "describe_request",
     "fleet_summary",
@@ -57,5 +60,6 @@ __all__ = [
     "host_groups",
     "partition_rows",
     "safe_gpu_card",
+    "tray_sections",
     "utilization_value",
 ]

@@ -7,6 +7,7 @@ import hashlib
 from dataclasses import dataclass
 
 from fleet.allocations.models import AllocationState, Deployment, RequestKind
+from fleet.allocations.states import DeploymentStatus, deployment_status
 from fleet.web.presenters.formats import format_mib
 
 
@@ -61,9 +62,18 @@ class DeploymentCard:
 
     @property
     def status(self) -> str:
-        if self.placed == 0:
-            return "pending"
-        return "placed" if self.placed >= self.replicas else "partial"
+        """Its :class:`~fleet.allocations.states.DeploymentStatus` (the API's ``status``)."""
+        return deployment_status(
+            wanted=self.replicas,
+            placed=self.placed,
+            running=self.running,
+            runtime=self.runtime,
+            fits_now=self.fit is not None and self.fit.fits > 0,
+        ).value
+
+    @property
+    def status_label(self) -> str:
+        return DeploymentStatus(self.status).label
 
     @property
     def placeable(self) -> bool:
@@ -134,3 +144,30 @@ def deployment_card(deployment: Deployment) -> DeploymentCard:
         team_id=deployment.team_id,
         team=deployment.team.slug,
     )
+
+
+@dataclass(frozen=True)
+class TraySection:
+    """The tray's cards of one status, under a heading in the status's words."""
+
+    status: str
+    title: str
+    cards: list[DeploymentCard]
+
+
+def tray_sections(cards: list[DeploymentCard]) -> list[TraySection]:
+    """The cards by status (those to place first, then those waiting, then the placed ones);
+    a status without cards has no section."""
+    order = [
+        (DeploymentStatus.UNPLACED, "Unplaced, fits now"),
+        (DeploymentStatus.WAITING, "Waiting, no capacity"),
+        (DeploymentStatus.PLACED, "Placed"),
+    ]
+    placed = {DeploymentStatus.PLACED, DeploymentStatus.RUNNING}
+    found = []
+    for status, title in order:
+        group = placed if status == DeploymentStatus.PLACED else {status}
+        chosen = [c for c in cards if c.status in group]
+        if chosen:
+            found.append(TraySection(status.value, title, chosen))
+    return found

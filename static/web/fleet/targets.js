@@ -2,6 +2,7 @@
 // The fit preview of a deployment: GET /deployments/{id}/targets read per GPU, marked on the
 // cards while dragging and listed in the Place dialog, and the API target a drop stands for.
 import { api } from "../core.js";
+import { gpuIdsIn, gpuName, learnGpuNames, reasonText } from "../names.js";
 
 /** @typedef {import("./state.js").TargetInfo} TargetInfo */
 
@@ -32,14 +33,23 @@ export async function loadTargets(deploymentId) {
     else i.partitions.set(entry.partition, { fit: true, entry });
     if (!i.best || entry.score > i.best.score) i.best = entry;
   }
-  for (const entry of result.data.infeasible || []) {
+  // Name every GPU the preview lists or a refusal cites (a host not drawn yet has no card).
+  const infeasible = result.data.infeasible || [];
+  await learnGpuNames([
+    ...result.data.feasible.map((/** @type {{gpu: number}} */ e) => e.gpu),
+    ...infeasible.map((/** @type {{gpu: number}} */ e) => e.gpu),
+    ...infeasible.flatMap((/** @type {{violations?: {message: string}[]}} */ e) =>
+      (e.violations || []).flatMap((v) => gpuIdsIn(v.message)),
+    ),
+  ]);
+  for (const entry of infeasible) {
     const i = info(entry.gpu);
-    const reasons = (entry.violations || []).map((/** @type {{message: string}} */ v) => v.message);
+    const reasons = (entry.violations || []).map(reasonText);
     if (entry.partition == null) i.gpuReasons.push(...reasons);
     else i.partitions.set(entry.partition, { fit: false, reasons });
   }
   // The team's quota refuses every drop, whatever room the GPUs have: say so on each of them.
-  const quota = (result.data.quota || []).map((/** @type {{message: string}} */ v) => v.message);
+  const quota = (result.data.quota || []).map(reasonText);
   if (quota.length) {
     for (const i of byGpu.values()) {
       Object.assign(i, {
@@ -130,10 +140,17 @@ export function cardOfPartition(pid) {
   return node ? /** @type {HTMLElement | null} */ (node.closest("article.gpu")) : null;
 }
 
-/** `host/gpuN`, and the slice for a partition target. @param {HTMLElement | null} card @param {{gpu?: number, partition?: number}} target */
-export function describeTarget(card, target) {
-  // Without its card on the page (a host not drawn yet), never "GPU undefined".
-  const where = card?.dataset.label || (target.gpu != null ? `GPU ${target.gpu}` : "its GPU");
+/**
+ * `host/gpuN`, and the slice for a partition target.
+ * @param {HTMLElement | null} card
+ * @param {{gpu?: number, partition?: number}} target
+ * @param {number | null} [gpu] the target's GPU, when the caller knows it
+ */
+export function describeTarget(card, target, gpu = null) {
+  // Without its card on the page (a host not drawn yet), its name as the server gave it; never
+  // "GPU undefined", never a bare id.
+  const id = target.gpu ?? gpu;
+  const where = card?.dataset.label || (id != null ? gpuName(id) : null) || "the chosen GPU";
   if (target.partition == null) return where;
   const slice = card && card.querySelector(`.slice[data-partition="${target.partition}"] .p`);
   // A MIG slice is named as its card shows it; an MPS share or a whole GPU is the GPU itself.
