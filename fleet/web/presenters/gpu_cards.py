@@ -104,9 +104,16 @@ class SliceView:
     def heat(self) -> str:
         return heat_bucket(self.utilization_percent)
 
+    slice_count: int = 8  # its GPU's memory slices: how wide the card draws it
+
     @property
     def short(self) -> str:
-        return self.profile.split(".")[0] if self.size < 2 else self.profile
+        """The profile as the slice can show it: ``2g`` (``2g+me``) where it spans a quarter of
+        the card or less (its full name is in the tooltip), else the whole name."""
+        if self.size * 4 > max(self.slice_count, 1):
+            return self.profile
+        compute = self.profile.split(".")[0]
+        return f"{compute}+me" if self.profile.endswith("+me") else compute
 
     @property
     def column(self) -> str:
@@ -280,7 +287,10 @@ def gpu_card(
     whole = next((p for p in partitions if p.kind == PartitionKind.GPU), None)
     product = _product(gpu) if gpu.mode == SharingMode.MIG else None
     slice_count = product.memory_slice_count if product is not None else 0
-    slices = tuple(_slice_view(p, live, applying, gpu.memory_mib) for p in mig_parts)
+    slices = tuple(
+        replace(_slice_view(p, live, applying, gpu.memory_mib), slice_count=slice_count)
+        for p in mig_parts
+    )
     occupied = {i for s in slices for i in range(s.start, min(s.start + s.size, slice_count))}
     shares: tuple[AllocationView, ...] = ()
     if whole is not None and gpu.mode != SharingMode.MIG:
