@@ -5,7 +5,7 @@
 // the REST API (place, place-all, move) and is followed until the agent has applied it. The live
 // updates redraw the rows.
 import { api, el, followWithToasts, toast, toastError } from "./core.js";
-import { describeTarget, fitNote, loadTargets } from "./fleet/targets.js";
+import { describeTarget, fitNote, loadTargets, refusalList } from "./fleet/targets.js";
 import { gpuName, reasonText } from "./names.js";
 
 /** @type {HTMLDialogElement | null} */
@@ -76,7 +76,6 @@ export async function openTargets(what, back = null) {
  */
 function rows(targets, choose, verb) {
   const fits = [...targets].filter(([, i]) => i.fit);
-  const not = [...targets].filter(([, i]) => !i.fit);
   fits.sort(([, a], [, b]) => (b.best?.score ?? 0) - (a.best?.score ?? 0));
   const found = [el("h3", { text: `Fits (${fits.length})` })];
   if (!fits.length) found.push(el("p", { class: "muted small", text: "No GPU can take it now." }));
@@ -105,21 +104,7 @@ function rows(targets, choose, verb) {
       ),
     );
   }
-  found.push(el("h3", { text: `Does not fit (${not.length})` }));
-  for (const [gpu, info] of not.slice(0, 80)) {
-    found.push(
-      el(
-        "div",
-        { class: "target no", "data-gpu": gpu },
-        el(
-          "div",
-          {},
-          el("div", { class: "where", text: gpuName(gpu) || "a GPU not named" }),
-          el("div", { class: "why", text: fitNote(info) }),
-        ),
-      ),
-    );
-  }
+  found.push(...refusalList(targets));
   return found;
 }
 

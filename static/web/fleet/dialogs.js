@@ -8,8 +8,8 @@ import { move } from "./move.js";
 import { place } from "./place.js";
 import { showPolicy } from "./policy.js";
 import { hostsBox, trayBox } from "./state.js";
-import { gpuName, reasonText } from "../names.js";
-import { describeTarget, fitNote, loadTargets } from "./targets.js";
+import { reasonText } from "../names.js";
+import { describeTarget, fitNote, loadTargets, refusalList } from "./targets.js";
 
 const placeDialog = /** @type {HTMLDialogElement} */ (document.getElementById("place-dialog"));
 
@@ -49,12 +49,9 @@ async function openPlaceDialog(dep) {
  */
 function targetRows(targets, choose, verb) {
   const feasible = [];
-  const infeasible = [];
   for (const [gpu, info] of targets) {
     const card = document.getElementById(`gpu-${gpu}`);
-    const label = card?.dataset.label || gpuName(gpu) || "a GPU not on this page";
     if (info.fit) feasible.push({ gpu, info, card });
-    else infeasible.push({ gpu, info, label });
   }
   feasible.sort((a, b) => (b.info.best?.score ?? 0) - (a.info.best?.score ?? 0));
   const rows = [el("h3", { text: `Fits (${feasible.length})` })];
@@ -85,21 +82,7 @@ function targetRows(targets, choose, verb) {
       ),
     );
   }
-  rows.push(el("h3", { text: `Does not fit (${infeasible.length})` }));
-  for (const { gpu, info, label } of infeasible.slice(0, 80)) {
-    rows.push(
-      el(
-        "div",
-        { class: "target no", "data-gpu": gpu },
-        el(
-          "div",
-          {},
-          el("div", { class: "where", text: label }),
-          el("div", { class: "why", text: fitNote(info) }),
-        ),
-      ),
-    );
-  }
+  rows.push(...refusalList(targets));
   return rows;
 }
 

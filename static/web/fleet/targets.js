@@ -1,7 +1,7 @@
 // @ts-check
 // The fit preview of a deployment: GET /deployments/{id}/targets read per GPU, marked on the
 // cards while dragging and listed in the Place dialog, and the API target a drop stands for.
-import { api } from "../core.js";
+import { api, el } from "../core.js";
 import { gpuIdsIn, gpuName, learnGpuNames, reasonText } from "../names.js";
 
 /** @typedef {import("./state.js").TargetInfo} TargetInfo */
@@ -44,6 +44,7 @@ export async function loadTargets(deploymentId) {
   ]);
   for (const entry of infeasible) {
     const i = info(entry.gpu);
+    i.violation = i.violation || (entry.violations || [])[0] || null;
     const reasons = (entry.violations || []).map(reasonText);
     if (entry.partition == null) i.gpuReasons.push(...reasons);
     else i.partitions.set(entry.partition, { fit: false, reasons });
@@ -52,6 +53,7 @@ export async function loadTargets(deploymentId) {
   const quota = (result.data.quota || []).map(reasonText);
   if (quota.length) {
     for (const i of byGpu.values()) {
+      i.violation = result.data.quota[0];
       Object.assign(i, {
         fit: false,
         best: null,
@@ -62,6 +64,58 @@ export async function loadTargets(deploymentId) {
     }
   }
   return byGpu;
+}
+
+/**
+ * The GPUs that do not fit, grouped by their reason, the largest group first: each group's
+ * sentence said of all its GPUs ("Each of 72 GPUs is split into MIG slices; …") and their ids.
+ * @param {Map<number, TargetInfo>} targets
+ * @returns {{sentence: string, gpus: number[]}[]}
+ */
+export function refusalGroups(targets) {
+  /** @type {Map<string, {violation: any, gpus: number[]}>} */
+  const groups = new Map();
+  for (const [gpu, i] of targets) {
+    if (i.fit) continue;
+    const key = fitNote(i);
+    const group = groups.get(key) || { violation: i.violation, gpus: [] };
+    group.gpus.push(gpu);
+    groups.set(key, group);
+  }
+  return [...groups]
+    .sort(([, a], [, b]) => b.gpus.length - a.gpus.length)
+    .map(([note, { violation, gpus }]) => {
+      const many = violation ? reasonText(violation, gpus.length) : note;
+      const said = gpus.length > 1 && many === note ? `${gpus.length} GPUs: ${note}` : many;
+      return { sentence: gpus.length > 1 ? said : note, gpus };
+    });
+}
+
+/**
+ * The "Does not fit" part of the Place and Move dialogs: one group per reason (its GPUs by name,
+ * folded), the largest first.
+ * @param {Map<number, TargetInfo>} targets
+ */
+export function refusalList(targets) {
+  const groups = refusalGroups(targets);
+  const count = groups.reduce((n, g) => n + g.gpus.length, 0);
+  const rows = [el("h3", { text: `Does not fit (${count})` })];
+  for (const { sentence, gpus } of groups.slice(0, 20)) {
+    const names = gpus.slice(0, 80).map((gpu) => {
+      const card = /** @type {HTMLElement | null} */ (document.getElementById(`gpu-${gpu}`));
+      const where = card?.dataset.label || gpuName(gpu) || "a GPU not on this page";
+      return el("li", { class: "target no", "data-gpu": gpu, text: where });
+    });
+    rows.push(
+      el(
+        "details",
+        { class: "target-group" },
+        el("summary", {}, el("span", { class: "why", text: sentence })),
+        el("ul", { class: "target-names" }, ...names),
+      ),
+    );
+  }
+  return rows;
 }
 
 /** One line on whether (and where) it fits, or the first reason it does not. @param {TargetInfo} i */
