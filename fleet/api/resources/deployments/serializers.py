@@ -137,7 +137,7 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
         )
 
     @extend_schema_field(
-        serializers.ChoiceField(choices=DeploymentStatus.values, help_text=STATUS_HELP)
+        serializers.ChoiceField(choices=DeploymentStatus.choices, help_text=STATUS_HELP)
     )
     def get_status(self, obj: Deployment) -> str:
         # A list asks the engine once for the page's deployments, not once per row.
