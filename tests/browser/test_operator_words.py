@@ -185,6 +185,9 @@ def test_gpus_have_names_and_refusals_are_sentences_in_the_dialog_toasts_and_pag
         # Every page, and the operations' summaries, in the operator's words.
         pages = ["/", "/deployments/", f"/deployments/{share['id']}/", "/operations/"]
         pages += ["/capacity/", "/hosts/", "/rollouts/"]
+        _, gpus = session.api("GET", "/api/v1/gpus/?mode=mig&limit=1")
+        gpu = gpus["results"][0]
+        pages += [f"/gpus/{gpu['id']}/", f"/hosts/{gpu['host']}/"]
         for path in pages:
             page.goto(url + path)
             page.wait_for_load_state("networkidle")
