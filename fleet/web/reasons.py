@@ -66,7 +66,9 @@ def reason_sentence(
     cited = [gpu_name(int(pk)) for pk in GPU_ID.findall(message)]
     named = cited[0] if len(cited) == 1 else None
     subject = f"each of {gpus} GPUs" if gpus > 1 else (named or "this GPU")
-    values["this"], values["This"] = subject, subject[0].upper() + subject[1:]
+    # A GPU's name keeps its case, even at the start of the sentence.
+    capital = subject if subject == named else subject[0].upper() + subject[1:]
+    values["this"], values["This"] = subject, capital
     values["mode_words"] = MODE_WORDS.get(str(values.get("mode")), "")
     values["wanted_words"] = WANTED_WORDS.get(str(values.get("wanted")), "")
     if template is not None:
