@@ -2,7 +2,7 @@
 // One deployment: its head, replicas, events and operations re-rendered by the server after a
 // change, and the replica count (operators) changed through the REST API.
 import { api, debounce, refreshOnChanges, refreshParts, toast } from "./core.js";
-import { wirePlacing } from "./placing.js";
+import { placeAll, wirePlacing } from "./placing.js";
 
 const page = /** @type {HTMLElement} */ (document.getElementById("deployment-page"));
 const deploymentId = Number(page.dataset.deployment);
@@ -108,6 +108,10 @@ if (form) {
       return;
     }
     toast(`${result.data.name}: ${result.data.replicas} replicas wanted`, { kind: "ok" });
+    // "Place new replicas automatically": those that fit now are placed at once.
+    const auto = /** @type {HTMLInputElement | null} */ (document.getElementById("scale-place"));
+    if (auto?.checked && result.data.status === "unplaced")
+      await placeAll(deploymentId, result.data.name, button);
     refresh();
   });
 }

@@ -254,6 +254,34 @@ def test_the_replica_table_moves_a_replica_with_the_drag_s_fit_preview(new_sessi
         session.api("DELETE", f"/api/v1/deployments/{moved['id']}/")
 
 
+def test_scaling_up_places_the_new_replicas_that_fit_when_asked(new_session: Any) -> None:
+    session = new_session("operator")
+    page = session.page
+    grown = _create(session, "words-grow", kind="mps", memory_mib=512)
+    try:
+        status, _ = session.api("POST", f"/api/v1/deployments/{grown['id']}/place-all", {})
+        assert status == 202
+        page.goto(f"{session.stack.url}/deployments/{grown['id']}/")
+        session.wait_live()
+        assert page.locator("#scale-place").is_checked()  # the default
+        page.locator("#replicas-input").fill("3")
+        page.locator("#scale-form").get_by_role("button", name="Scale").click()
+        _wait(
+            lambda: _deployment(session, grown["id"])["placed_replicas"] == 3,
+            30,
+            "the two new replicas placed",
+        )
+        page.wait_for_function(
+            "() => document.querySelector('#dep-head [data-status]')?.dataset.status === 'placed'",
+            timeout=20_000,
+        )
+        assert page.locator('#replicas tr[data-allocation-state="unplaced"]').count() == 0
+        assert page.locator(".toast.error").count() == 0
+        assert session.errors == []
+    finally:
+        session.api("DELETE", f"/api/v1/deployments/{grown['id']}/")
+
+
 LUMINANCE = """(colour) => {
   const probe = document.createElement('i');
   probe.style.color = colour;
