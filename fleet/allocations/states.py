@@ -35,10 +35,11 @@ def deployment_status(
     *, wanted: int, placed: int, running: int, runtime: str, fits_now: bool
 ) -> DeploymentStatus:
     """The status of a deployment of ``wanted`` replicas, ``placed`` of them placed and
-    ``running`` running; ``fits_now``: whether the next unplaced replica fits now."""
+    ``running`` running; ``fits_now``: whether the next unplaced replica fits now. Scaled to
+    zero, nothing is left to place and nothing runs: placed."""
     if placed < wanted:
         return DeploymentStatus.UNPLACED if fits_now else DeploymentStatus.WAITING
-    if runtime != "none" and running >= wanted:
+    if runtime != "none" and 0 < wanted <= running:
         return DeploymentStatus.RUNNING
     return DeploymentStatus.PLACED
 

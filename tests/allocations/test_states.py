@@ -14,6 +14,7 @@ from fleet.allocations.states import DeploymentStatus, deployment_status
         (3, 3, 3, "container", False, DeploymentStatus.RUNNING),
         (2, 2, 0, "none", False, DeploymentStatus.PLACED),  # nothing runs: reserved slices
         (2, 3, 3, "process", False, DeploymentStatus.RUNNING),  # scaled down, not stopped yet
+        (0, 0, 0, "process", False, DeploymentStatus.PLACED),  # scaled to zero
     ],
 )
 def test_a_deployment_has_one_status_from_its_replicas_and_what_fits_now(
