@@ -304,7 +304,7 @@ SPECTACULAR_SETTINGS = {
         "OperationStatusEnum": "fleet.core.models.OperationStatus",
         "RequestKindEnum": "fleet.allocations.models.RequestKind",
         "AllocationStateEnum": "fleet.allocations.models.AllocationState",
-        "DeploymentStatusEnum": ["pending", "partial", "placed"],
+        "DeploymentStatusEnum": "fleet.allocations.states.DeploymentStatus",
     },
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums"],
 }

@@ -12,7 +12,7 @@ from fleet.core.roles import Role
 from fleet.partitioning import converters
 from fleet.web import charts, editor, hosts, selectors
 from fleet.web.access import role_required
-from fleet.web.tray import tray_context
+from fleet.web.tray import gpu_name, tray_context
 from fleet.web.views import (
     HISTORY_BUCKET_S,
     _gpu_or_404,
@@ -74,6 +74,21 @@ def host_groups(request: HttpRequest) -> HttpResponse:
 def tray(request: HttpRequest) -> HttpResponse:
     context = {**page_context(request, "fleet"), **tray_context(request)}
     return render(request, "web/fragments/tray.html", context)
+
+
+MAX_NAMED_GPUS = 500
+
+
+@never_cache
+@require_GET
+@role_required(Role.MEMBER)
+def gpu_names(request: HttpRequest) -> JsonResponse:
+    """``?id=3,4``: each GPU's name as the pages say it (``a100-b01/gpu0``), for the scripts
+    that hold GPU ids only (the fit preview, refusals); at most 500 a request, unknown ids
+    left out."""
+    ids = _ids(request, "id")[:MAX_NAMED_GPUS]
+    gpus, _ = selectors.target_rows(gpu_ids=ids, partition_ids=())
+    return JsonResponse({"names": {str(pk): gpu_name(gpu) for pk, gpu in gpus.items()}})
 
 
 @never_cache

@@ -16,7 +16,8 @@ from typing import Any
 
 from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
 from fleet.allocations.models import WorkloadState as Ws
-from fleet.web.presenters import FAILING_STATES, describe_request, format_mib
+from fleet.allocations.states import DeploymentStatus, deployment_status
+from fleet.web.presenters import FAILING_STATES, TrayFit, describe_request, format_mib
 
 # Where a workload runs (or stops) and its start time means an uptime.
 _UP_STATES = frozenset({Ws.STARTING, Ws.RUNNING, Ws.STOPPING})
@@ -51,10 +52,25 @@ def workload_summary(workload: Any) -> str:
 
 @dataclass(frozen=True)
 class DeploymentState:
-    """What the deployment is doing, in words, and the badge colour that goes with it."""
+    """What the deployment is, in the words of :class:`DeploymentStatus` (the API's ``status``,
+    the tray and Capacity say the same), and what it is doing besides (``note``: deleting,
+    degraded, applying, starting), each with its badge colour."""
 
+    status: str
     label: str
     tone: str  # good | info | warn | bad
+    note: str = ""
+    note_tone: str = ""
+    fits: str = ""  # unplaced: how many fit now ("all 3 fit now")
+    reason: str = ""  # waiting: the engine's main reason (or the team's quota)
+
+
+_STATUS_TONES = {
+    DeploymentStatus.UNPLACED: "info",
+    DeploymentStatus.WAITING: "warn",
+    DeploymentStatus.PLACED: "good",
+    DeploymentStatus.RUNNING: "good",
+}
 
 
 def deployment_state(
@@ -66,20 +82,36 @@ def deployment_state(
     running: int,
     applying: int,
     failing: int,
+    fit: TrayFit | None = None,
 ) -> DeploymentState:
+    """``fit``: what fits now of its unplaced replicas (:func:`fleet.web.tray.deployment_fits`);
+    none given, nothing does."""
+    status = deployment_status(
+        wanted=wanted,
+        placed=placed,
+        running=running,
+        runtime=runtime,
+        fits_now=fit is not None and fit.fits > 0,
+    )
+    note, note_tone = "", ""
     if deleting:
-        return DeploymentState("deleting", "warn")
-    if failing:
-        return DeploymentState("degraded", "bad")
-    if placed < wanted:
-        return DeploymentState("waiting for capacity", "warn")
-    if applying:
-        return DeploymentState("applying", "info")
-    if runtime == "none":
-        return DeploymentState("reserved", "good")
-    if running >= wanted:
-        return DeploymentState("all running", "good")
-    return DeploymentState("starting", "info")
+        note, note_tone = "deleting", "warn"
+    elif failing:
+        note, note_tone = "degraded", "bad"
+    elif applying:
+        note, note_tone = "applying", "info"
+    elif placed and runtime != "none" and running < min(placed, wanted):
+        note, note_tone = "starting", "info"
+    waiting = status == DeploymentStatus.WAITING
+    return DeploymentState(
+        status=status.value,
+        label=status.label,
+        tone=_STATUS_TONES[status],
+        note=note,
+        note_tone=note_tone,
+        fits=fit.label if fit is not None and status == DeploymentStatus.UNPLACED else "",
+        reason=(fit.reason if fit is not None else "") if waiting else "",
+    )
 
 
 @dataclass(frozen=True)
@@ -121,10 +153,12 @@ class DeploymentRow:
         )
 
 
-def deployment_row(deployment: Deployment, *, sees_spec: bool = True) -> DeploymentRow:
+def deployment_row(
+    deployment: Deployment, *, sees_spec: bool = True, fit: TrayFit | None = None
+) -> DeploymentRow:
     """``deployment`` from :func:`fleet.web.selectors.deployments_with_replicas`; without
     ``sees_spec`` (:func:`fleet.core.teams.can_see_spec`) its runtime only, not its image or
-    command line."""
+    command line; ``fit``: what fits now of its unplaced replicas."""
     held = list(deployment.allocations.all())
     placed = [a for a in held if a.state != AllocationState.RELEASING]
     runtime = str((deployment.workload or {}).get("runtime", "none"))
@@ -138,6 +172,7 @@ def deployment_row(deployment: Deployment, *, sees_spec: bool = True) -> Deploym
         running=len(running),
         applying=len({a.replica for a in placed if a.state == AllocationState.PENDING}),
         failing=len({a.replica for a in placed if a.workload_state in FAILING_STATES}),
+        fit=fit,
     )
     return DeploymentRow(
         id=deployment.pk,

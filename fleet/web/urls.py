@@ -43,6 +43,7 @@ urlpatterns = [
     path("ui/cards", fragments.cards, name="ui-cards"),
     path("ui/hosts", fragments.host_groups, name="ui-hosts"),
     path("ui/tray", fragments.tray, name="ui-tray"),
+    path("ui/gpu-names", fragments.gpu_names, name="ui-gpu-names"),
     path("ui/operations", fragments.operation_rows, name="ui-operations"),
     path("ui/deployments", views_deployments.deployment_rows, name="ui-deployments"),
     path(

@@ -6,6 +6,7 @@ after a change."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +17,10 @@ from django.views.decorators.http import require_GET
 
 from fleet.allocations.advice import waiting_replica_count
 from fleet.allocations.capacity import CapacityPayload, ProductPayload, fleet_capacity
+from fleet.allocations.states import DeploymentStatus, deployment_statuses
 from fleet.core.roles import Role
 from fleet.mig import product_by_key
+from fleet.web import selectors
 from fleet.web.access import role_required
 from fleet.web.views import page_context
 
@@ -81,6 +84,13 @@ def _advice_products(payload: CapacityPayload) -> list[dict[str, str]]:
     return found
 
 
+def status_counts() -> list[dict[str, Any]]:
+    """How many live deployments have each status, in the words the tray and the API use."""
+    live = selectors.tray_deployments().filter(deleting=False)
+    found = Counter(deployment_statuses(live).values())
+    return [{"status": s.value, "label": s.label, "count": found[s]} for s in DeploymentStatus]
+
+
 @role_required(Role.MEMBER)
 def capacity(request: HttpRequest) -> HttpResponse:
     """What fits now, what would fit after a reshape, and what is stranded; when replicas wait,
@@ -92,6 +102,7 @@ def capacity(request: HttpRequest) -> HttpResponse:
         "profile_choices": _profile_choices(payload),
         "repack_products": [p for p in payload["products"] if p["product_key"]],
         "waiting_replicas": waiting_replica_count(),
+        "status_counts": status_counts(),
         "advice_products": _advice_products(payload),
     }
     return render(request, "web/capacity.html", context)

@@ -22,18 +22,23 @@ from fleet.web import presenters_deployments as presenters
 from fleet.web import selectors
 from fleet.web.access import role_required
 from fleet.web.replica_metrics import metrics_context
+from fleet.web.tray import unplaced_fits
 from fleet.web.views import page_context
 
 
 def _list_context(request: HttpRequest) -> dict[str, Any]:
     """The rows, of one team when ``?team=`` names its slug (the same filter as the API's)."""
     team = request.GET.get("team", "").strip()[:100]
-    deployments = selectors.tray_deployments()
+    queryset = selectors.tray_deployments()
     if team:
-        deployments = deployments.filter(team__slug=team)
+        queryset = queryset.filter(team__slug=team)
+    deployments = list(queryset)
+    fits = unplaced_fits(deployments)
     return {
         "rows": [
-            presenters.deployment_row(d, sees_spec=can_see_spec(request.user, d.team_id))
+            presenters.deployment_row(
+                d, sees_spec=can_see_spec(request.user, d.team_id), fit=fits.get(d.pk)
+            )
             for d in deployments
         ],
         "team": team,
@@ -63,7 +68,9 @@ def _deployment_or_404(deployment_id: int) -> Deployment:
 
 def detail_context(deployment: Deployment, *, sees_spec: bool) -> dict[str, Any]:
     rows = presenters.replica_rows(deployment, now=timezone.now())
-    row = presenters.deployment_row(deployment, sees_spec=sees_spec)
+    row = presenters.deployment_row(
+        deployment, sees_spec=sees_spec, fit=unplaced_fits([deployment]).get(deployment.pk)
+    )
     return {
         "deployment": deployment,
         "sees_spec": sees_spec,

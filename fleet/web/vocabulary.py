@@ -13,6 +13,7 @@ from fleet.core.models import FINAL_STATUSES, OperationKind
 from fleet.inventory.filters import GPU_FILTERS, FilterJson
 from fleet.mps import MAX_CLIENTS_PER_GPU, MAX_COMPUTE_PERCENT
 from fleet.web.presenters import NA_TITLE
+from fleet.web.reasons import ReasonsConfig, reasons_config
 from fleet.workflows.registry import step_labels
 
 # The steps a drain operation's ``payload.step`` takes, as the editor's progress line words
@@ -39,6 +40,7 @@ class BaseConfig(TypedDict):
     final_statuses: list[str]
     close_codes: dict[str, int]
     na_title: str
+    reasons: ReasonsConfig
 
 
 def base_config(*, role: str, can_operate: bool, can_deploy: bool = False) -> BaseConfig:
@@ -52,6 +54,7 @@ def base_config(*, role: str, can_operate: bool, can_deploy: bool = False) -> Ba
         "final_statuses": [str(status) for status in FINAL_STATUSES],
         "close_codes": {"signed_out": CLOSE_SIGNED_OUT, "no_role": CLOSE_NO_ROLE},
         "na_title": NA_TITLE,
+        "reasons": reasons_config(),
     }
 
 

@@ -1,6 +1,7 @@
 // @ts-check
 // Shared by every page: the page config, the REST client, toasts, formatting, fragment swaps,
 // following an operation, and the live socket. Plain ES modules, no build step.
+import { namedGpus, reasonText } from "./names.js";
 
 /**
  * The page config (fleet/web/views.page_context, rendered as the `page-config` json_script): the
@@ -111,7 +112,7 @@ export function toast(title, { kind = "info", lines = [], timeout = 6000 } = {})
 export function toastError(result, title) {
   const data = result.data || {};
   const lines = violations(data).map((v) =>
-    el("span", {}, v.message + " ", el("code", { text: v.code })),
+    el("span", {}, reasonText(v) + " ", el("code", { text: v.code })),
   );
   if (result.status === 403) {
     toast(title || "Not allowed", {
@@ -121,10 +122,12 @@ export function toastError(result, title) {
     });
     return;
   }
+  const first = violations(data)[0];
+  const message = first && first.message === data.message ? reasonText(first) : data.message;
   toast(
     title
-      ? `${title}: ${data.message || "refused"}`
-      : data.message || `Request failed (${result.status})`,
+      ? `${title}: ${namedGpus(message) || "refused"}`
+      : namedGpus(message) || `Request failed (${result.status})`,
     { kind: "error", lines, timeout: 10000 },
   );
 }
@@ -466,9 +469,13 @@ export function followWithToasts(
     }
     onEnd?.(latest);
     if (latest.status === "succeeded") {
-      toast(succeeded, { kind: "ok", lines: latest.reason ? [latest.reason] : [], timeout });
+      toast(succeeded, {
+        kind: "ok",
+        lines: latest.reason ? [namedGpus(latest.reason)] : [],
+        timeout,
+      });
     } else {
-      const reason = latest.reason || noReason;
+      const reason = namedGpus(latest.reason) || noReason;
       toast(`${failed} ${latest.status}`, {
         kind: "error",
         lines: reason ? [reason] : [],

@@ -2,10 +2,13 @@
 // One deployment: its head, replicas, events and operations re-rendered by the server after a
 // change, and the replica count (operators) changed through the REST API.
 import { api, debounce, refreshOnChanges, refreshParts, toast } from "./core.js";
+import { placeAll, wirePlacing } from "./placing.js";
 
 const page = /** @type {HTMLElement} */ (document.getElementById("deployment-page"));
 const deploymentId = Number(page.dataset.deployment);
 const PARTS = ["#dep-head", "#dep-replicas", "#dep-side"];
+// Place all and Place… in the head (replicas that fit now), Move… on each placed replica.
+wirePlacing(page);
 let gone = false;
 
 /** The GPUs its replicas hold (an agent's ack or event names the GPU, not the deployment). */
@@ -105,6 +108,10 @@ if (form) {
       return;
     }
     toast(`${result.data.name}: ${result.data.replicas} replicas wanted`, { kind: "ok" });
+    // "Place new replicas automatically": those that fit now are placed at once.
+    const auto = /** @type {HTMLInputElement | null} */ (document.getElementById("scale-place"));
+    if (auto?.checked && result.data.status === "unplaced")
+      await placeAll(deploymentId, result.data.name, button);
     refresh();
   });
 }

@@ -2,6 +2,7 @@
 // A deployment's operator actions: a rolling update to a new workload, the defrag proposal and
 // its Apply, handing it to another team, and deleting it. Each calls the REST API and follows the operation it starts.
 import { api, el, followWithToasts, toast, toastError } from "./core.js";
+import { gpuName, learnGpuNames } from "./names.js";
 
 const section = document.getElementById("dep-actions");
 const page = /** @type {HTMLElement} */ (document.getElementById("deployment-page"));
@@ -58,22 +59,27 @@ function wireRollout() {
   });
 }
 
+/** A GPU by its name (learnt before the plan is drawn). @param {number} id */
+function named(id) {
+  return gpuName(id) || "a GPU no longer in the fleet";
+}
+
 /** @param {any} plan */
 function describePlan(plan) {
   if (plan.fits_now)
-    return [el("p", { text: "The next replica fits now: place it from the fleet view's tray." })];
+    return [el("p", { text: "The next replica fits now: use Place all or Place… above." })];
   if (!plan.target) return [el("p", { text: "No plan of a few moves lets the next replica fit." })];
   const items = plan.moves.map((/** @type {any} */ m) =>
     el("li", {
       text:
         m.allocation != null
-          ? `Move allocation ${m.allocation} from GPU ${m.from_gpu} to GPU ${m.to_gpu}`
-          : `Destroy the idle slice ${m.partition} on GPU ${m.from_gpu}`,
+          ? `Move a replica (allocation ${m.allocation}) from ${named(m.from_gpu)} to ${named(m.to_gpu)}`
+          : `Destroy an idle slice on ${named(m.from_gpu)}`,
     }),
   );
   return [
     el("ol", {}, ...items),
-    el("p", { class: "muted small", text: `Then the replica fits on GPU ${plan.target.gpu}.` }),
+    el("p", { class: "muted small", text: `Then the replica fits on ${named(plan.target.gpu)}.` }),
     el("button", { type: "button", class: "btn small primary", id: "defrag-apply" }, "Apply"),
   ];
 }
@@ -88,7 +94,12 @@ function wireDefrag() {
       toastError(result, "No proposal");
       return;
     }
-    box.replaceChildren(...describePlan(result.data));
+    const plan = result.data;
+    await learnGpuNames([
+      ...(plan.moves || []).flatMap((/** @type {any} */ m) => [m.from_gpu, m.to_gpu]),
+      plan.target?.gpu,
+    ]);
+    box.replaceChildren(...describePlan(plan));
     document.getElementById("defrag-apply")?.addEventListener("click", async () => {
       const applied = await api("POST", `/api/v1/deployments/${deploymentId}/defrag`, {});
       if (!applied.ok) {

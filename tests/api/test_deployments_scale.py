@@ -51,7 +51,7 @@ def test_an_operator_scales_up_and_gets_the_deployment_back(operator_client, wor
 
     assert response.status_code == 200, response.json()
     body = response.json()
-    assert body["replicas"] == 3 and body["placed_replicas"] == 2 and body["status"] == "partial"
+    assert body["replicas"] == 3 and body["placed_replicas"] == 2 and body["status"] == "unplaced"
     assert body["auto_place"] is False
     scale = Operation.objects.get(deployment=worker, kind="scale")
     assert scale.requested_by is not None and scale.requested_by.username == "operator-user"

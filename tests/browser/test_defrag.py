@@ -113,8 +113,13 @@ def test_apply_on_a_defrag_proposal_moves_a_replica_and_places_the_waiting_one(
         page.locator("#defrag-show").click()
         plan = page.locator("#defrag-plan")
         plan.locator("ol li").first.wait_for(timeout=15_000)
-        assert f"Move allocation {before['id']} from GPU {stage}" in plan.inner_text()
-        assert f"Then the replica fits on GPU {stage}." in plan.inner_text()
+        # GPUs by name, never by id (issue 27).
+        name = page.evaluate(
+            "async (id) => (await (await fetch(`/ui/gpu-names?id=${id}`)).json()).names[id]",
+            stage,
+        )
+        assert f"Move a replica (allocation {before['id']}) from {name} to " in plan.inner_text()
+        assert f"Then the replica fits on {name}." in plan.inner_text()
 
         page.locator("#defrag-apply").click()
         plan.filter(has_text="Applying: operation").wait_for(timeout=10_000)

@@ -24,7 +24,8 @@ DESCRIBE = """async () => {
     onCard: describeTarget(card, { gpu: Number(card.dataset.gpu) }),
     shareOnCard: describeTarget(card, { partition: 987654 }),
     noCard: describeTarget(null, { partition: 987654 }),
-    noCardGpu: describeTarget(null, { gpu: 7 }),
+    noCardGpu: describeTarget(null, { gpu: 987654 }),
+    namedGpu: describeTarget(null, { partition: 987654 }, Number(card.dataset.gpu)),
     slice: slice ? describeTarget(sliceCard, { partition: Number(slice.dataset.partition) }) : null,
     sliceName: slice ? slice.querySelector('.p')?.textContent : null,
     sliceLabel: sliceCard ? sliceCard.dataset.label : null,
@@ -36,7 +37,9 @@ def test_a_drop_target_is_described_in_words_never_undefined(new_session: Any) -
     session = new_session("operator")
     said = session.page.evaluate(DESCRIBE)
     assert said["onCard"] == said["label"] and said["shareOnCard"] == said["label"]
-    assert said["noCard"] == "its GPU" and said["noCardGpu"] == "GPU 7"
+    # Without its card: its name when the page knows it, never a bare id.
+    assert said["noCard"] == "the chosen GPU" and said["noCardGpu"] == "the chosen GPU"
+    assert said["namedGpu"] == said["label"]
     if said["slice"] is not None:
         assert said["slice"] == f"{said['sliceLabel']} · {said['sliceName']}"
     for text in said.values():

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.browser
 GROUP_OF = """(id) => {
   let node = document.getElementById(id);
   while (node && node.tagName !== 'H3') node = node.previousElementSibling;
-  return node ? node.textContent : null;
+  return node ? node.dataset.section : null;
 }"""
 
 
@@ -34,7 +34,7 @@ def test_place_all_places_the_replicas_that_fit_and_the_tray_follows(
     assert unplaced > 0
     dep_id = f"dep-{llama['id']}"
     dep = page.locator(f"#{dep_id}")
-    assert page.evaluate(GROUP_OF, dep_id) == "Fits now"
+    assert page.evaluate(GROUP_OF, dep_id) == "unplaced"
     assert re.search(r"fit now", dep.locator(".dep-fit").inner_text())
     assert "best: " in dep.locator(".fit-best").inner_text()
     page.screenshot(path=str(screenshots / "tray-fits-now.png"))
@@ -48,7 +48,7 @@ def test_place_all_places_the_replicas_that_fit_and_the_tray_follows(
         arg=dep_id,
         timeout=30_000,
     )
-    assert page.evaluate(GROUP_OF, dep_id) == "Fully placed"
+    assert page.evaluate(GROUP_OF, dep_id) == "placed"
     after = deployment_named(session, "llama-3-8b-chat")
     assert after["placed_replicas"] == llama["replicas"]
     assert (

@@ -104,7 +104,9 @@ def test_waiting_replicas_bring_the_advisor_and_operators_may_ask_and_apply_it(
     )
     html = request.getfixturevalue(persona).get("/capacity/").content.decode()
     # llama-chat's second replica waits too.
-    assert 'id="cap-advice"' in html and "3 replicas wait for a place" in html
+    assert 'id="cap-advice"' in html and "3 replicas are not placed" in html
+    # The deployments by status, in the tray's and the API's words: both wait.
+    assert re.search(r'data-status="waiting">.*?<strong>2</strong> waiting, no capacity', html)
     # Asking runs the solver: operators only (the API refuses viewers, 403).
     assert ('<label for="advice-product"' in html) is can_ask
     offered = '<option value="h100-sxm5-80gb">NVIDIA H100 80GB HBM3</option>'

@@ -18,9 +18,11 @@ from fleet.allocations.services import (
     deployment_evict,
     deployment_place,
 )
+from fleet.allocations.states import DeploymentStatus
 from fleet.inventory.models import HealthEvent, HealthEventKind
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
+from fleet.web.presenters import TrayFit
 from fleet.web.presenters_deployments import (
     deployment_state,
     format_duration,
@@ -126,14 +128,17 @@ def test_the_list_shows_request_workload_replicas_restarts_and_state(viewer_web,
     chat = row_of(html, "llama-chat")  # MIG, runtime none, 1 of 2 placed
     assert "MIG 3g.40gb" in chat and ">none<" in chat
     assert "— / 1 / 2" in text(chat)  # nothing runs: no running count is made up
-    assert "waiting for capacity" in chat
+    # Its one GPU has no 3g.40gb left: it waits, and says why, naming the GPU.
+    assert 'data-status="waiting"' in chat and "waiting, no capacity" in chat
+    assert re.search(r"No 3g\.40gb slice is free on [\w-]+/gpu\d+\.", chat), text(chat)
+    assert not re.search(r"\bGPU \d+", chat)
 
     workers = row_of(html, "feature-worker")
     assert "MPS 2 GiB · 10% SM" in workers
     assert "/bin/sh -c" in workers and ">process<" in workers
     assert "2 / 2 / 2" in workers and "(1 stopping)" in workers
     assert '<td class="mono">2</td>' in workers  # restarts of the placed replicas
-    assert "all running" in workers
+    assert 'data-status="running"' in workers and ">running<" in workers
     for header in ["Name", "Request", "Workload", "Replicas", "Restarts", "State"]:
         assert f'<th scope="col">{header}' in html
 
@@ -141,11 +146,12 @@ def test_the_list_shows_request_workload_replicas_restarts_and_state(viewer_web,
 def test_the_list_costs_a_fixed_number_of_queries(
     viewer_web, worker, django_assert_max_num_queries
 ):
-    for i in range(5):
+    for i in range(15):
         deployment_create(
             name=f"extra-{i}", request=DeploymentRequest(kind="mig", profile="1g.10gb"), replicas=2
         )
-    with django_assert_max_num_queries(12):
+    # What fits now of every row's unplaced replicas: one fleet snapshot for all of them.
+    with django_assert_max_num_queries(14):
         assert viewer_web.get("/ui/deployments").status_code == 200
 
 
@@ -272,18 +278,19 @@ def test_the_rows_fragment_follows_evictions(viewer_web, small_fleet):
 
 
 @pytest.mark.parametrize(
-    ("facts", "label"),
+    ("facts", "status", "note"),
     [
-        ({"deleting": True, "failing": 1}, "deleting"),
-        ({"failing": 1}, "degraded"),
-        ({"placed": 1}, "waiting for capacity"),
-        ({"applying": 1}, "applying"),
-        ({"runtime": "none", "running": 0}, "reserved"),
-        ({}, "all running"),
-        ({"running": 1}, "starting"),
+        ({"deleting": True, "failing": 1}, "running", "deleting"),
+        ({"failing": 1}, "running", "degraded"),
+        ({"placed": 1, "running": 1}, "waiting", ""),
+        ({"placed": 1, "running": 1, "fit": TrayFit(1, 1)}, "unplaced", ""),
+        ({"applying": 1, "running": 1}, "placed", "applying"),
+        ({"runtime": "none", "running": 0}, "placed", ""),
+        ({}, "running", ""),
+        ({"running": 1}, "placed", "starting"),
     ],
 )
-def test_the_state_of_a_deployment_in_words(facts, label):
+def test_the_state_of_a_deployment_in_words(facts, status, note):
     base = {
         "deleting": False,
         "runtime": "process",
@@ -293,7 +300,22 @@ def test_the_state_of_a_deployment_in_words(facts, label):
         "applying": 0,
         "failing": 0,
     }
-    assert deployment_state(**{**base, **facts}).label == label
+    state = deployment_state(**{**base, **facts})
+    assert (state.status, state.note) == (status, note)
+    assert state.label == DeploymentStatus(status).label
+
+
+def test_a_waiting_deployment_says_why_and_one_that_fits_says_how_many():
+    base = {"deleting": False, "runtime": "process", "wanted": 3, "placed": 1, "running": 1}
+    base |= {"applying": 0, "failing": 0}
+    waiting = deployment_state(**base, fit=TrayFit(2, 0, reason="No GPU has room."))
+    assert (waiting.label, waiting.reason, waiting.fits) == (
+        "waiting, no capacity",
+        "No GPU has room.",
+        "",
+    )
+    fits = deployment_state(**base, fit=TrayFit(2, 2))
+    assert (fits.label, fits.fits, fits.reason) == ("unplaced, fits now", "all 2 fit now", "")
 
 
 @pytest.mark.parametrize(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fleet.mig import PRODUCTS, Instance, product_by_key, validate_layout
 from fleet.web import charts
 from fleet.web.editor import presets
-from fleet.web.presenters import Live, format_mib, heat_bucket
+from fleet.web.presenters import Live, SliceView, format_mib, heat_bucket
 
 
 def test_heat_buckets_cover_0_to_100_and_none_is_not_available():
@@ -79,3 +81,31 @@ def test_card_memory_reads_used_over_total_in_one_unit():
     assert format_mib_pair(0, 81920) == "0/80 GiB"
     assert format_mib_pair(None, 81920) == "n/a of 80 GiB"
     assert format_mib_pair(500, 800) == "500/800 MiB"
+
+
+@pytest.mark.parametrize(
+    ("profile", "size", "slice_count", "shown"),
+    [
+        ("2g.20gb", 2, 8, "2g"),  # a quarter of an H100 card: the compute size
+        ("1g.10gb+me", 1, 8, "1g+me"),
+        ("3g.40gb", 4, 8, "3g.40gb"),
+        ("2g.12gb", 2, 4, "2g.12gb"),  # half of an A30 card: room for the name
+    ],
+)
+def test_a_narrow_slice_shows_its_compute_size_and_a_wide_one_its_profile(
+    profile, size, slice_count, shown
+):
+    view = SliceView(
+        partition_id=1,
+        profile=profile,
+        start=0,
+        size=size,
+        memory_mib=1,
+        allocations=(),
+        pending=False,
+        utilization_percent=None,
+        memory_used_mib=None,
+        mps_enabled=False,
+        slice_count=slice_count,
+    )
+    assert view.short == shown

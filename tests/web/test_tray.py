@@ -26,8 +26,9 @@ pytestmark = pytest.mark.django_db
 
 
 def sections(html: str) -> dict[str, str]:
-    """The tray's groups by heading: "Fits now", "Waiting for capacity", "Fully placed"."""
-    parts = re.split(r"<h3>(.*?)</h3>", html)
+    """The tray's groups by heading: "Unplaced, fits now", "Waiting, no capacity", "Placed"
+    (a status without deployments has none)."""
+    parts = re.split(r'<h3 data-section="\w+">(.*?) <span class="count">\d+</span></h3>', html)
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
@@ -103,13 +104,16 @@ def test_the_tray_files_what_fits_now_apart_from_what_waits(operator_web, small_
     html = operator_web.get("/ui/tray").content.decode()
 
     groups = sections(html)
-    assert list(groups) == ["Fits now", "Waiting for capacity", "Fully placed"]
-    chat = card(groups["Fits now"], "chat-small")
+    # Nothing is fully placed: no "Placed" heading with nothing under it.
+    assert list(groups) == ["Unplaced, fits now", "Waiting, no capacity"]
+    assert 'data-status="unplaced"' in groups["Unplaced, fits now"]
+    assert 'data-status="waiting"' in groups["Waiting, no capacity"]
+    chat = card(groups["Unplaced, fits now"], "chat-small")
     assert "2 of 3 fit now" in chat
     assert "best: h100-x01/gpu0 · 1g.10gb@0 (free slice)" in chat
     assert 'data-action="place-all"' in chat
     assert 'aria-label="Place all replicas of chat-small that fit now (2)"' in chat
-    waiting = card(groups["Waiting for capacity"], "llama-chat")  # 1/2: no 3g.40gb left
+    waiting = card(groups["Waiting, no capacity"], "llama-chat")  # 1/2: no 3g.40gb left
     assert 'title="placement.no_free_space' in waiting
     assert "place-all" not in waiting
 
@@ -119,7 +123,7 @@ def test_viewers_see_what_fits_without_the_place_all_button(viewer_web, small_fl
 
     html = viewer_web.get("/ui/tray").content.decode()
 
-    chat = card(sections(html)["Fits now"], "chat-small")
+    chat = card(sections(html)["Unplaced, fits now"], "chat-small")
     assert "fits now" in chat and "place-all" not in chat
 
 
@@ -133,7 +137,7 @@ def test_a_container_deployment_waits_with_the_runtime_reason(operator_web, smal
 
     html = operator_web.get("/ui/tray").content.decode()
 
-    llm = card(sections(html)["Waiting for capacity"], "llm")
+    llm = card(sections(html)["Waiting, no capacity"], "llm")
     assert "h100-x01 runs workloads with the none runtime; this deployment needs container." in llm
 
 
@@ -142,7 +146,7 @@ def test_the_demo_llama_with_free_1g_slices_fits_now(operator_web):
 
     html = operator_web.get("/").content.decode()
 
-    llama = card(sections(html)["Fits now"], "llama-3-8b-chat")
+    llama = card(sections(html)["Unplaced, fits now"], "llama-3-8b-chat")
     assert "3/6 placed" in llama and "all 3 fit now" in llama
 
 
@@ -203,8 +207,8 @@ def test_the_tray_of_1000_gpus_costs_a_fixed_number_of_queries_and_stays_fast(
 
     groups = sections(html)
     for name in ("chat", "rag", "asr", "train", "llm"):
-        assert "32+ of" in card(groups["Fits now"], name), name
-    assert "no_free_space" in card(groups["Waiting for capacity"], "huge")  # no idle MIG GPU
+        assert "32+ of" in card(groups["Unplaced, fits now"], name), name
+    assert "no_free_space" in card(groups["Waiting, no capacity"], "huge")  # no idle MIG GPU
     print(f"tray of 1,000 GPUs, 6 deployments: {elapsed * 1000:.0f} ms")
     assert elapsed < 5, elapsed
 

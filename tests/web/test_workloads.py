@@ -66,7 +66,7 @@ def test_an_evicted_replica_shows_as_stopping_until_its_slice_is_free(
 ):
     deployment_evict(deployment_id=small_fleet["deployment"].pk)
     card = operator_web.get(f"/ui/cards?gpu={small_fleet['mig'].pk}").content.decode()
-    assert 'class="a releasing"' in card and 'data-workload="stopping"' in card
+    assert 'class="a rchip releasing"' in card and 'data-workload="stopping"' in card
     tray = operator_web.get("/ui/tray").content.decode()
     assert "0/2 placed" in tray and "1 stopping" in tray
 

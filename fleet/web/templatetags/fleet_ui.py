@@ -10,6 +10,7 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 
 from fleet.web.presenters import format_mib, format_mib_pair
+from fleet.web.reasons import named_gpus
 
 register = template.Library()
 
@@ -55,3 +56,14 @@ def took(operation: Any) -> str:
 def mib_of(used: Any, total: Any) -> str:
     used_value = float(used) if isinstance(used, int | float) else None
     return format_mib_pair(used_value, float(total) if isinstance(total, int | float) else 0.0)
+
+
+@register.filter
+def gpu_named(text: Any, operation: Any) -> str:
+    """``text`` (an operation's summary or reason) with its GPU named as the pages name it
+    (``a100-b01/gpu0``) where the engine wrote "GPU 33"."""
+    gpu, host = getattr(operation, "gpu", None), getattr(operation, "host", None)
+    if gpu is None or host is None or not text:
+        return str(text or "")
+    name = f"{host.name}/gpu{gpu.index}"
+    return named_gpus(str(text), lambda pk: name if pk == gpu.pk else None)

@@ -8,7 +8,8 @@ import { move } from "./move.js";
 import { place } from "./place.js";
 import { showPolicy } from "./policy.js";
 import { hostsBox, trayBox } from "./state.js";
-import { describeTarget, fitNote, loadTargets } from "./targets.js";
+import { reasonText } from "../names.js";
+import { describeTarget, fitNote, loadTargets, refusalList } from "./targets.js";
 
 const placeDialog = /** @type {HTMLDialogElement} */ (document.getElementById("place-dialog"));
 
@@ -28,11 +29,11 @@ async function openPlaceDialog(dep) {
   sub.textContent = dep.querySelector(".chip")?.textContent || "";
   placeDialog.showModal();
   const targets = await loadTargets(id);
-  /** @param {{gpu?: number, partition?: number}} target */
-  const choose = async (target) => {
+  /** @param {{gpu?: number, partition?: number}} target @param {number} [gpu] its GPU */
+  const choose = async (target, gpu) => {
     placeDialog.close();
-    if (allocation == null) await place(id, name, target);
-    else await move(allocation, name, from, target);
+    if (allocation == null) await place(id, name, target, null, gpu);
+    else await move(allocation, name, from, target, gpu);
     dep.focus();
   };
   const verb = allocation == null ? "Place here" : "Move here";
@@ -43,23 +44,20 @@ async function openPlaceDialog(dep) {
 
 /**
  * @param {Map<number, import("./state.js").TargetInfo>} targets
- * @param {(target: {gpu?: number, partition?: number}) => void} choose
+ * @param {(target: {gpu?: number, partition?: number}, gpu?: number) => void} choose
  * @param {string} verb
  */
 function targetRows(targets, choose, verb) {
   const feasible = [];
-  const infeasible = [];
   for (const [gpu, info] of targets) {
     const card = document.getElementById(`gpu-${gpu}`);
-    const label = card ? card.dataset.label : `GPU ${gpu}`;
     if (info.fit) feasible.push({ gpu, info, card });
-    else infeasible.push({ gpu, info, label });
   }
   feasible.sort((a, b) => (b.info.best?.score ?? 0) - (a.info.best?.score ?? 0));
   const rows = [el("h3", { text: `Fits (${feasible.length})` })];
   if (!feasible.length)
     rows.push(el("p", { class: "muted small", text: "No GPU can take it right now." }));
-  for (const { gpu, info, card } of feasible.slice(0, 50)) {
+  for (const [rank, { gpu, info, card }] of feasible.slice(0, 50).entries()) {
     const target = info.gpuFeasible ? { gpu } : { partition: info.best.partition };
     rows.push(
       el(
@@ -68,18 +66,15 @@ function targetRows(targets, choose, verb) {
         el(
           "div",
           {},
-          el("div", { class: "where", text: describeTarget(card, target) }),
-          el("div", {
-            class: "score",
-            text: `${fitNote(info)} · score ${Number(info.best?.score ?? 0).toFixed(2)}`,
-          }),
+          el("div", { class: "where", text: describeTarget(card, target, gpu) }),
+          el("div", { class: "score" }, fitNote(info), rank === 0 ? bestNote() : null),
         ),
         el(
           "button",
           {
             type: "button",
             class: "btn small primary",
-            onclick: () => choose(target),
+            onclick: () => choose(target, gpu),
             "data-gpu": gpu,
           },
           verb,
@@ -87,22 +82,22 @@ function targetRows(targets, choose, verb) {
       ),
     );
   }
-  rows.push(el("h3", { text: `Does not fit (${infeasible.length})` }));
-  for (const { gpu, info, label } of infeasible.slice(0, 80)) {
-    rows.push(
-      el(
-        "div",
-        { class: "target no", "data-gpu": gpu },
-        el(
-          "div",
-          {},
-          el("div", { class: "where", text: label }),
-          el("div", { class: "why", text: fitNote(info) }),
-        ),
-      ),
-    );
-  }
+  rows.push(...refusalList(targets));
   return rows;
+}
+
+/** The engine's first choice: what its ranking means, instead of a bare score. */
+function bestNote() {
+  return el(
+    "span",
+    {
+      class: "best-fit",
+      title:
+        "The engine ranks the GPUs that fit: it packs replicas together and keeps room for the " +
+        "larger requests likely to come. The first is its choice.",
+    },
+    " · best fit",
+  );
 }
 
 /** Without a preview: the shown GPUs, and the server checks the fit.
@@ -160,7 +155,7 @@ async function placeAll(dep, button) {
   }
   const { placed, unplaced, reasons } = result.data;
   const left = unplaced
-    ? [`${unplaced} left unplaced: ${reasons[0]?.message || "no capacity"}`]
+    ? [`${unplaced} left unplaced: ${reasons[0] ? reasonText(reasons[0]) : "no capacity"}`]
     : [];
   toast(`Placing ${placed.length} replica(s) of ${name}`, {
     kind: unplaced ? "warn" : "ok",

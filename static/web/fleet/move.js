@@ -12,13 +12,14 @@ import { cardOfPartition, describeTarget } from "./targets.js";
  * @param {string} label the replica, as `name[3]`
  * @param {HTMLElement | null} fromCard the card it leaves
  * @param {{gpu?: number, partition?: number}} target
+ * @param {number | null} [gpu] the target's GPU, when known (to name it without its card)
  * @returns {Promise<boolean>} whether the server accepted it
  */
-export async function move(allocationId, label, fromCard, target) {
+export async function move(allocationId, label, fromCard, target, gpu = null) {
   const card =
     (target.gpu != null ? document.getElementById(`gpu-${target.gpu}`) : null) ||
     cardOfPartition(target.partition);
-  const where = describeTarget(card, target);
+  const where = describeTarget(card, target, gpu);
   const result = await api("POST", `/api/v1/allocations/${allocationId}/move`, target);
   if (!result.ok) {
     if (card) {

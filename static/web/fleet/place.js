@@ -10,14 +10,15 @@ import { cardOfPartition, describeTarget } from "./targets.js";
  * @param {string} name
  * @param {{gpu?: number, partition?: number}} target
  * @param {HTMLElement | null} [dropped] the GPU card it was dropped on, when it was
+ * @param {number | null} [gpu] the target's GPU, when known (to name it without its card)
  * @returns {Promise<boolean>} whether the server accepted it
  */
-export async function place(deploymentId, name, target, dropped = null) {
+export async function place(deploymentId, name, target, dropped = null, gpu = null) {
   const card =
     dropped ||
     (target.gpu != null ? document.getElementById(`gpu-${target.gpu}`) : null) ||
     cardOfPartition(target.partition);
-  const where = describeTarget(card, target);
+  const where = describeTarget(card, target, gpu);
   const result = await api("POST", `/api/v1/deployments/${deploymentId}/place`, target);
   if (!result.ok) {
     if (card) {

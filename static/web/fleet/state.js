@@ -20,7 +20,7 @@ export const latest = new Map();
 /**
  * @typedef {{fit: boolean, gpuFeasible: object | null, gpuReasons: string[],
  *   partitions: Map<number, {fit: boolean, entry?: object, reasons?: string[]}>,
- *   best: any}} TargetInfo
+ *   best: any, violation?: any}} TargetInfo
  */
 
 /**

@@ -1,7 +1,8 @@
 // @ts-check
 // The fit preview of a deployment: GET /deployments/{id}/targets read per GPU, marked on the
 // cards while dragging and listed in the Place dialog, and the API target a drop stands for.
-import { api } from "../core.js";
+import { api, el } from "../core.js";
+import { gpuIdsIn, gpuName, learnGpuNames, reasonText } from "../names.js";
 
 /** @typedef {import("./state.js").TargetInfo} TargetInfo */
 
@@ -32,16 +33,27 @@ export async function loadTargets(deploymentId) {
     else i.partitions.set(entry.partition, { fit: true, entry });
     if (!i.best || entry.score > i.best.score) i.best = entry;
   }
-  for (const entry of result.data.infeasible || []) {
+  // Name every GPU the preview lists or a refusal cites (a host not drawn yet has no card).
+  const infeasible = result.data.infeasible || [];
+  await learnGpuNames([
+    ...result.data.feasible.map((/** @type {{gpu: number}} */ e) => e.gpu),
+    ...infeasible.map((/** @type {{gpu: number}} */ e) => e.gpu),
+    ...infeasible.flatMap((/** @type {{violations?: {message: string}[]}} */ e) =>
+      (e.violations || []).flatMap((v) => gpuIdsIn(v.message)),
+    ),
+  ]);
+  for (const entry of infeasible) {
     const i = info(entry.gpu);
-    const reasons = (entry.violations || []).map((/** @type {{message: string}} */ v) => v.message);
+    i.violation = i.violation || (entry.violations || [])[0] || null;
+    const reasons = (entry.violations || []).map(reasonText);
     if (entry.partition == null) i.gpuReasons.push(...reasons);
     else i.partitions.set(entry.partition, { fit: false, reasons });
   }
   // The team's quota refuses every drop, whatever room the GPUs have: say so on each of them.
-  const quota = (result.data.quota || []).map((/** @type {{message: string}} */ v) => v.message);
+  const quota = (result.data.quota || []).map(reasonText);
   if (quota.length) {
     for (const i of byGpu.values()) {
+      i.violation = result.data.quota[0];
       Object.assign(i, {
         fit: false,
         best: null,
@@ -52,6 +64,58 @@ export async function loadTargets(deploymentId) {
     }
   }
   return byGpu;
+}
+
+/**
+ * The GPUs that do not fit, grouped by their reason, the largest group first: each group's
+ * sentence said of all its GPUs ("Each of 72 GPUs is split into MIG slices; …") and their ids.
+ * @param {Map<number, TargetInfo>} targets
+ * @returns {{sentence: string, gpus: number[]}[]}
+ */
+export function refusalGroups(targets) {
+  /** @type {Map<string, {violation: any, gpus: number[]}>} */
+  const groups = new Map();
+  for (const [gpu, i] of targets) {
+    if (i.fit) continue;
+    const key = fitNote(i);
+    const group = groups.get(key) || { violation: i.violation, gpus: [] };
+    group.gpus.push(gpu);
+    groups.set(key, group);
+  }
+  return [...groups]
+    .sort(([, a], [, b]) => b.gpus.length - a.gpus.length)
+    .map(([note, { violation, gpus }]) => {
+      const many = violation ? reasonText(violation, gpus.length) : note;
+      const said = gpus.length > 1 && many === note ? `${gpus.length} GPUs: ${note}` : many;
+      return { sentence: gpus.length > 1 ? said : note, gpus };
+    });
+}
+
+/**
+ * The "Does not fit" part of the Place and Move dialogs: one group per reason (its GPUs by name,
+ * folded), the largest first.
+ * @param {Map<number, TargetInfo>} targets
+ */
+export function refusalList(targets) {
+  const groups = refusalGroups(targets);
+  const count = groups.reduce((n, g) => n + g.gpus.length, 0);
+  const rows = [el("h3", { text: `Does not fit (${count})` })];
+  for (const { sentence, gpus } of groups.slice(0, 20)) {
+    const names = gpus.slice(0, 80).map((gpu) => {
+      const card = /** @type {HTMLElement | null} */ (document.getElementById(`gpu-${gpu}`));
+      const where = card?.dataset.label || gpuName(gpu) || "a GPU not on this page";
+      return el("li", { class: "target no", "data-gpu": gpu, text: where });
+    });
+    rows.push(
+      el(
+        "details",
+        { class: "target-group" },
+        el("summary", {}, el("span", { class: "why", text: sentence })),
+        el("ul", { class: "target-names" }, ...names),
+      ),
+    );
+  }
+  return rows;
 }
 
 /** One line on whether (and where) it fits, or the first reason it does not. @param {TargetInfo} i */
@@ -130,10 +194,17 @@ export function cardOfPartition(pid) {
   return node ? /** @type {HTMLElement | null} */ (node.closest("article.gpu")) : null;
 }
 
-/** `host/gpuN`, and the slice for a partition target. @param {HTMLElement | null} card @param {{gpu?: number, partition?: number}} target */
-export function describeTarget(card, target) {
-  // Without its card on the page (a host not drawn yet), never "GPU undefined".
-  const where = card?.dataset.label || (target.gpu != null ? `GPU ${target.gpu}` : "its GPU");
+/**
+ * `host/gpuN`, and the slice for a partition target.
+ * @param {HTMLElement | null} card
+ * @param {{gpu?: number, partition?: number}} target
+ * @param {number | null} [gpu] the target's GPU, when the caller knows it
+ */
+export function describeTarget(card, target, gpu = null) {
+  // Without its card on the page (a host not drawn yet), its name as the server gave it; never
+  // "GPU undefined", never a bare id.
+  const id = target.gpu ?? gpu;
+  const where = card?.dataset.label || (id != null ? gpuName(id) : null) || "the chosen GPU";
   if (target.partition == null) return where;
   const slice = card && card.querySelector(`.slice[data-partition="${target.partition}"] .p`);
   // A MIG slice is named as its card shows it; an MPS share or a whole GPU is the GPU itself.

@@ -13,6 +13,7 @@ from fleet.allocations.models import (
     RequestKind,
     WorkloadState,
 )
+from fleet.allocations.states import STATUS_HELP, DeploymentStatus, deployment_statuses
 from fleet.api.fields import LabelsField
 from fleet.api.permissions import reader_sees_spec
 from fleet.api.resources.autoscaling.serializers import (
@@ -135,12 +136,17 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
             }
         )
 
-    @extend_schema_field(serializers.ChoiceField(choices=["pending", "partial", "placed"]))
+    @extend_schema_field(
+        serializers.ChoiceField(choices=DeploymentStatus.choices, help_text=STATUS_HELP)
+    )
     def get_status(self, obj: Deployment) -> str:
-        placed = self._placed(obj)
-        if placed == 0:
-            return "pending"
-        return "placed" if placed >= obj.replicas else "partial"
+        # A list asks the engine once for the page's deployments, not once per row.
+        known: dict[int, str] = self.context.setdefault("deployment_statuses", {})
+        if obj.pk not in known:
+            parent = self.parent
+            batch = parent.instance if isinstance(parent, serializers.ListSerializer) else None
+            known.update(deployment_statuses(list(batch) if batch is not None else [obj]))
+        return str(known.get(obj.pk) or deployment_statuses([obj])[obj.pk])
 
 
 class DeploymentCreateSerializer(serializers.Serializer[Any]):

@@ -1,9 +1,5 @@
-"""Rows to view models: what a GPU card, a deployment card and an operation row show.
-
-The templates only format these values; the colours (heat buckets), the geometry of the slice
-grid and the "pending" outlines are decided here, once, for the first render and for every
-fragment the live updates fetch.
-"""
+"""A GPU card: its live values, its MIG slices on the memory-slice grid, its MPS shares or whole
+GPU, and the signature that says when it must be redrawn."""
 
 from __future__ import annotations
 
@@ -12,30 +8,19 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
+from fleet.allocations.models import Allocation, AllocationState
 from fleet.core.ratelimit import OncePer, cut
 from fleet.inventory.models import Gpu, GpuHealth, Host, HostStatus, SharingMode
 from fleet.mig import Product
 from fleet.partitioning import converters
 from fleet.partitioning.models import Partition, PartitionKind
+from fleet.web.presenters.formats import heat_bucket
+from fleet.web.presenters.formats import number as _number
 
 logger = logging.getLogger(__name__)
 
 UNHEALTHY = (GpuHealth.UNHEALTHY, GpuHealth.LOST)
 """The health states a card flags and the summary counts as unhealthy."""
-
-NA_TITLE = "Not available (NVML reports no utilisation for MIG instances on this GPU)"
-
-
-def heat_bucket(utilization_percent: float | None) -> str:
-    """The heat-scale step (``"0"`` … ``"10"``) the CSS colours, or ``"na"`` without a value."""
-    if utilization_percent is None:
-        return "na"
-    return str(max(0, min(10, round(float(utilization_percent) / 10))))
-
-
-def _number(raw: Any) -> float | None:
-    return float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else None
 
 
 @dataclass(frozen=True)
@@ -119,9 +104,16 @@ class SliceView:
     def heat(self) -> str:
         return heat_bucket(self.utilization_percent)
 
+    slice_count: int = 8  # its GPU's memory slices: how wide the card draws it
+
     @property
     def short(self) -> str:
-        return self.profile.split(".")[0] if self.size < 2 else self.profile
+        """The profile as the slice can show it: ``2g`` (``2g+me``) where it spans a quarter of
+        the card or less (its full name is in the tooltip), else the whole name."""
+        if self.size * 4 > max(self.slice_count, 1):
+            return self.profile
+        compute = self.profile.split(".")[0]
+        return f"{compute}+me" if self.profile.endswith("+me") else compute
 
     @property
     def column(self) -> str:
@@ -249,7 +241,7 @@ def _product(gpu: Gpu) -> Product | None:
     return converters.product_of(gpu)
 
 
-def _partition_of_instance(gpu: Gpu, partitions: list[Partition]) -> dict[Any, int]:
+def partition_of_instance(gpu: Gpu, partitions: list[Partition]) -> dict[Any, int]:
     """NVML GPU-instance id -> partition id, through the instances the agent observed."""
     observed = gpu.observed.get("mig_instances") if isinstance(gpu.observed, dict) else None
     by_start = {p.start: p.pk for p in partitions if p.kind == PartitionKind.MIG}
@@ -267,7 +259,7 @@ def _live(gpu: Gpu, partitions: list[Partition], sample: dict[str, Any] | None) 
     live = Live.from_raw(raw)
     if live.partitions or not isinstance(raw.get("mig"), list):
         return live
-    owners = _partition_of_instance(gpu, partitions)
+    owners = partition_of_instance(gpu, partitions)
     by_partition = {
         str(owners[m.get("gpu_instance_id")]): {
             "utilization_percent": _number(m.get("utilization_percent")),
@@ -295,7 +287,10 @@ def gpu_card(
     whole = next((p for p in partitions if p.kind == PartitionKind.GPU), None)
     product = _product(gpu) if gpu.mode == SharingMode.MIG else None
     slice_count = product.memory_slice_count if product is not None else 0
-    slices = tuple(_slice_view(p, live, applying, gpu.memory_mib) for p in mig_parts)
+    slices = tuple(
+        replace(_slice_view(p, live, applying, gpu.memory_mib), slice_count=slice_count)
+        for p in mig_parts
+    )
     occupied = {i for s in slices for i in range(s.start, min(s.start + s.size, slice_count))}
     shares: tuple[AllocationView, ...] = ()
     if whole is not None and gpu.mode != SharingMode.MIG:
@@ -387,306 +382,3 @@ def _slice_view(partition: Partition, live: Live, applying: bool, gpu_memory: in
         memory_used_mib=_number(values.get("memory_used_mib")),
         mps_enabled=partition.mps_enabled,
     )
-
-
-@dataclass(frozen=True)
-class HostGroup:
-    host: Host
-    cards: list[GpuCard]
-
-    @property
-    def products(self) -> str:
-        names = sorted({c.product_short for c in self.cards})
-        return ", ".join(names)
-
-    @property
-    def unhealthy(self) -> int:
-        return sum(1 for c in self.cards if c.unhealthy)
-
-
-def host_groups(
-    gpus: list[Gpu],
-    hosts: list[Host],
-    applying: set[int],
-    samples: dict[int, tuple[dict[str, Any], Any]] | None = None,
-) -> list[HostGroup]:
-    by_host: dict[int, list[GpuCard]] = {h.pk: [] for h in hosts}
-    host_of = {h.pk: h for h in hosts}
-    samples = samples or {}
-    for gpu in gpus:
-        if gpu.host_id in by_host:
-            found = samples.get(gpu.pk)
-            by_host[gpu.host_id].append(
-                safe_gpu_card(
-                    gpu,
-                    applying=gpu.pk in applying,
-                    host=host_of[gpu.host_id],
-                    sample=found[0] if found else None,
-                )
-            )
-    return [HostGroup(host=h, cards=by_host[h.pk]) for h in hosts if by_host[h.pk]]
-
-
-@dataclass(frozen=True)
-class FleetSummary:
-    hosts: int
-    gpus: int
-    by_mode: dict[str, int]
-    unhealthy: int
-    cordoned: int
-    mean_utilization: float | None
-
-
-def utilization_value(raw: Any) -> float | None:
-    """A utilisation as stored or sent (a number, or the text SQL extracts from JSON), or
-    ``None`` where there is none or it is not a number."""
-    if isinstance(raw, str):
-        try:
-            return float(raw)
-        except ValueError:
-            return None
-    return _number(raw)
-
-
-def fleet_summary(gpus: list[Gpu], utilization: dict[int, Any]) -> FleetSummary:
-    """The whole fleet in numbers; ``utilization`` from
-    :func:`fleet.web.selectors.gpu_utilization`."""
-    utils = [utilization_value(utilization.get(g.pk)) for g in gpus]
-    known = [u for u in utils if u is not None]
-    return FleetSummary(
-        hosts=len({g.host_id for g in gpus}),
-        gpus=len(gpus),
-        by_mode={mode: sum(1 for g in gpus if g.mode == mode) for mode in SharingMode.values},
-        unhealthy=sum(1 for g in gpus if g.health in UNHEALTHY),
-        cordoned=sum(1 for g in gpus if g.cordoned),
-        mean_utilization=round(sum(known) / len(known), 1) if known else None,
-    )
-
-
-@dataclass(frozen=True)
-class TrayFit:
-    """What fits now of a deployment's unplaced replicas.
-
-    ``fits`` replicas fit now, placed one after another (``capped``: at least that many; the
-    engine stopped counting); ``best`` says where the next one goes; ``reason`` is the main
-    refusal when none fits (``reason_code``, and ``refusals``: how many GPUs gave it).
-    """
-
-    unplaced: int
-    fits: int
-    capped: bool = False
-    best: str = ""
-    reason_code: str = ""
-    reason: str = ""
-    refusals: int = 0
-
-    @property
-    def label(self) -> str:
-        if self.capped:
-            return f"{self.fits}+ of {self.unplaced} fit now"
-        if self.fits == self.unplaced:
-            return f"all {self.fits} fit now" if self.fits > 1 else "fits now"
-        return f"{self.fits} of {self.unplaced} fit now"
-
-    @property
-    def signature(self) -> tuple[object, ...]:
-        return (self.fits, self.capped, self.best, self.reason_code, self.reason)
-
-
-@dataclass(frozen=True)
-class DeploymentCard:
-    id: int
-    name: str
-    kind: str
-    request: str
-    replicas: int
-    placed: int
-    pending: int
-    targets: list[str]
-    runtime: str = "none"
-    running: int = 0
-    stopping: int = 0
-    failing: int = 0
-    deleting: bool = False
-    fit: TrayFit | None = None  # what fits now of the unplaced replicas (the tray says it)
-    team_id: int = 0
-    team: str = ""  # its team's slug
-
-    @property
-    def status(self) -> str:
-        if self.placed == 0:
-            return "pending"
-        return "placed" if self.placed >= self.replicas else "partial"
-
-    @property
-    def placeable(self) -> bool:
-        return self.placed < self.replicas and not self.deleting
-
-    @property
-    def placed_percent(self) -> float:
-        return round(100 * self.placed / self.replicas, 1) if self.replicas else 0
-
-    @property
-    def signature(self) -> str:
-        state = repr(
-            (
-                self.name,
-                self.request,
-                self.replicas,
-                self.placed,
-                self.pending,
-                self.targets,
-                self.running,
-                self.stopping,
-                self.failing,
-                self.deleting,
-                self.team,
-                self.fit.signature if self.fit is not None else None,
-            )
-        )
-        return hashlib.blake2s(state.encode(), digest_size=6).hexdigest()
-
-
-def describe_request(deployment: Deployment) -> str:
-    if deployment.kind == RequestKind.MIG:
-        return f"MIG {deployment.profile}"
-    if deployment.kind == RequestKind.MPS:
-        memory = format_mib(deployment.memory_mib or 0)
-        cap = f" · {deployment.max_compute_percent}% SM" if deployment.max_compute_percent else ""
-        return f"MPS {memory}{cap}"
-    count = deployment.gpu_count or 1
-    return f"{count} whole GPU{'s' if count != 1 else ''}"
-
-
-FAILING_STATES = frozenset({"failed", "crashloop", "exited"})
-
-
-def deployment_card(deployment: Deployment) -> DeploymentCard:
-    held = list(deployment.allocations.all())
-    allocations = [a for a in held if a.state != AllocationState.RELEASING]
-    replicas = {a.replica for a in allocations}
-    pending = {a.replica for a in allocations if a.state == AllocationState.PENDING}
-    runtime = str((deployment.workload or {}).get("runtime", "none"))
-    targets = sorted(
-        {f"{a.gpu.host.name}/gpu{a.gpu.index}" for a in allocations if a.gpu_id is not None}
-    )
-    return DeploymentCard(
-        id=deployment.pk,
-        name=deployment.name,
-        kind=deployment.kind,
-        request=describe_request(deployment),
-        replicas=deployment.replicas,
-        placed=len(replicas),
-        pending=len(pending),
-        targets=targets,
-        runtime=runtime,
-        running=len({a.replica for a in allocations if a.workload_state == "running"}),
-        stopping=len(held) - len(allocations),
-        failing=len({a.replica for a in allocations if a.workload_state in FAILING_STATES}),
-        deleting=deployment.deleting,
-        team_id=deployment.team_id,
-        team=deployment.team.slug,
-    )
-
-
-def format_mib(mib: float | None) -> str:
-    if mib is None:
-        return "n/a"
-    gib = float(mib) / 1024
-    if gib >= 100:
-        return f"{gib:.0f} GiB"
-    if gib >= 1:
-        return f"{gib:.1f} GiB".replace(".0 GiB", " GiB")
-    return f"{float(mib):.0f} MiB"
-
-
-@dataclass(frozen=True)
-class PartitionRow:
-    """One row of the GPU detail's partition table."""
-
-    partition_id: int
-    label: str
-    placement: str
-    memory_mib: int
-    mps: str
-    allocations: tuple[AllocationView, ...]
-    processes: tuple[dict[str, Any], ...]
-    utilization_percent: float | None
-    memory_used_mib: float | None
-
-    @property
-    def heat(self) -> str:
-        return heat_bucket(self.utilization_percent)
-
-
-def _processes_by_partition(
-    gpu: Gpu, partitions: list[Partition], sample: dict[str, Any]
-) -> dict[int, list[dict[str, Any]]]:
-    """Processes (the sample's ``processes``) under the partition they run in: a MIG process
-    names its GPU instance, which the agent's observed instances map to a placement start."""
-    raw = sample.get("processes")
-    owners = _partition_of_instance(gpu, partitions)
-    whole = next((p.pk for p in partitions if p.kind == PartitionKind.GPU), None)
-    found: dict[int, list[dict[str, Any]]] = {}
-    replicas = {
-        a.pk: f"replica {a.replica} of {a.deployment.name}"
-        for p in partitions
-        for a in p.allocations.all()
-    }
-    for process in raw or []:
-        if not isinstance(process, dict):
-            continue
-        gi = process.get("gpu_instance_id")
-        target = owners.get(gi) if gi is not None else whole
-        if target is not None:
-            owner = replicas.get(process.get("allocation_id"))  # type: ignore[arg-type]
-            found.setdefault(target, []).append({**process, "owner": owner})
-    return found
-
-
-def partition_rows(gpu: Gpu, card: GpuCard, sample: dict[str, Any] | None) -> list[PartitionRow]:
-    partitions = list(gpu.partitions.all())
-    raw = sample if sample is not None else gpu.last_telemetry
-    processes = _processes_by_partition(gpu, partitions, raw if isinstance(raw, dict) else {})
-    rows = [
-        PartitionRow(
-            partition_id=s.partition_id,
-            label=f"MIG {s.profile}",
-            placement=f"slices {s.start}-{s.start + s.size - 1}"
-            if s.size > 1
-            else f"slice {s.start}",
-            memory_mib=s.memory_mib,
-            mps="MPS inside" if s.mps_enabled else "",
-            allocations=s.allocations,
-            processes=tuple(processes.get(s.partition_id, [])),
-            utilization_percent=s.utilization_percent,
-            memory_used_mib=s.memory_used_mib,
-        )
-        for s in card.slices
-    ]
-    if card.whole_partition_id is not None and not card.is_mig:
-        rows.append(
-            PartitionRow(
-                partition_id=card.whole_partition_id,
-                label="Whole GPU (MPS)" if card.is_mps else "Whole GPU (dedicated)",
-                placement="all",
-                memory_mib=card.memory_mib,
-                mps="MPS daemon" if card.mps_enabled else "",
-                allocations=card.shares,
-                processes=tuple(processes.get(card.whole_partition_id, [])),
-                utilization_percent=card.live.utilization_percent,
-                memory_used_mib=card.live.memory_used_mib,
-            )
-        )
-    return rows
-
-
-def format_mib_pair(used: float | None, total: float) -> str:
-    """``17.2/79.6 GiB``: used of total in one unit (compact enough for a card's footer)."""
-    if used is None:
-        return f"n/a of {format_mib(total)}"
-    if total >= 1024:
-        return f"{used / 1024:.1f}/{total / 1024:.1f} GiB".replace(".0/", "/").replace(
-            ".0 GiB", " GiB"
-        )
-    return f"{used:.0f}/{total:.0f} MiB"
