@@ -17,6 +17,7 @@ from typing import Any
 from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
 from fleet.allocations.models import WorkloadState as Ws
 from fleet.allocations.states import DeploymentStatus, deployment_status
+from fleet.autoscaling.presenters import autoscaling_panel
 from fleet.web.presenters import FAILING_STATES, TrayFit, describe_request, format_mib
 
 # Where a workload runs (or stops) and its start time means an uptime.
@@ -135,6 +136,7 @@ class DeploymentRow:
     team: str = ""  # its team's slug
     team_id: int = 0
     spec_hidden: bool = False  # another team's, for a reader who may not see what it runs
+    autoscaling: str = ""  # "auto 1-8" when a policy sets its count, else ""
 
     @property
     def signature(self) -> str:
@@ -150,6 +152,7 @@ class DeploymentRow:
             self.restarts,
             self.state,
             self.deleting,
+            self.autoscaling,
         )
 
 
@@ -192,6 +195,7 @@ def deployment_row(
         team=deployment.team.slug,
         team_id=deployment.team_id,
         spec_hidden=not sees_spec,
+        autoscaling=panel.badge if (panel := autoscaling_panel(deployment)) else "",
     )
 
 

@@ -169,7 +169,7 @@ def tray_deployments(*, deployment_ids: Iterable[int] | None = None) -> QuerySet
     allocations = Allocation.objects.select_related("gpu__host", "partition").order_by(
         "replica", "gpu_slot"
     )
-    queryset = Deployment.objects.select_related("team").prefetch_related(
+    queryset = Deployment.objects.select_related("team", "autoscaling").prefetch_related(
         Prefetch("allocations", queryset=allocations)
     )
     if deployment_ids is not None:

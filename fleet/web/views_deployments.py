@@ -14,6 +14,8 @@ from django.views.decorators.http import require_GET
 
 from fleet.allocations.models import Deployment
 from fleet.allocations.scaling import MAX_REPLICAS, MIN_REPLICAS
+from fleet.autoscaling.models import Metric
+from fleet.autoscaling.presenters import autoscaling_panel
 from fleet.core.models import Team
 from fleet.core.roles import Role, role_of
 from fleet.core.teams import can_operate_team, can_see_spec, operated_teams
@@ -81,6 +83,7 @@ def detail_context(deployment: Deployment, *, sees_spec: bool) -> dict[str, Any]
         "operations": selectors.operations_feed(deployment_id=deployment.pk, limit=20),
         "events": selectors.deployment_events(deployment),
         "endpoint": endpoint_panel(deployment),
+        "autoscaling": autoscaling_panel(deployment),
     }
 
 
@@ -102,6 +105,7 @@ def deployment_detail(request: HttpRequest, deployment_id: int) -> HttpResponse:
         "request_items": presenters.request_items(deployment),
         "workload_json": presenters.workload_json(deployment.workload) if sees_spec else "",
         "min_replicas": MIN_REPLICAS,
+        "autoscaling_metrics": Metric.choices,
         "max_replicas": MAX_REPLICAS,
         **(metrics_context(deployment, request.GET) if sees_spec else {}),
     }

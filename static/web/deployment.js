@@ -232,3 +232,46 @@ page.addEventListener("click", async (event) => {
     toast("The URL is selected: press Ctrl+C to copy it.");
   }
 });
+
+// ---- autoscaling (operators) ------------------------------------------------------------------
+
+const autoscaling = /** @type {HTMLFormElement | null} */ (
+  document.getElementById("autoscaling-form")
+);
+if (autoscaling) {
+  const error = /** @type {HTMLElement} */ (document.getElementById("autoscaling-error"));
+  /** @param {string} name */
+  const field = (name) =>
+    /** @type {HTMLInputElement} */ (autoscaling.elements.namedItem(name)).value.trim();
+  /** @param {string} raw */
+  const number = (raw) => (/^-?\d+(\.\d+)?$/.test(raw) ? Number(raw) : raw);
+  /** @param {any} policy */
+  const send = async (policy) => {
+    error.hidden = true;
+    const result = await api("PATCH", `/api/v1/deployments/${deploymentId}/`, {
+      autoscaling: policy,
+    });
+    if (!result.ok) {
+      error.textContent =
+        (result.data && result.data.message) || `The request failed (${result.status}).`;
+      error.hidden = false;
+      return;
+    }
+    toast(policy ? `${result.data.name}: autoscaling on` : `${result.data.name}: autoscaling off`, {
+      kind: "ok",
+    });
+    window.location.reload();
+  };
+  autoscaling.addEventListener("submit", (event) => {
+    event.preventDefault();
+    // The server judges the values (and names the field it refuses): send what was typed.
+    send({
+      min: number(field("min")),
+      max: number(field("max")),
+      target: { [field("metric")]: number(field("target")) },
+      scale_out_cooldown_s: number(field("scale_out_cooldown_s")),
+      scale_in_cooldown_s: number(field("scale_in_cooldown_s")),
+    });
+  });
+  document.getElementById("autoscaling-off")?.addEventListener("click", () => send(null));
+}
