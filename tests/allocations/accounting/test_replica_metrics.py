@@ -15,13 +15,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from fleet.agents import ingest
-from fleet.allocations.models import ReplicaSample
-from fleet.allocations.telemetry import (
+from fleet.allocations.accounting.telemetry import (
     bucket_seconds,
     replica_retention,
     replica_rollup,
     replica_series,
 )
+from fleet.allocations.models import ReplicaSample
 from fleet.inventory.telemetry import (
     HostRecord,
     MemoryStore,
