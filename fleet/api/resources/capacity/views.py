@@ -40,7 +40,7 @@ from fleet.api.resources.capacity.serializers import (
 )
 from fleet.api.resources.operations.serializers import OperationSerializer
 from fleet.core.errors import ServiceError
-from fleet.placement.advisor import DEFAULT_TIME_LIMIT_S
+from fleet.placement.advisor.values import DEFAULT_TIME_LIMIT_S
 from fleet.workflows.repack import capacity_repack_apply
 
 
