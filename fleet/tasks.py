@@ -88,7 +88,7 @@ def autoscale() -> int:
 def telemetry_rollup() -> int:
     """Beat: per-minute means of the closed minutes into PostgreSQL (GPUs, then replicas);
     checkpoint latest samples."""
-    from fleet.allocations.telemetry import replica_rollup
+    from fleet.allocations.accounting.telemetry import replica_rollup
     from fleet.inventory.telemetry import rollup
 
     return rollup() + replica_rollup()
@@ -98,7 +98,7 @@ def telemetry_rollup() -> int:
 def telemetry_retention() -> int:
     """Beat: delete history points past their retention (60 s points of GPUs and replicas: a
     week)."""
-    from fleet.allocations.telemetry import replica_retention
+    from fleet.allocations.accounting.telemetry import replica_retention
     from fleet.inventory.telemetry import retention
 
     return retention() + replica_retention()

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.agents import ingest
+from fleet.agents import gpu_maps
 from fleet.allocations.workloads import workloads_record
 from fleet.core.errors import ServiceError
 from fleet.core.events import publish_changed
@@ -325,4 +325,4 @@ def gpus_observed(*, host: Host, gpus: list[protocol.GpuInfo]) -> None:
 
 def _forget_gpu_map(host_id: int) -> None:
     """Telemetry maps this host's GPUs and MIG instances afresh once the change is committed."""
-    transaction.on_commit(lambda: ingest.forget_host(host_id))
+    transaction.on_commit(lambda: gpu_maps.forget_host(host_id))

@@ -6,19 +6,17 @@ per-message overhead (not the work) was what saturated a 2-core server. So the l
 collects ticks for a short window (:mod:`fleet.live.ingest`) and hands them here as one batch:
 
 * **GPU maps** (UUID -> GPU id, MIG instance -> partition, and the replicas on each GPU) are
-  cached per host and refreshed for all stale hosts of a batch in three queries. They change
-  only when the agent's own hello or ack changes what it observed (a replica placed or released
-  is a new generation the agent acks; the socket then calls :func:`forget_host`), so the cache can
-  be long (``FLEET_TELEMETRY_GPU_CACHE_SECONDS``, default 60 s, a safety net for the REST
-  fallback, whose requests may reach any process).
+  cached per host and refreshed for all stale hosts of a batch in three queries
+  (:mod:`fleet.agents.gpu_maps`).
 * **Health** is never cached: one query per batch returns the batch's GPUs that are not
   healthy (the others are), so a live frame never shows a healed GPU as sick or the opposite.
-* **Replicas** are measured from the same tick (:func:`replica_ticks`): no query, a few
+* **Replicas** are measured from the same tick
+  (:func:`~fleet.agents.gpu_maps.replica_ticks`): no query, a few
   dictionary lookups per GPU that holds replicas, nothing for the others.
 * **The hot store** gets one pipeline for the whole batch (:meth:`TelemetryStore.record_many`).
 * **Host.last_seen_at** gets one ``UPDATE … WHERE id IN (…)`` for the hosts not written for
-  :func:`seen_every` seconds, whatever the hot store does (it is written first), and the same
-  hosts come back from ``offline`` (:func:`hosts_seen`): any message of an agent, not only a
+  a few seconds, whatever the hot store does (it is written first), and the same hosts come
+  back from ``offline`` (:mod:`fleet.agents.last_seen`): any message of an agent, not only a
   new ``hello``, says the host is there.
 * **Isolation.** One host's tick that cannot be mapped or stored is dropped alone (logged once
   a minute per host); every other host's ticks and heartbeat go through.
@@ -30,44 +28,19 @@ Live values are rounded here, once, to one decimal (frames stay small, browsers 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from django.conf import settings
-from django.db import transaction
-from django.utils import timezone
 
-from fleet.allocations.models import Allocation, RequestKind
-from fleet.core import alerts
-from fleet.core.events import publish_changed
-from fleet.core.locking import lock_available
+from fleet.agents.gpu_maps import NO_REPLICAS, GpuMap, forget_maps, fresh_maps, replica_ticks
+from fleet.agents.last_seen import forget_written, hosts_touch
 from fleet.core.ratelimit import OncePer, cut
-from fleet.inventory.models import Gpu, GpuHealth, Host, HostStatus
+from fleet.inventory.models import Gpu, GpuHealth
 from fleet.inventory.telemetry import GpuTick, HostRecord, ReplicaTick, get_store, trusted_ts
-from fleet.partitioning.models import Partition, PartitionKind
 from hostagent import protocol
-
-
-@dataclass(frozen=True, slots=True)
-class GpuReplicas:
-    """The replicas on one GPU, as telemetry measures them: a MIG replica by its instance, the
-    others (MPS shares, a whole GPU) by the memory of the processes the agent attributes to
-    them, a whole-GPU replica also by the GPU's utilisation."""
-
-    by_instance: dict[int, int]  # MIG GPU instance id -> allocation id
-    by_processes: frozenset[int]  # allocation ids
-    whole: frozenset[int]  # allocation ids holding the whole GPU (kind ``gpu``)
-
-
-NO_REPLICAS = GpuReplicas({}, frozenset(), frozenset())
-# {uuid: (gpu id, {GPU instance id: partition id}, its replicas)}
-GpuMap = dict[str, tuple[int, dict[int, int], GpuReplicas]]
-# A UUID the map does not know refetches the host's map, at most this often.
-UNKNOWN_REFETCH_S = 1.0
 
 logger = logging.getLogger(__name__)
 _warn_once = OncePer(60.0)
@@ -108,173 +81,11 @@ def live_blobs(done: Ingested) -> tuple[list[bytes], list[int]]:
     return blobs, [int(k) for k, _ in items]
 
 
-def cache_seconds() -> float:
-    return float(getattr(settings, "FLEET_TELEMETRY_GPU_CACHE_SECONDS", 60.0))
-
-
-def seen_every() -> float:
-    """How stale ``Host.last_seen_at`` may get: a quarter of the offline limit, at most 5 s."""
-    limit = float(settings.FLEET_HEARTBEAT_SECONDS) * int(settings.FLEET_OFFLINE_AFTER_MISSED)
-    return max(0.0, min(5.0, limit / 4))
-
-
-class _Maps:
-    """The per-process GPU map cache (thread-safe: batches run in worker threads)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        # (host id, created) -> (fetched at, map)
-        self.maps: dict[tuple[int, float], tuple[float, GpuMap]] = {}
-        # (host id, created) -> when this process last wrote the host's last_seen_at
-        self.seen_written: dict[tuple[int, float], float] = {}
-
-    def forget(self, host_id: int) -> None:
-        with self.lock:
-            for key in [k for k in self.maps if k[0] == host_id]:
-                del self.maps[key]
-
-    def clear(self) -> None:
-        with self.lock:
-            self.maps.clear()
-            self.seen_written.clear()
-
-
-_maps = _Maps()
-
-
-def forget_host(host_id: int) -> None:
-    """The host's GPUs or MIG instances changed (hello, ack): refetch its map on the next tick."""
-    _maps.forget(host_id)
-
-
 def forget_all() -> None:
-    _maps.clear()
-
-
-def _fresh_maps(ticks: Sequence[Tick], now: float) -> dict[int, GpuMap]:
-    """The GPU map of every host in ``ticks``; stale or incomplete ones refetched together."""
-    ttl = cache_seconds()
-    wanted: dict[tuple[int, float], set[str]] = {}
-    for tick in ticks:
-        wanted.setdefault((tick.host_id, tick.host_created), set()).update(
-            s["uuid"] for s in tick.telemetry["gpus"]
-        )
-    out: dict[int, GpuMap] = {}
-    stale: list[tuple[int, float]] = []
-    with _maps.lock:
-        for key, uuids in wanted.items():
-            cached = _maps.maps.get(key)
-            if cached is not None:
-                age = now - cached[0]
-                complete = uuids <= cached[1].keys()
-                if age < ttl and (complete or age < UNKNOWN_REFETCH_S):
-                    out[key[0]] = cached[1]
-                    continue
-            stale.append(key)
-    if stale:
-        fetched = _fetch_maps([k[0] for k in stale])
-        with _maps.lock:
-            if len(_maps.maps) > 100_000:
-                _maps.maps.clear()
-            for key in stale:
-                found = fetched.get(key[0], {})
-                _maps.maps[key] = (now, found)
-                out[key[0]] = found
-    return out
-
-
-def _fetch_maps(host_ids: list[int]) -> dict[int, GpuMap]:
-    """Three queries for any number of hosts: their GPUs, their GPUs' MIG partitions, and the
-    replicas on those GPUs."""
-    gpus = list(Gpu.objects.filter(host_id__in=host_ids).only("pk", "uuid", "host_id", "observed"))
-    places: dict[int, dict[tuple[int | None, int], int]] = {}
-    for gpu_id, profile_id, start, pk in Partition.objects.filter(
-        gpu__host_id__in=host_ids, kind=PartitionKind.MIG
-    ).values_list("gpu_id", "profile_id", "start", "pk"):
-        places.setdefault(gpu_id, {})[(profile_id, start)] = pk
-    out: dict[int, GpuMap] = {h: {} for h in host_ids}
-    for gpu in gpus:
-        observed = gpu.observed if isinstance(gpu.observed, dict) else {}
-        by_place = places.get(gpu.pk, {})
-        instances: dict[int, int] = {}
-        listed = observed.get("mig_instances")
-        for instance in listed if isinstance(listed, list) else []:
-            if not isinstance(instance, dict) or not isinstance(
-                instance.get("gpu_instance_id"), int
-            ):
-                continue  # stored before the protocol bounded it: read what can be read
-            place: Any = (instance.get("profile_id"), instance.get("start"))
-            partition = by_place.get(place)
-            if partition is not None:
-                instances[instance["gpu_instance_id"]] = partition
-        out[gpu.host_id][gpu.uuid] = (gpu.pk, instances, NO_REPLICAS)
-    replicas = _fetch_replicas(host_ids)
-    for host_map in out.values():
-        for uuid, (gpu_id, instances, _) in host_map.items():
-            found = replicas.get(gpu_id)
-            if found is not None:
-                host_map[uuid] = (gpu_id, instances, _gpu_replicas(instances, *found))
-    return out
-
-
-# gpu id -> ([(allocation id, partition id)] of MIG replicas, [(allocation id, kind)] of others)
-_Found = dict[int, tuple[list[tuple[int, int]], list[tuple[int, str]]]]
-
-
-def _fetch_replicas(host_ids: list[int]) -> _Found:
-    """Every replica on the hosts' GPUs, releasing ones too (their workload still runs)."""
-    found: _Found = {}
-    rows = Allocation.objects.filter(gpu__host_id__in=host_ids).values_list(
-        "pk", "gpu_id", "kind", "partition_id"
-    )
-    for pk, gpu_id, kind, partition_id in rows:
-        mig, others = found.setdefault(gpu_id, ([], []))
-        if kind == RequestKind.MIG:
-            mig.append((pk, partition_id))
-        else:
-            others.append((pk, kind))
-    return found
-
-
-def _gpu_replicas(
-    instances: dict[int, int], mig: list[tuple[int, int]], others: list[tuple[int, str]]
-) -> GpuReplicas:
-    instance_of = {partition: gi for gi, partition in instances.items()}
-    return GpuReplicas(
-        by_instance={instance_of[p]: pk for pk, p in mig if p in instance_of},
-        by_processes=frozenset(pk for pk, _ in others),
-        whole=frozenset(pk for pk, kind in others if kind == RequestKind.GPU),
-    )
-
-
-def replica_ticks(sample: protocol.GpuTelemetry, replicas: GpuReplicas) -> list[ReplicaTick]:
-    """The values of the replicas on one GPU in one tick; ``None`` where the tick has none.
-
-    A MIG replica: its instance's utilisation (GPM, Hopper and later; ``None`` elsewhere) and
-    memory. An MPS share or a whole GPU: the memory of the processes the agent attributes to
-    it (``None`` when no attributed process reports any), and for a whole GPU the GPU's
-    utilisation; NVML gives no utilisation per MPS client in our protocol (``None``). A process
-    naming a replica that is not on this GPU is ignored (the agent is not trusted with that).
-    """
-    out: list[ReplicaTick] = []
-    if replicas.by_instance:
-        mig = {m["gpu_instance_id"]: m for m in sample["mig"]}
-        for gi, allocation_id in replicas.by_instance.items():
-            m = mig.get(gi)
-            util = m["utilization_percent"] if m is not None else None
-            out.append(ReplicaTick(allocation_id, util, m["memory_used_mib"] if m else None))
-    if replicas.by_processes:
-        memory: dict[int, float] = {}
-        for process in sample["processes"]:
-            owner = process.get("allocation_id")
-            used = process["used_memory_mib"]
-            if owner is not None and used is not None and owner in replicas.by_processes:
-                memory[owner] = memory.get(owner, 0.0) + used
-        gpu_util = sample["utilization_gpu_percent"]
-        for allocation_id in replicas.by_processes:
-            util = gpu_util if allocation_id in replicas.whole else None
-            out.append(ReplicaTick(allocation_id, util, memory.get(allocation_id)))
-    return out
+    """Forget what this process caches: the GPU maps and when it last wrote each host's
+    ``last_seen_at``."""
+    forget_maps()
+    forget_written()
 
 
 def _r(value: Any) -> Any:
@@ -309,7 +120,12 @@ def prepare(ticks: Sequence[Tick]) -> Prepared:
     prepared = Prepared(result, records, [], time.time())
     if not ticks:
         return prepared
-    maps = _fresh_maps(ticks, time.monotonic())
+    wanted: dict[tuple[int, float], set[str]] = {}
+    for tick in ticks:
+        wanted.setdefault((tick.host_id, tick.host_created), set()).update(
+            s["uuid"] for s in tick.telemetry["gpus"]
+        )
+    maps = fresh_maps(wanted, time.monotonic())
     host_ids = sorted({t.host_id for t in ticks})
     sick = dict(
         Gpu.objects.filter(host_id__in=host_ids)
@@ -390,63 +206,3 @@ def persist(prepared: Prepared, *, touch: bool = True) -> None:
         hosts_touch(prepared.hosts, prepared.received_at)
     if prepared.records:
         get_store().record_many(prepared.records)
-
-
-def hosts_touch(hosts: list[tuple[int, float]], now: float) -> None:
-    """``last_seen_at`` for the hosts (``(id, created)``) this process has not written for
-    :func:`seen_every` (heard at ``now``, a Unix time)."""
-    every = seen_every()
-    with _maps.lock:
-        due = [h for h in hosts if now - _maps.seen_written.get(h, 0.0) >= every]
-        if len(_maps.seen_written) > 100_000:
-            _maps.seen_written.clear()
-        for h in due:
-            _maps.seen_written[h] = now
-    if due:
-        skipped: list[int] = []
-        hosts_seen([h[0] for h in due], skipped=skipped)
-        if skipped:  # held by a transaction now: written with the host's next tick
-            with _maps.lock:
-                for h in due:
-                    if h[0] in skipped:
-                        _maps.seen_written.pop(h, None)
-
-
-def _alert_back(host_ids: list[int]) -> None:
-    hooks = alerts.alert_subscribers(alerts.HOST_BACK)
-    if hooks:
-        names = Host.objects.filter(pk__in=host_ids).values_list("pk", "name")
-        alerts.alert_emit_each(
-            event=alerts.HOST_BACK,
-            items=[(f"Host {n} is back", {"host": {"id": pk, "name": n}}) for pk, n in names],
-            hooks=hooks,
-        )
-
-
-def hosts_seen(host_ids: Sequence[int], *, skipped: list[int] | None = None) -> list[int]:
-    """The hosts' agents were heard: ``last_seen_at`` is now, and those that were ``offline``
-    are ``ready`` again (whatever the message was: a socket that stayed open through a
-    database or Redis stall sends ticks, not a new hello). Returns the hosts that came back.
-
-    A host row another transaction holds (a drain, a placement bumping its generation) is
-    skipped, never waited for: a heartbeat must not stall behind, or deadlock with, the control
-    plane. Its ids go into ``skipped`` when given."""
-    with transaction.atomic():
-        free = lock_available(Host, host_ids)
-        if skipped is not None:
-            skipped.extend(sorted(set(host_ids) - set(free)))
-        if not free:
-            return []
-        Host.objects.filter(pk__in=free).update(last_seen_at=timezone.now())
-        ids = list(
-            Host.objects.filter(pk__in=free, status=HostStatus.OFFLINE).values_list("pk", flat=True)
-        )
-        if ids:
-            # Compare-and-set: a host marked cordoned or draining meanwhile keeps that state.
-            Host.objects.filter(pk__in=ids, status=HostStatus.OFFLINE).update(
-                status=HostStatus.READY, offline_since=None
-            )
-            _alert_back(ids)
-    if ids:
-        publish_changed("host", ids)
-    return ids

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fleet.agents.delivery import agent_ack
 from fleet.agents.discovery import agent_hello
-from fleet.agents.ingest import hosts_seen
+from fleet.agents.last_seen import hosts_seen
 from fleet.agents.reports import agent_event, agent_telemetry
 from fleet.allocations.workloads import workloads_record
 from fleet.inventory.models import Host

@@ -10,8 +10,8 @@ class AllocationsConfig(AppConfig):
     verbose_name = "Deployments and allocations"
 
     def ready(self) -> None:
+        from fleet.allocations.accounting.usage import close_interval, open_interval
         from fleet.allocations.models import Allocation
-        from fleet.allocations.usage import close_interval, open_interval
 
         # Chargeback history: every allocation row opens an interval and its deletion, however
         # it is deleted (instance, queryset, cascade), closes it.

@@ -15,7 +15,8 @@ from django.db import transaction
 
 from fleet.allocations.models import Deployment
 from fleet.allocations.quotas import QuotaExceeded, quota_refusal
-from fleet.allocations.selectors import deployment_ranking, fleet_snapshot
+from fleet.allocations.rankings import deployment_ranking
+from fleet.allocations.selectors import fleet_snapshot
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.errors import Conflict, NotFound, RuleViolation, ServiceError
 from fleet.core.models import Operation, Team

@@ -26,7 +26,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from fleet.allocations.models import Allocation
-from fleet.allocations.selectors import deployment_ranking
+from fleet.allocations.rankings import deployment_ranking
 from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus

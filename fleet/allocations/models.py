@@ -220,8 +220,8 @@ class Allocation(TimeStampedModel):
 
 class ReplicaSample(models.Model):
     """One minute of a replica's history: the means of its 1 s points (kept a week; the last
-    hour at 1 s lives in the telemetry store, :mod:`fleet.allocations.telemetry`). ``None``
-    means the agent had no value that minute, never zero."""
+    hour at 1 s lives in the telemetry store, :mod:`fleet.allocations.accounting.telemetry`).
+    ``None`` means the agent had no value that minute, never zero."""
 
     allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="samples")
     ts = models.DateTimeField()
@@ -241,12 +241,13 @@ class ReplicaSample(models.Model):
 
 
 class UsageInterval(models.Model):
-    """How long one allocation row existed: chargeback's record (:mod:`fleet.allocations.usage`).
+    """How long one allocation row existed: chargeback's record
+    (:mod:`fleet.allocations.accounting.usage`).
 
     Opened when the allocation row is created and closed (``ended_at``) when it is deleted, by
-    the ``post_save``/``post_delete`` receivers in :mod:`fleet.allocations.usage`, so cascade and
-    queryset deletes end it too. Names are copied: the history outlives the deployment, its team
-    and the allocation (``allocation_id`` is a plain number, no foreign key).
+    the ``post_save``/``post_delete`` receivers in :mod:`fleet.allocations.accounting.usage`, so
+    cascade and queryset deletes end it too. Names are copied: the history outlives the
+    deployment, its team and the allocation (``allocation_id`` is a plain number, no foreign key).
     """
 
     # One open interval per allocation; a team change closes it and opens the next.

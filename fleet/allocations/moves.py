@@ -39,10 +39,9 @@ from fleet.allocations.move_copies import (
     copy_switch,
 )
 from fleet.allocations.quotas import QuotaExceeded, move_quota_check
-from fleet.allocations.selectors import (
-    deployment_ranking,
-)
-from fleet.allocations.services import lock_deployment, reserve_target
+from fleet.allocations.rankings import deployment_ranking
+from fleet.allocations.reservations import reserve_target
+from fleet.allocations.services import lock_deployment
 from fleet.allocations.workloads import runtime_of
 from fleet.core.errors import Conflict, NotFound, RuleViolation, ServiceError
 from fleet.core.events import publish_changed

@@ -1,5 +1,5 @@
-"""Reads for placement: the fleet snapshot the engine ranks, the fleet's request mix, and the
-ranking of one deployment.
+"""Reads for placement: the fleet snapshot the engine ranks, each deployment's request and demand,
+and the fleet's request mix (rankings and defrag plans on top: :mod:`fleet.allocations.rankings`).
 
 The snapshot is a read without locks; the place service re-checks every choice under row locks.
 """
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import F, Sum
@@ -17,10 +16,9 @@ from fleet.allocations.models import Allocation, AllocationState, Deployment, Re
 from fleet.allocations.workloads import runtime_of
 from fleet.core.models import Team
 from fleet.core.policy import effective_policy
-from fleet.domain import Violation
 from fleet.inventory.models import HELD_STATUSES, Gpu, GpuHealth, Host, HostStatus, SharingMode
 from fleet.mig import Product
-from fleet.mps import MpsRequest, client_environment
+from fleet.mps import MpsRequest
 from fleet.partitioning import converters
 from fleet.partitioning.models import Partition, PartitionKind
 from fleet.placement import (
@@ -30,18 +28,11 @@ from fleet.placement import (
     HostState,
     MigPartition,
     MigRequest,
-    MovePlan,
     MpsShare,
     PlacementRequest,
-    Ranking,
     RequestMix,
     RequestShape,
-    Target,
     WholeGpuRequest,
-    main_reasons,
-    place_in_turn,
-    plan_moves,
-    rank,
     shape_of,
 )
 from hostagent.protocol import RUNS_ON, declared_ports
@@ -276,175 +267,3 @@ def request_mix() -> RequestMix:
         shape = shape_of(placement_request(Deployment(**row)))
         counts[shape] = counts.get(shape, 0.0) + replicas
     return RequestMix.from_counts(counts)
-
-
-def deployment_ranking(deployment: Deployment, snapshot: FleetSnapshot | None = None) -> Ranking:
-    """Every target of the deployment's next replica, best first (the default strategy, against
-    the fleet's request mix), with the reason for every target that does not fit: the API, the
-    drag preview and auto-placement all read this."""
-    return rank(
-        snapshot or fleet_snapshot(),
-        placement_request(deployment),
-        mix=request_mix(),
-        demand=placement_demand(deployment),
-    )
-
-
-FIT_NOW_LIMIT = 32
-"""Replicas of one deployment the tray places in turn on the snapshot at most (beyond it, the
-count is a lower bound: "32+")."""
-
-
-@dataclass(frozen=True)
-class FitNow:
-    """What fits now of a deployment's unplaced replicas, placed one after another.
-
-    Attributes:
-        unplaced: replicas not placed yet.
-        fits: how many of them fit now (at most :data:`FIT_NOW_LIMIT`; ``capped``: at least).
-        best: the engine's best target for the next replica, ``None`` when nothing fits.
-        reasons: when nothing fits, the main refusals and how many GPUs gave each.
-    """
-
-    unplaced: int
-    fits: int
-    capped: bool
-    best: Target | None
-    reasons: tuple[tuple[Violation, int], ...] = ()
-
-
-def deployments_fit_now(
-    wanted: Iterable[tuple[Deployment, int]], *, limit: int = FIT_NOW_LIMIT
-) -> dict[int, FitNow]:
-    """For each deployment with unplaced replicas (``(deployment, unplaced)``), how many fit now
-    and where the next one goes: one fleet snapshot and one request mix for all of them, each
-    deployment counted on its own (as if it were placed first)."""
-    wanted = [(d, n) for d, n in wanted if n > 0]
-    if not wanted:
-        return {}
-    snapshot, mix = fleet_snapshot(), request_mix()
-    demands = placement_demands(d for d, _ in wanted)
-    found: dict[int, FitNow] = {}
-    for deployment, unplaced in wanted:
-        count = min(unplaced, limit)
-        turns = place_in_turn(
-            snapshot,
-            placement_request(deployment),
-            count,
-            mix=mix,
-            demand=demands[deployment.pk],
-        )
-        fits = len(turns.targets)
-        reasons = (
-            () if fits else tuple((r.violation, r.refusals) for r in main_reasons(turns.first))
-        )
-        found[deployment.pk] = FitNow(
-            unplaced=unplaced,
-            fits=fits,
-            capped=fits == count < unplaced,
-            best=turns.targets[0] if fits else None,
-            reasons=reasons,
-        )
-    return found
-
-
-def allocation_environment(allocation: Allocation) -> dict[str, str]:
-    """What a replica's process needs to run where it was placed.
-
-    ``CUDA_VISIBLE_DEVICES`` names the MIG instance (its ``MIG-`` UUID once the agent created
-    it) or the GPU (every GPU of a replica of several, joined by commas); an MPS share adds
-    ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (when capped)
-    and the daemon's
-    ``CUDA_MPS_PIPE_DIRECTORY`` as the agent reported it. Empty until the device exists.
-    """
-    partition, gpu = allocation.partition, allocation.gpu
-    device = partition.uuid if partition.kind == PartitionKind.MIG else gpu.uuid
-    if not device:
-        return {}
-    if allocation.kind == RequestKind.GPU and (allocation.deployment.gpu_count or 1) > 1:
-        device = ",".join(_replica_gpus(allocation)) or device
-    env = {"CUDA_VISIBLE_DEVICES": device}
-    if allocation.kind == RequestKind.MPS:
-        env.update(
-            client_environment(
-                MpsRequest(allocation.memory_mib, allocation.compute_percent),
-                device=device,
-                pipe_directory=_pipe_directory(gpu, device),
-            )
-        )
-    return env
-
-
-def _replica_gpus(allocation: Allocation) -> list[str]:
-    """The GPUs of the replica copy ``allocation`` belongs to, in slot order: a replica of
-    several whole GPUs is one workload that sees them all."""
-    copy = Allocation.objects.filter(
-        deployment_id=allocation.deployment_id,
-        replica=allocation.replica,
-        replaces__isnull=allocation.replaces_id is None,
-        state=allocation.state,
-    )
-    return list(copy.order_by("gpu_slot", "pk").values_list("gpu__uuid", flat=True))
-
-
-def _pipe_directory(gpu: Gpu, target_uuid: str) -> str | None:
-    """The MPS pipe directory the agent reported for the daemon serving ``target_uuid``."""
-    mps = gpu.observed.get("mps") if isinstance(gpu.observed, dict) else None
-    if not isinstance(mps, dict):
-        return None
-    listed = mps.get("instances")
-    daemons = [mps, *(listed if isinstance(listed, list) else [])]
-    for daemon in daemons:
-        if not isinstance(daemon, dict):
-            continue
-        if daemon.get("target_uuid", gpu.uuid) == target_uuid and daemon.get("pipe_directory"):
-            return str(daemon["pipe_directory"])
-    return None
-
-
-def deployment_defrag_plan(deployment: Deployment) -> MovePlan:
-    """The fewest moves of other replicas that would let the next replica fit (a proposal)."""
-    return plan_moves(
-        fleet_snapshot(),
-        placement_request(deployment),
-        demand=placement_demand(deployment),
-        requests=placed_requests(),
-        demands=placed_demands(),
-    )
-
-
-def placed_demands() -> dict[tuple[str, int], Demand]:
-    """Each placed MIG and MPS replica's demand by the defrag planner's key (as
-    :func:`placed_requests`): the replicas a plan moves out of the way go only where they may
-    run (their runtime, labels, their team's reserved hosts)."""
-    rows = list(
-        Allocation.objects.placed()
-        .filter(kind__in=[RequestKind.MIG, RequestKind.MPS])
-        .select_related("deployment")
-    )
-    demands = placement_demands({a.deployment_id: a.deployment for a in rows}.values())
-    found: dict[tuple[str, int], Demand] = {}
-    for allocation in rows:
-        if allocation.kind == RequestKind.MPS:
-            found[("mps", allocation.pk)] = demands[allocation.deployment_id]
-        elif allocation.partition_id is not None:
-            found[("mig", allocation.partition_id)] = demands[allocation.deployment_id]
-    return found
-
-
-def placed_requests() -> dict[tuple[str, int], PlacementRequest]:
-    """Each placed MIG and MPS replica's request as its deployment declares it, by the defrag
-    planner's key (``("mig", partition)``, ``("mps", allocation)``): a MIG profile by name,
-    since its id names another profile on another product."""
-    found: dict[tuple[str, int], PlacementRequest] = {}
-    by_deployment: dict[int, PlacementRequest] = {}
-    rows = Allocation.objects.placed().filter(kind__in=[RequestKind.MIG, RequestKind.MPS])
-    for allocation in rows.select_related("deployment"):
-        deployment = allocation.deployment
-        if deployment.pk not in by_deployment:
-            by_deployment[deployment.pk] = placement_request(deployment)
-        if allocation.kind == RequestKind.MPS:
-            found[("mps", allocation.pk)] = by_deployment[deployment.pk]
-        elif allocation.partition_id is not None:
-            found[("mig", allocation.partition_id)] = by_deployment[deployment.pk]
-    return found

@@ -14,7 +14,7 @@ from django.db import models
 
 from fleet.allocations.models import AllocationState, Deployment, WorkloadState
 from fleet.allocations.quotas import quota_refusals
-from fleet.allocations.selectors import deployments_fit_now
+from fleet.allocations.rankings import deployments_fit_now
 
 
 class DeploymentStatus(models.TextChoices):

@@ -43,8 +43,8 @@ from rest_framework.decorators import api_view, renderer_classes
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 
-from fleet.allocations.capacity import fleet_capacity
 from fleet.allocations.models import Allocation, AllocationState, Deployment, WorkloadState
+from fleet.allocations.planning.capacity import fleet_capacity
 from fleet.api.limits import throttle_scope
 from fleet.core.models import Operation
 from fleet.inventory import refusals

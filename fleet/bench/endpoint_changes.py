@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleet.bench.api import Api
 from fleet.bench.processes import wait_until
-from fleet.bench.runtime import Api
 
 KINDS = ("move", "rollout", "drain", "kill-agent", "kill-replica")
 # The changes whose failed requests are the goal's "0 failed during changes".

@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from fleet.bench import endpoint_report
+from fleet.bench.api import Api
 from fleet.bench.endpoint_changes import KINDS, Scenario
 from fleet.bench.options import Options
 from fleet.bench.processes import free_port, terminate, wait_until
 from fleet.bench.replay import TRACE, load_trace, replay
-from fleet.bench.runtime import Api
 from fleet.bench.stack import BIN, ROOT, Stack
 
 PRODUCT_KEY = "h100-sxm5-80gb"

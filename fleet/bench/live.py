@@ -54,11 +54,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import os
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -71,12 +68,10 @@ from fleet.bench.browsers import DROP_AFTER_S, Browser, measure, update_gaps
 from fleet.bench.goals import DEFINITIONS, goals, load_frames
 from fleet.bench.options import Options
 from fleet.bench.processes import terminate
-from fleet.bench.stack import ROOT, Stack
+from fleet.bench.stack import Stack
 from fleet.bench.storm import CpuMeter, OfflineWatch, admitted, closes, moved, recovery
+from fleet.bench.swarms import sent_by_host, start_swarms, stop_swarms, swarm_configs
 from hostagent import protocol
-
-SWARM = [sys.executable, "-m", "hostagent.swarm"]
-
 
 # -- the run -------------------------------------------------------------------------------------
 
@@ -142,56 +137,6 @@ def _seed_here(options: Options, run: str) -> dict[str, Any]:
     )
 
 
-def _swarm_configs(
-    options: Options, urls: list[str], hosts: list[dict[str, Any]], workdir: Path
-) -> list[Path]:
-    per_server: list[list[dict[str, Any]]] = [[] for _ in urls]
-    for i, host in enumerate(hosts):
-        per_server[i % len(urls)].append(host)
-    processes = options.swarms or max(1, math.ceil(len(hosts) / 400))
-    processes = max(len(urls), processes)
-    configs = []
-    for s, (url, group) in enumerate(zip(urls, per_server, strict=True)):
-        share = max(1, round(processes / len(urls)))
-        size = max(1, math.ceil(len(group) / share))
-        for c, start in enumerate(range(0, len(group), size)):
-            path = workdir / f"swarm-{s}-{c}.json"
-            chunk = group[start : start + size]
-            path.write_text(
-                json.dumps(
-                    {
-                        "server": url,
-                        "interval_s": options.interval_s,
-                        # Agents that apply what they are given: replicas placed on them stay
-                        # where they are (refused items would fail their operations).
-                        "allow_mutation": options.replicas_to_place > 0,
-                        "hostname_prefix": f"bench-{s}-{c}",
-                        "hosts": [{"token": h["token"], "gpus": h["gpus"]} for h in chunk],
-                    }
-                )
-            )
-            path.chmod(0o600)
-            configs.append(path)
-    return configs
-
-
-def _start_swarms(
-    configs: list[Path], workdir: Path, env: dict[str, str], swarms: list[subprocess.Popen[bytes]]
-) -> None:
-    for config in configs:
-        log = (workdir / f"{config.stem}.log").open("ab")
-        swarms.append(
-            subprocess.Popen(
-                [*SWARM, str(config), "--stats", str(config.with_suffix(".stats"))],
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-
-
 async def _warm_up(
     options: Options, browsers: list[Browser], swarms: list[subprocess.Popen[bytes]], total: int
 ) -> tuple[bool, float]:
@@ -236,9 +181,9 @@ async def _drive(
         failed = [b.closed for b in browsers if not b.connections]
         if failed:
             raise RuntimeError(f"browser socket refused: {failed[0]}")
-        configs = _swarm_configs(options, urls, hosts, workdir)
+        configs = swarm_configs(options, urls, hosts, workdir)
         swarm_started = time.time()
-        _start_swarms(configs, workdir, env, swarms)
+        start_swarms(configs, workdir, env, swarms)
         if stack is not None and options.chosen_goal != "latency":
             watch = OfflineWatch(stack.database_url, [h["host_id"] for h in hosts]).start()
         options.log(
@@ -287,9 +232,9 @@ async def _drive(
         await asyncio.gather(*tasks, return_exceptions=True)
         if watch is not None:
             watch.stop()
-    stats = await asyncio.to_thread(_stop_swarms, swarms, workdir)
+    stats = await asyncio.to_thread(stop_swarms, swarms, workdir)
     after = await asyncio.to_thread(seed.placements, stack.database_url) if stack else {}
-    sent = _sent_by_host(stats, hosts)
+    sent = sent_by_host(stats, hosts)
     gpus_by_host = await asyncio.to_thread(_gpu_map, stack, [h["host_id"] for h in hosts], workdir)
     measured = measure(browsers=browsers, sent=sent, gpus_by_host=gpus_by_host, t0=t0, t1=t1)
     seconds = t1 - t0
@@ -371,35 +316,6 @@ def _pids(
         pids["redis"] = [stack.processes["redis"].pid]
         pids["postgres"] = stack.pg_backend_pids()
     return pids
-
-
-def _stop_swarms(swarms: list[subprocess.Popen[bytes]], workdir: Path) -> list[dict[str, Any]]:
-    for process in swarms:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    for process in swarms:
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-    stats = []
-    for path in sorted(workdir.glob("swarm-*.stats")):
-        with contextlib.suppress(OSError, ValueError):
-            stats.append(json.loads(path.read_text()))
-    return stats
-
-
-def _sent_by_host(
-    stats: list[dict[str, Any]], hosts: list[dict[str, Any]]
-) -> dict[int, list[float]]:
-    by_token = {h["token"]: int(h["host_id"]) for h in hosts}
-    sent: dict[int, list[float]] = {}
-    for stat in stats:
-        for host in stat["hosts"]:
-            if host["token"] in by_token:
-                sent[by_token[host["token"]]] = [float(t) for t in host["sent_ts"]]
-    return sent
 
 
 def _gpu_map(stack: Stack | None, host_ids: list[int], workdir: Path) -> dict[int, list[int]]:

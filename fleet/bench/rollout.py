@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fleet.bench.api import Api
 from fleet.bench.options import Options
 from fleet.bench.processes import terminate, wait_until
-from fleet.bench.runtime import Api
 from fleet.bench.stack import BIN, ROOT, Stack
 
 PRODUCT_KEY = "h100-sxm5-80gb"

@@ -102,7 +102,7 @@ def _raw_points(
 
 # The windows a GPU's history is served for, and the most points one answer holds.
 HISTORY_WINDOWS = {"1h": 3600, "24h": 86400, "7d": 7 * 86400}
-HISTORY_MAX_POINTS = 720  # as a replica's series (fleet.allocations.telemetry)
+HISTORY_MAX_POINTS = 720  # as a replica's series (fleet.allocations.accounting.telemetry)
 
 
 def gpu_history_series(

@@ -22,17 +22,10 @@ frame and changes nothing; an agent refused too often is disconnected.
 **Load.** The process's load level (:mod:`fleet.live.load`) reaches every agent socket as a
 ``pace`` message: past capacity, agents report telemetry every 2 s, then 3 s.
 
-Revoking the host token (or enrolling again) closes its sockets at once (``agent.revoke``
-through the host's group), and each socket re-checks its token every
-:data:`TOKEN_RECHECK_SECONDS` in case that message was lost (and right after admission, when it
-was admitted from the cache).
-
-**Token renewal** (:mod:`fleet.agents.host_tokens`): after the hello, and at each re-check, a
-token close to its expiry (or from before tokens expired, or the one a renewal replaced) is
-renewed and the new one sent down as ``host_token``; an admin's rotation reaches the socket as
-``agent.host_token`` and is forwarded the same way. From then on the socket checks the new
-token: the agent keeps this connection and uses the new token for its next one. A socket
-admitted with the new token retires the replaced one.
+**The host token** (:mod:`fleet.live.agent_token`): revoking it (or enrolling again) closes its
+sockets at once, and each socket re-checks it every :data:`TOKEN_RECHECK_SECONDS` in case that
+message was lost (and right after admission, when it was admitted from the cache); after the
+hello, and at each re-check, a token close to its expiry is renewed and the new one sent down.
 """
 
 from __future__ import annotations
@@ -49,17 +42,14 @@ from channels.db import database_sync_to_async
 
 from fleet.agents.delivery import desired_document
 from fleet.agents.discovery import WrongHost
-from fleet.agents.enrollment import TokenHolder, host_token_previous_forget
 from fleet.agents.guard import AgentGuard, Refused
-from fleet.agents.host_tokens import host_token_renew, renewal_due
 from fleet.agents.logs import agent_socket_closed, logs_answer_store
 from fleet.agents.messages import handle_message
 from fleet.agents.reports import agent_socket_replaced
 from fleet.core.events import agent_group, register_home_loop
-from fleet.core.tokens import hash_token
 from fleet.inventory import refusals
 from fleet.live.admission import CONTROL, admission, in_thread
-from fleet.live.base import LoopConsumer
+from fleet.live.agent_token import HostTokenConsumer, token_of
 from fleet.live.ingest import batcher
 from fleet.live.load import Level, monitor
 from fleet.live.presence import presence
@@ -84,39 +74,16 @@ CONTROL_QUEUE_MAX = 200
 RETRY_WHEN_UNKNOWN_S = 5.0
 
 
-def _token(scope: dict[str, Any]) -> str:
-    for name, value in scope.get("headers", []):
-        if name.lower() == b"authorization":
-            parts = value.decode("latin-1").split()
-            if len(parts) == 2 and parts[0].lower() == protocol.AUTH_SCHEME.lower():
-                return str(parts[1])
-    return ""
-
-
 def _flush_refusals() -> None:
     refusals.flush()
 
 
-class AgentConsumer(LoopConsumer):
-    host_id: int | None = None
+class AgentConsumer(HostTokenConsumer):
     host_created = 0.0
-    token = ""
-    token_hash = ""
-    token_checked_at = 0.0
-    # The token's expiry (Unix seconds; None: from before tokens expired), whether it is the
-    # one a renewal replaced, and whether it is the current one with a replaced one still
-    # accepted (see fleet.agents.enrollment.TokenHolder).
-    token_expires_at: float | None = None
-    token_previous = False
-    token_replaced = False
     opened_at = 0.0
     received = 0
     coalesced = 0
-    closing = False
     guard: AgentGuard
-    # A renewal and an admin's rotation reaching this socket at once: one at a time, so that
-    # the token the agent is sent last is one the server accepts (see agent_host_token).
-    _token_turn: asyncio.Lock
     _resyncing: asyncio.Task[None] | None = None
     _controller: asyncio.Task[None] | None = None
     _control: asyncio.Queue[protocol.UpMessage]
@@ -128,7 +95,7 @@ class AgentConsumer(LoopConsumer):
         if wait is not None:
             await self._retry_later(wait, "the server is past its capacity")
             return
-        self.token = _token(self.scope)
+        self.token = token_of(self.scope)
         try:
             holder, read_at = await door.authenticate(self.token)
         except Exception as error:  # the database is down: say when to come back
@@ -292,58 +259,6 @@ class AgentConsumer(LoopConsumer):
             return
         await self.send_json(refusal.frame())
 
-    async def _token_still_valid(self) -> bool:
-        assert self.host_id is not None
-        holder, self.token_checked_at = await admission().authenticate(self.token, fresh=True)
-        valid = holder is not None and (holder.host_id, holder.token_hash) == (
-            self.host_id,
-            self.token_hash,
-        )
-        if holder is None or not valid:
-            self.closing = True
-            await self.close(code=protocol.CLOSE_REVOKED)
-            return False
-        self._token_facts(holder)  # an admin's rotation may have made it the previous one
-        return True
-
-    # -- the host token's renewal ----------------------------------------------------------
-
-    def _token_facts(self, holder: TokenHolder) -> None:
-        self.token_expires_at = holder.expires_at
-        self.token_previous = holder.previous
-        self.token_replaced = holder.replaced
-
-    async def _retire_replaced_token(self) -> None:
-        """The agent came with its new token: the one it replaced is no longer accepted."""
-        assert self.host_id is not None
-        await in_thread(CONTROL, host_token_previous_forget)(self.host_id, self.token_hash)
-        admission().forget_host(self.host_id)  # this process's entry of the replaced one
-        self.token_replaced = False
-
-    async def _renew_token_if_due(self) -> None:
-        """Send the agent a new token when this one is close to its expiry (no query unless
-        it is): :func:`fleet.agents.host_tokens.host_token_renew`."""
-        async with self._token_turn:
-            due = renewal_due(self.token_expires_at, previous=self.token_previous, now=time.time())
-            if self.host_id is None or self.closing or not due:
-                return
-            renew = in_thread(CONTROL, host_token_renew)
-            message = await renew(host_id=self.host_id, token=self.token)
-            if message is None or self.host_id is None or self.closing:
-                return
-            admission().forget_host(self.host_id)
-            self._use_token(message)
-            logger.info("host %s: agent token renewed", self.host_id)
-            await self.send_json(message)
-
-    def _use_token(self, message: protocol.HostToken) -> None:
-        """This socket checks the token just sent to the agent from now on: the one the agent
-        will hold (the last sent wins, on both ends)."""
-        self.token = message["token"]
-        self.token_hash = hash_token(self.token)
-        self.token_expires_at = message["expires_at"]
-        self.token_previous = self.token_replaced = False
-
     # -- down ----------------------------------------------------------------------------
 
     def _resync(self) -> None:
@@ -396,27 +311,6 @@ class AgentConsumer(LoopConsumer):
         await self.close(code=protocol.CLOSE_REPLACED)
         await in_thread(CONTROL, agent_socket_replaced)(host_id)
         await self.channel_layer.group_discard(agent_group(host_id), self.channel_name)
-
-    async def agent_host_token(self, event: dict[str, Any]) -> None:
-        """An admin rotated the host token (through the group): hand the agent the new one,
-        unless a renewal of this socket replaced it meanwhile (the agent has that one)."""
-        if self.host_id is None or self.closing:
-            return
-        message: protocol.HostToken = event["message"]
-        async with self._token_turn:
-            admission().forget_host(self.host_id)
-            holder, _ = await admission().authenticate(message["token"], fresh=True)
-            if holder is None or holder.previous or holder.host_id != self.host_id:
-                return
-            self._use_token(message)
-            await self.send_json(message)
-
-    async def agent_revoke(self, event: dict[str, Any]) -> None:
-        """The host token was revoked or rotated: close unless this socket's token still holds
-        (it connected with the new one)."""
-        if self.host_id is not None:
-            admission().forget_host(self.host_id)
-            await self._token_still_valid()
 
 
 _flush_pending = False

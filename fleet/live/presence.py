@@ -3,7 +3,7 @@ telemetry.
 
 Every message an agent sends says its host is alive. Sockets note it here (a dictionary write on
 the event loop) and one task per process writes every host heard since the last second: one
-``UPDATE … WHERE id IN (…)`` for ``last_seen_at`` (:func:`fleet.agents.ingest.hosts_touch`,
+``UPDATE … WHERE id IN (…)`` for ``last_seen_at`` (:func:`fleet.agents.last_seen.hosts_touch`,
 which also brings offline hosts back) and one cache round trip for the socket markers the logs
 API reads (:func:`fleet.agents.logs.agent_sockets_open`). It runs on the control threads
 (:data:`fleet.live.admission.CONTROL`), never behind telemetry batches or hellos: a server past
@@ -17,7 +17,7 @@ import logging
 import time
 import weakref
 
-from fleet.agents.ingest import hosts_touch
+from fleet.agents.last_seen import hosts_touch
 from fleet.agents.logs import SOCKET_REFRESH_S, agent_sockets_open
 from fleet.live.admission import CONTROL, in_thread
 

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from fleet.mig.capacity import ProfileCapacity, max_new_instances, profile_capacity
 from fleet.mig.catalog import PRODUCTS, Placement, Product, Profile, find_product, product_by_key
-from fleet.mig.migparted import (
+from fleet.mig.migparted.convert import layout_to_migparted, migparted_to_layout, render_migparted
+from fleet.mig.migparted.parse import parse_migparted
+from fleet.mig.migparted.spec import (
     MigConfigSpec,
     MigPartedConfig,
     MigPartedError,
     device_filter_id,
-    layout_to_migparted,
-    migparted_to_layout,
-    parse_migparted,
-    render_migparted,
 )
 from fleet.mig.notation import NotationError, format_instances, parse_instances
 from fleet.mig.planning import (

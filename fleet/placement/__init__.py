@@ -21,8 +21,8 @@ from fleet.placement.fit import (
     gpu_options,
     rank,
 )
+from fleet.placement.hostfit import rank_host_only
 from fleet.placement.mix import NEUTRAL_MIX, MixLearner, RequestMix, RequestShape, shape_of
-from fleet.placement.mixfit import rank_host_only
 from fleet.placement.simulate import Reason, Turns, apply_target, main_reasons, place_in_turn
 from fleet.placement.snapshot import (
     Demand,

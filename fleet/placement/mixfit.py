@@ -27,7 +27,6 @@ from fleet.placement.snapshot import (
     FleetSnapshot,
     GpuState,
     HostGroup,
-    HostState,
     MigRequest,
     PlacementRequest,
     WholeGpuRequest,
@@ -63,7 +62,7 @@ def rank_product(
     scorer = scorer_for(mix)
     if isinstance(request, MpsRequest) and not rules.request_valid(request):
         return Ranking.deferred(None, tuple, refusals)
-    slot = scorer.slot_of((request_key(request), _demand_key(demand)))
+    slot = scorer.slot_of((request_key(request), demand_key(demand)))
     best: _Entry | None = None
     best_key = _WORST
     entries: list[tuple[_Entry | _Lazy, HostGroup]] = []
@@ -149,52 +148,12 @@ def gpu_targets(
     return [_target(i) for i, _ in items]
 
 
-def rank_host_only(
-    snapshot: FleetSnapshot, demand: Demand, mix: RequestMix | None
-) -> HostState | None:
-    """The host where taking only ``demand``'s CPU and memory fragments least; ``None`` when no
-    host has room. Ties go to the first in the snapshot's order (the host groups' order, or the
-    hosts' when some host has no GPU). The product places no such request; the trace benchmark
-    places its CPU-only pods with it."""
-    scorer = scorer_for(mix)
-    slot = scorer.slot_of(("host", _demand_key(demand)))
-    groups: list[HostGroup | None] = list(snapshot.host_groups)
-    hosts = [g.host for g in snapshot.host_groups]
-    if len(groups) != len(snapshot.hosts) or any(h is None for h in hosts):
-        hosts = list(snapshot.hosts)
-        groups = [snapshot.group(h.id) for h in snapshot.hosts]
-    best: tuple[int, HostState] | None = None
-    for host, group in zip(hosts, groups, strict=True):
-        if host is None or rules.avoided(host, demand):
-            continue
-        memo = group.memo if group is not None else {}
-        score = memo.get(slot)
-        if score is None:
-            score = memo[slot] = _host_only_score(scorer, host, group, demand)
-        if score >= 0 and (best is None or score > best[0]):
-            best = (score, host)
-    return None if best is None else best[1]
-
-
-def _host_only_score(
-    scorer: Fragmentation, host: HostState, group: HostGroup | None, demand: Demand
-) -> int:
-    if not rules.host_takes(host, demand):
-        return -1
-    if group is None:
-        key: HostKey = (host.cpu_free_milli, host.memory_free_mib, ())
-        state = (intern(key), key)
-    else:
-        state = _host_state(scorer, group)
-    return scorer.delta_score(state, (), (), demand.cpu_milli, demand.host_memory_mib)
-
-
 def _target(item: Item) -> Target:
     score, _, _, gpu_id, partition_id, instance, gpu_ids = item
     return Target(gpu_id, partition_id, instance, float(score), gpu_ids)
 
 
-def _demand_key(demand: Demand | None) -> tuple[Any, ...]:
+def demand_key(demand: Demand | None) -> tuple[Any, ...]:
     if demand is None:
         return ()
     return (
@@ -208,7 +167,7 @@ def _demand_key(demand: Demand | None) -> tuple[Any, ...]:
     )
 
 
-def _host_state(scorer: Fragmentation, group: HostGroup) -> tuple[int, HostKey]:
+def host_state(scorer: Fragmentation, group: HostGroup) -> tuple[int, HostKey]:
     """The group's host state: its id and key (memoised on the group, whatever the mix)."""
     state = group.memo.get(_HOST_STATE)
     if state is None:
@@ -326,7 +285,7 @@ def _gpu_items(
         return []
     if scores is None:
         scores = {}
-    state = _host_state(scorer, group)
+    state = host_state(scorer, group)
     sig = gpu_sig(gpu)
     cpu, memory = (demand.cpu_milli, demand.host_memory_mib) if demand is not None else (0, 0)
     bonus = int(FREE_PARTITION_BONUS) if isinstance(request, MigRequest) else 0
@@ -397,7 +356,7 @@ def _whole_entry(
             scorer.remember((fid, slot), -1)
         return None
     old = tuple(gpu_sig(gpu) for _, gpu in chosen)
-    state = _host_state(scorer, group)
+    state = host_state(scorer, group)
     cpu, memory = (demand.cpu_milli, demand.host_memory_mib) if demand is not None else (0, 0)
     score = scorer.delta_score(state, old, (FULL_SIG,) * len(chosen), cpu, memory)
     free = {gpu_sig(gpu) for gpu in group.gpus if rules.whole_free(gpu, demand)}

@@ -15,8 +15,8 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from fleet.allocations.accounting.telemetry import WINDOWS, replica_series
 from fleet.allocations.models import Allocation, AllocationState, Deployment
-from fleet.allocations.telemetry import WINDOWS, replica_series
 from fleet.core.roles import Role
 from fleet.core.teams import can_see_spec
 from fleet.web import charts, selectors

@@ -1,7 +1,7 @@
 """The deployments tray: each card with what fits now of its unplaced replicas, and where.
 
 The engine answers for every deployment of the tray on one fleet snapshot
-(:func:`fleet.allocations.selectors.deployments_fit_now`); this module says its best target in
+(:func:`fleet.allocations.rankings.deployments_fit_now`); this module says its best target in
 words (host / GPU / slice) and its main refusal, for the first render and every tray fragment.
 """
 
@@ -15,7 +15,7 @@ from django.http import HttpRequest
 
 from fleet.allocations.models import Deployment, RequestKind
 from fleet.allocations.quotas import quota_refusals
-from fleet.allocations.selectors import FitNow, deployments_fit_now
+from fleet.allocations.rankings import FitNow, deployments_fit_now
 from fleet.allocations.states import replica_counts
 from fleet.core.models import Team
 from fleet.core.roles import Role, role_of

@@ -15,8 +15,8 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from fleet.allocations.advice import waiting_replica_count
-from fleet.allocations.capacity import CapacityPayload, ProductPayload, fleet_capacity
+from fleet.allocations.planning.advice import waiting_replica_count
+from fleet.allocations.planning.capacity import CapacityPayload, ProductPayload, fleet_capacity
 from fleet.allocations.states import DeploymentStatus, deployment_statuses
 from fleet.core.roles import Role
 from fleet.mig import product_by_key

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from fleet.allocations.usage import GROUPS, Window, timeline, usage_report, usage_window
+from fleet.allocations.accounting.usage import GROUPS, Window, timeline, usage_report, usage_window
 from fleet.core.roles import Role
 from fleet.web.access import role_required
 from fleet.web.views import page_context

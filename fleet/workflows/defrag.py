@@ -28,8 +28,8 @@ from django.utils import timezone
 from fleet.allocations.autoplace import deployment_autoplace
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.moves import allocation_move
-from fleet.allocations.repack_plans import step_of
-from fleet.allocations.selectors import deployment_defrag_plan
+from fleet.allocations.planning.repack_plans import step_of
+from fleet.allocations.rankings import deployment_defrag_plan
 from fleet.allocations.services import lock_deployment
 from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.jobs import advance_after_commit

@@ -1,5 +1,5 @@
 """Repack: empty whole GPUs of one product by moving the fewest replicas, and apply the plan
-(:func:`fleet.allocations.repack_plans.capacity_repack_plan`).
+(:func:`fleet.allocations.planning.repack_plans.capacity_repack_plan`).
 
 :func:`capacity_repack_apply` records one ``repack`` operation whose ``plan`` holds one group of
 steps per GPU to empty, in the plan's order; each step is a defrag step
@@ -17,7 +17,7 @@ from typing import Any, Literal
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.allocations.repack_plans import capacity_repack_plan, step_of
+from fleet.allocations.planning.repack_plans import capacity_repack_plan, step_of
 from fleet.core.errors import Conflict
 from fleet.core.events import publish_changed
 from fleet.core.jobs import advance_after_commit

@@ -10,7 +10,7 @@ from fleet.agents.discovery import agent_hello
 from fleet.agents.documents import host_desired_state
 from fleet.agents.enrollment import host_issue_token
 from fleet.allocations.models import Allocation
-from fleet.allocations.selectors import deployment_defrag_plan
+from fleet.allocations.rankings import deployment_defrag_plan
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.errors import Conflict
 from fleet.core.models import Operation

@@ -16,7 +16,8 @@ from fleet.allocations.maintenance import (
     host_uncordon,
 )
 from fleet.allocations.models import Allocation, AllocationState
-from fleet.allocations.selectors import deployment_ranking, fleet_snapshot
+from fleet.allocations.rankings import deployment_ranking
+from fleet.allocations.selectors import fleet_snapshot
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.errors import Conflict, ServiceError
 from fleet.core.models import Operation, OperationStatus

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from fleet.allocations.autoplace import deployment_autoplace
 from fleet.allocations.models import Allocation, Deployment
-from fleet.allocations.selectors import deployment_ranking, request_mix
+from fleet.allocations.rankings import deployment_ranking
+from fleet.allocations.selectors import request_mix
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.errors import ServiceError
 from fleet.inventory.models import Gpu, GpuHealth

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
+from fleet.allocations.accounting.usage import Window, usage_report
 from fleet.allocations.models import Allocation, Deployment, UsageInterval
 from fleet.allocations.ownership import deployment_set_team
 from fleet.allocations.quotas import QuotaExceeded
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
-from fleet.allocations.usage import Window, usage_report
 from fleet.core.models import Operation
 from fleet.core.teams import team_create, team_quota_set
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
-from tests.allocations.test_usage import at, clock
+from tests.allocations.accounting.test_usage import at, clock
 from tests.factories import GpuFactory
 from tests.helpers import snapshot_rows
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fleet.allocations import advice
+from fleet.allocations.planning import advice
 from tests.factories import GpuFactory
 from tests.helpers import assert_error
 

@@ -12,7 +12,8 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import pytest
 from rest_framework import serializers
 
-from fleet.allocations import advice, capacity, telemetry
+from fleet.allocations.accounting import telemetry
+from fleet.allocations.planning import advice, capacity
 from fleet.api.resources.allocations import serializers as allocations
 from fleet.api.resources.capacity import serializers as cap
 from fleet.api.resources.policies.serializers import PolicySerializer

@@ -22,7 +22,7 @@ NOW = timezone.now()
 @pytest.fixture(autouse=True)
 def fixed_now():  # type: ignore[no-untyped-def]
     """The report's now is the history's now (open intervals count until it)."""
-    with mock.patch("fleet.allocations.usage.timezone.now", return_value=NOW):
+    with mock.patch("fleet.allocations.accounting.usage.timezone.now", return_value=NOW):
         yield
 
 

@@ -298,7 +298,7 @@ def test_signature_is_hmac_sha256_of_timestamp_and_body():
 
 
 def test_a_host_back_and_a_replica_entering_a_crash_loop_raise_alerts():
-    from fleet.agents.ingest import hosts_seen
+    from fleet.agents.last_seen import hosts_seen
     from fleet.allocations.models import Allocation
     from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
     from fleet.allocations.workloads import workloads_record

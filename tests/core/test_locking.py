@@ -10,7 +10,7 @@ import time
 import pytest
 from django.db import connection, transaction
 
-from fleet.agents.ingest import hosts_seen
+from fleet.agents.last_seen import hosts_seen
 from fleet.core.locking import lock_available
 from fleet.inventory.models import Host
 from fleet.inventory.services import host_create

@@ -15,7 +15,7 @@ from fleet.mig import (
     parse_migparted,
     plan_layout,
 )
-from fleet.mig.migparted import (
+from fleet.mig.migparted.parse import (
     MAX_CONFIGS,
     MAX_COUNT,
     MAX_DEVICES,

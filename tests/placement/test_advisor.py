@@ -7,16 +7,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleet.mig import Instance, product_by_key, valid_layouts, validate_layout
-from fleet.placement import advisor
-from fleet.placement.advisor import (
+from fleet.placement.advisor import solver
+from fleet.placement.advisor.groups import advise_groups
+from fleet.placement.advisor.problem import mps_instance_capacity
+from fleet.placement.advisor.solver import advise
+from fleet.placement.advisor.values import (
     AdvisorGpu,
     ExistingInstance,
     WaitingGroup,
     WaitingMig,
     WaitingMps,
-    advise,
-    advise_groups,
-    mps_instance_capacity,
 )
 
 H100 = product_by_key("h100-sxm5-80gb")
@@ -102,7 +102,7 @@ def test_mps_replicas_run_in_new_instances_that_run_mps():
 
 
 def test_without_ortools_the_greedy_plan_is_the_answer(monkeypatch):
-    monkeypatch.setattr(advisor, "load_cp_model", lambda: None)
+    monkeypatch.setattr(solver, "load_cp_model", lambda: None)
     advice = advise([AdvisorGpu(1, H100)], [WaitingMig("big", P7, 2)])
     assert advice.status == "heuristic"
     assert advice.placed == {"big": 1}

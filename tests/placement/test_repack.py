@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from fleet.mig import Instance, product_by_key, valid_layouts, validate_layout
 from fleet.mps import MpsRequest
-from fleet.placement import repack
 from fleet.placement.defrag import plan_free_gpus
 from fleet.placement.fit import eligibility
-from fleet.placement.repack import plan_repack
+from fleet.placement.repack import solver as repack_solver
+from fleet.placement.repack.solver import plan_repack
 from fleet.placement.snapshot import (
     Demand,
     FleetSnapshot,
@@ -148,7 +148,7 @@ def test_mps_clients_respect_the_memory_left_on_their_targets() -> None:
 def test_without_ortools_the_greedy_plan_answers_and_says_so() -> None:
     snapshot = fleet(mig_gpu(1, (19, 0, True)), mig_gpu(2, (5, 0, True)))
 
-    with mock.patch.object(repack, "load_cp_model", return_value=None):
+    with mock.patch.object(repack_solver, "load_cp_model", return_value=None):
         plan = plan_repack(snapshot, H100, 1)
 
     assert plan.feasible and plan.method == "greedy" and plan.status == "not_installed"

@@ -10,7 +10,7 @@ from django.db import transaction
 
 from fleet.allocations.autoplace import deployment_place_all
 from fleet.allocations.models import Deployment
-from fleet.allocations.selectors import FitNow, deployments_fit_now
+from fleet.allocations.rankings import FitNow, deployments_fit_now
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.commands.demo_fleet import seed_demo_fleet
 from fleet.core.errors import ServiceError

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from fleet.allocations.accounting.usage import Window, usage_window
 from fleet.allocations.models import UsageInterval
-from fleet.allocations.usage import Window, usage_window
 from fleet.web.views_usage import HEIGHT, stacked_bands
 
 pytestmark = pytest.mark.django_db

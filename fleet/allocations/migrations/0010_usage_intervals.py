@@ -47,7 +47,7 @@ def open_existing(apps, schema_editor):  # type: ignore[no-untyped-def]
     """Existing allocations open their intervals now (their earlier history is unknown)."""
     from django.utils import timezone
 
-    from fleet.allocations.usage import interval_fields
+    from fleet.allocations.accounting.usage import interval_fields
 
     Allocation = apps.get_model("allocations", "Allocation")
     UsageInterval = apps.get_model("allocations", "UsageInterval")

@@ -34,7 +34,8 @@ sample) is 10k writes/s, more than a small PostgreSQL and one ASGI process can a
 * **Replicas** (:mod:`~fleet.inventory.telemetry.replicas`): each tick's values of the replicas
   on a host's GPUs (derived by :mod:`fleet.agents.ingest`) go in the same pipeline, packed 16
   bytes a point under ``rraw:<host id>:<minute>``, kept as long as the GPUs' raw points; their
-  minutes are rolled up by :mod:`fleet.allocations.telemetry` (this floor knows only ids).
+  minutes are rolled up by :mod:`fleet.allocations.accounting.telemetry` (this floor knows only
+  ids).
 
 ``None`` is kept as ``None`` everywhere (NVML had no value); it is never stored as 0.
 """

@@ -10,8 +10,8 @@ lower bound), in two states:
   (one running replica each) and the waiting ones.
 * ``cold``: every job alive at the compute peak waits, on empty GPUs.
 
-Each goes to :func:`fleet.placement.advisor.advise`: how close to the solver's bound it gets, and
-how fast.
+Each goes to :func:`fleet.placement.advisor.solver.advise`: how close to the solver's bound it
+gets, and how fast.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 from typing import TypedDict
 
 from fleet.mig import Instance, Product
-from fleet.placement.advisor import AdvisorGpu, ExistingInstance, WaitingMig, advise
+from fleet.placement.advisor.solver import advise
+from fleet.placement.advisor.values import AdvisorGpu, ExistingInstance, WaitingMig
 from fleet.placement.benchmarks.migbench import (
     TIGHT_FLEET,
     MigJob,

@@ -11,8 +11,8 @@ from fleet.placement.benchmarks.adapter import TraceFleet, trace_demand, trace_r
 from fleet.placement.benchmarks.cluster import Cluster, Placement
 from fleet.placement.benchmarks.trace import TraceNode, TracePod
 from fleet.placement.fit import rank
+from fleet.placement.hostfit import rank_host_only
 from fleet.placement.mix import MixLearner, shape_of
-from fleet.placement.mixfit import rank_host_only
 
 
 class ProductPolicy:

@@ -5,8 +5,8 @@ A fleet is hosts of 8 GPUs, three in four H100 and the rest A100 80GB (MIG profi
 names), each GPU in MIG mode (half: a random maximal layout with some instances kept, most of
 them busy), MPS mode (a third: up to four clients) or dedicated (the rest: a third of them
 taken); a ``dense`` fleet keeps more instances and up to six clients. For each fleet and
-count, :func:`fleet.placement.repack.plan_repack` is asked to empty that many H100s, once with
-CP-SAT and once greedy (``use_solver=False``): cost (replicas moved), bound, status and wall
+count, :func:`fleet.placement.repack.solver.plan_repack` is asked to empty that many H100s, once
+with CP-SAT and once greedy (``use_solver=False``): cost (replicas moved), bound, status and wall
 time. The clock is passed in (the package reads none).
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from fleet.mig import maximal_layouts, product_by_key
 from fleet.mps import MpsRequest
-from fleet.placement.repack import plan_repack
+from fleet.placement.repack.solver import plan_repack
 from fleet.placement.snapshot import FleetSnapshot, GpuState, HostState, MigPartition
 
 GPUS_PER_HOST = 8

@@ -8,10 +8,10 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from fleet.allocations.accounting.telemetry import MAX_POINTS, WINDOWS
+from fleet.allocations.environment import allocation_environment
 from fleet.allocations.models import Allocation
 from fleet.allocations.ports import allocation_address, allocation_ports, allocation_ready
-from fleet.allocations.selectors import allocation_environment
-from fleet.allocations.telemetry import MAX_POINTS, WINDOWS
 from fleet.allocations.workloads import workload_of
 from fleet.api.fields import IdField
 from fleet.api.permissions import reader_sees_spec

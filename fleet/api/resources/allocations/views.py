@@ -11,9 +11,9 @@ from rest_framework.response import Response
 
 from fleet.agents.logs import WAIT_S
 from fleet.agents.logs import allocation_logs as replica_logs
+from fleet.allocations.accounting.telemetry import replica_series
 from fleet.allocations.models import Allocation
 from fleet.allocations.moves import allocation_move
-from fleet.allocations.telemetry import replica_series
 from fleet.api.common import ReadViewSet, documented_reads, error_responses, parse_id, validated
 from fleet.api.filters import AllocationFilter
 from fleet.api.permissions import authorize_allocation, authorize_replica_read

@@ -18,9 +18,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 
-from fleet.allocations import advice
-from fleet.allocations.capacity import fleet_capacity
-from fleet.allocations.repack_plans import capacity_repack_plan, fleet_products, repack_payload
+from fleet.allocations.planning import advice
+from fleet.allocations.planning.capacity import fleet_capacity
+from fleet.allocations.planning.repack_plans import (
+    capacity_repack_plan,
+    fleet_products,
+    repack_payload,
+)
 from fleet.api.common import error_responses
 from fleet.api.limits import _FailOpen, throttle_scope
 from fleet.api.permissions import OperatorRole
@@ -36,7 +40,7 @@ from fleet.api.resources.capacity.serializers import (
 )
 from fleet.api.resources.operations.serializers import OperationSerializer
 from fleet.core.errors import ServiceError
-from fleet.placement.advisor import DEFAULT_TIME_LIMIT_S
+from fleet.placement.advisor.values import DEFAULT_TIME_LIMIT_S
 from fleet.workflows.repack import capacity_repack_apply
 
 

@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from fleet.api.fields import BoundedListField, IdField
 from fleet.inventory.models import SharingMode
-from fleet.mig.migparted import MAX_TEXT_CHARS
+from fleet.mig.migparted.parse import MAX_TEXT_CHARS
 from fleet.mps import MAX_CLIENTS_PER_GPU, MAX_COMPUTE_PERCENT
 
 

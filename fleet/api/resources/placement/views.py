@@ -17,7 +17,7 @@ from fleet.allocations import services as allocation_services
 from fleet.allocations.autoplace import deployment_place_all
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.quotas import quota_refusal
-from fleet.allocations.selectors import deployment_defrag_plan, deployment_ranking
+from fleet.allocations.rankings import deployment_defrag_plan, deployment_ranking
 from fleet.api.common import error_responses, parse_id, validated
 from fleet.api.limits import throttle_scope
 from fleet.api.permissions import authorize_deployment

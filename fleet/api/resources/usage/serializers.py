@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from fleet.allocations.usage import GROUPS
+from fleet.allocations.accounting.usage import GROUPS
 
 UNIT_HELP = {
     "mig_slice_hours": "MIG compute-slice-hours (a 3g profile for 2 h: 6).",

@@ -1,5 +1,5 @@
 """``GET /usage``: chargeback sums per team, deployment or product over a window, as JSON or
-CSV (:mod:`fleet.allocations.usage`)."""
+CSV (:mod:`fleet.allocations.accounting.usage`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleet.allocations.usage import UNITS, usage_report, usage_window
+from fleet.allocations.accounting.usage import UNITS, usage_report, usage_window
 from fleet.api.common import error_responses
 from fleet.api.export import CsvRenderer, _cell, csv_writer
 from fleet.api.resources.usage.serializers import UsageQuerySerializer, UsageReportSerializer

@@ -8,7 +8,8 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from fleet.bench.runtime import RuntimeOptions, run_runtime_bench
+from fleet.bench.runtime.options import RuntimeOptions
+from fleet.bench.runtime.run import run_runtime_bench
 from fleet.commands.bench import StackBenchCommand
 
 

@@ -14,14 +14,14 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from fleet.agents import ingest
-from fleet.allocations.models import ReplicaSample
-from fleet.allocations.telemetry import (
+from fleet.agents import gpu_maps, ingest
+from fleet.allocations.accounting.telemetry import (
     bucket_seconds,
     replica_retention,
     replica_rollup,
     replica_series,
 )
+from fleet.allocations.models import ReplicaSample
 from fleet.inventory.telemetry import (
     HostRecord,
     MemoryStore,
@@ -102,7 +102,7 @@ def test_the_replica_map_is_cached_until_the_host_is_forgotten(fleet, mem_store)
     Allocation.objects.filter(pk=fleet.mps_b.pk).delete()  # released, the agent not told yet
     ingest_tick(fleet, busy_tick(fleet, now + 1))
     assert fleet.mps_b.pk in stored(mem_store, fleet.host.pk, now + 1)  # cached
-    ingest.forget_host(fleet.host.pk)  # what an ack's observed GPUs do once committed
+    gpu_maps.forget_host(fleet.host.pk)  # what an ack's observed GPUs do once committed
     mem_store.clear()
     ingest_tick(fleet, busy_tick(fleet, now + 2))
     measured = stored(mem_store, fleet.host.pk, now + 2)

@@ -1,10 +1,11 @@
 """The plans a defrag and a repack carry out, as the API, the capacity page and the workflows
 (:mod:`fleet.workflows.defrag`, :mod:`fleet.workflows.repack`) read them.
 
-:func:`capacity_repack_plan` asks the pure planner (:func:`fleet.placement.repack.plan_repack`:
-CP-SAT, the greedy plan as fallback) with what the database knows beside the snapshot: each
-replica's demand (host runtime, labels) and the GPUs it cannot empty (a replica spanning several
-GPUs, a move in progress). :func:`step_of` turns one planned move into the step a workflow runs.
+:func:`capacity_repack_plan` asks the pure planner
+(:func:`fleet.placement.repack.solver.plan_repack`: CP-SAT, the greedy plan as fallback) with
+what the database knows beside the snapshot: each replica's demand (host runtime, labels) and
+the GPUs it cannot empty (a replica spanning several GPUs, a move in progress).
+:func:`step_of` turns one planned move into the step a workflow runs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from fleet.allocations.models import Allocation, RequestKind
 from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_request
 from fleet.inventory.models import Gpu
 from fleet.placement import Demand, Move, PlacementRequest
-from fleet.placement.repack import DEFAULT_TIME_LIMIT_S, RepackPlan, ReplicaKey, plan_repack
+from fleet.placement.repack.solver import plan_repack
+from fleet.placement.repack.values import DEFAULT_TIME_LIMIT_S, RepackPlan, ReplicaKey
 
 
 def _placed_in(partition_id: int) -> int | None:

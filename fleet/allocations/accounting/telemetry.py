@@ -2,7 +2,7 @@
 in ``ReplicaSample`` rows for a week, and the series one replica shows for a window.
 
 The points are derived at ingest from the ticks the agents already send
-(:func:`fleet.agents.ingest.replica_ticks`); the rollup and retention run in the same beat tasks
+(:func:`fleet.agents.gpu_maps.replica_ticks`); the rollup and retention run in the same beat tasks
 as the GPUs'. ``None`` is kept as ``None`` (no value that second), never turned into 0.
 """
 

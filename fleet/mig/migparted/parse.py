@@ -1,55 +1,23 @@
-"""nvidia-mig-parted configuration files (``api/spec/v1``): parse, render, and convert to layouts.
-
-Schema (facts §5.1)::
-
-    version: v1
-    mig-configs:
-      <config name>:
-        - device-filter: ["0x20B010DE"]   # optional, string or list, "0x<DEVICE><VENDOR>"
-          devices: all                    # required: "all" or a list of GPU indices
-          mig-enabled: true               # required
-          mig-devices: {"1g.5gb": 7}      # required when enabled ({} = none); empty when disabled
-
-mig-parted keeps counts, not placements: ``nvidia-mig-parted apply`` recreates every instance and
-lets the driver place them. :func:`migparted_to_layout` chooses placements with
-:func:`fleet.mig.planning.plan_layout` instead.
-
-Documents come from users, so their size is bounded before any work: the text length, the number
-of configs, entries, devices and profiles, and each count (no GPU holds more than
-:data:`MAX_COUNT` instances). YAML anchors and aliases are refused: an alias lets a short text
-stand for a huge document.
-"""
+"""Reading a mig-parted file: bounded before any work (text length, configs, entries, devices,
+profiles, counts), YAML anchors and aliases refused, and validated against the v1 schema as
+``nvidia-mig-parted apply -f`` does."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence, Sized
-from dataclasses import dataclass
+from collections.abc import Sized
 from itertools import accumulate
 from typing import Any
 
 import yaml
 
-from fleet.domain import Violation
 from fleet.mig.catalog import PRODUCTS
-from fleet.mig.model import Product
-from fleet.mig.planning import plan_layout, too_many_instances
-from fleet.mig.rules import (
-    DEVICE_FILTER_MISMATCH,
-    NOT_SUPPORTED,
-    Instance,
-    resolve,
-    unknown_profile,
-    validate_layout,
-)
-
-SPEC_VERSION = "v1"
+from fleet.mig.migparted.spec import SPEC_VERSION, MigConfigSpec, MigPartedConfig, MigPartedError
 
 # go-nvlib's profile grammar: <g>g.<gb>gb or <c>c.<g>g.<gb>gb, with an optional attribute (§5.1).
 _PROFILE_RE = re.compile(r"^(?:\d+c\.)?\d+g\.\d+gb(?:\+me\.all|\+me|\+gfx|-me)?$")
 _FILTER_RE = re.compile(r"^0x[0-9A-F]{8}$")
 _SPEC_KEYS = frozenset({"devices", "mig-enabled", "mig-devices", "device-filter"})
-_NVIDIA_VENDOR = "10DE"
 
 # Bounds on a document. NVIDIA's own default config (deployments/systemd/config-default.yaml) is
 # about 9.5 KB with 70 configs of at most 10 entries, so these leave ample room.
@@ -65,70 +33,6 @@ _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _MAX_SLOW_FLOW_DEPTH = 32
 _NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
 _NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
-
-
-class MigPartedError(ValueError):
-    """A mig-parted document that does not follow the v1 schema.
-
-    Attributes:
-        message: what is wrong, for people.
-        details: where (config name, entry index, key).
-    """
-
-    def __init__(self, message: str, details: Mapping[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = dict(details or {})
-
-
-@dataclass(frozen=True)
-class MigConfigSpec:
-    """One entry of a named config (Go ``MigConfigSpec``).
-
-    Attributes:
-        devices: ``"all"`` or GPU indices.
-        mig_enabled: whether MIG mode is on for these GPUs.
-        mig_devices: (profile name, count) pairs in document order.
-        device_filter: ``0x<DEVICE><VENDOR>`` ids (upper-case hex) the entry applies to;
-            empty means any GPU.
-    """
-
-    devices: str | tuple[int, ...] = "all"
-    mig_enabled: bool = True
-    mig_devices: tuple[tuple[str, int], ...] = ()
-    device_filter: tuple[str, ...] = ()
-
-    def counts(self) -> dict[str, int]:
-        """``mig-devices`` as a dict."""
-        return dict(self.mig_devices)
-
-    def applies_to(self, product: Product) -> bool:
-        """Whether the device filter (if any) matches one of the product's PCI ids."""
-        if not self.device_filter:
-            return True
-        return any(device_filter_id(d) in self.device_filter for d in product.pci_device_ids)
-
-
-@dataclass(frozen=True)
-class MigPartedConfig:
-    """A whole mig-parted file (Go ``Spec``).
-
-    Attributes:
-        mig_configs: (config name, entries) pairs in document order.
-        version: always ``v1``.
-    """
-
-    mig_configs: tuple[tuple[str, tuple[MigConfigSpec, ...]], ...]
-    version: str = SPEC_VERSION
-
-    def config(self, name: str) -> tuple[MigConfigSpec, ...] | None:
-        """The entries of a named config (what ``nvidia-mig-parted apply -c <name>`` selects)."""
-        return dict(self.mig_configs).get(name)
-
-
-def device_filter_id(pci_device_id: int) -> str:
-    """The mig-parted form of a 16-bit device id: ``0x20B0`` -> ``"0x20B010DE"``."""
-    return f"0x{pci_device_id:04X}{_NVIDIA_VENDOR}"
 
 
 def parse_migparted(text: str) -> MigPartedConfig:
@@ -338,116 +242,3 @@ def _normalize_filter(item: object) -> str:
     if isinstance(item, str) and item[:2].lower() == "0x":
         return "0x" + item[2:].upper()
     return ""
-
-
-def render_migparted(config: MigPartedConfig) -> str:
-    """The config as mig-parted YAML (``nvidia-mig-parted export`` style); parses back equal."""
-    document = {
-        "version": config.version,
-        "mig-configs": {
-            name: [_render_spec(spec) for spec in entries] for name, entries in config.mig_configs
-        },
-    }
-    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
-
-
-def _render_spec(spec: MigConfigSpec) -> dict[str, Any]:
-    rendered: dict[str, Any] = {}
-    if spec.device_filter:
-        rendered["device-filter"] = list(spec.device_filter)
-    rendered["devices"] = spec.devices if isinstance(spec.devices, str) else list(spec.devices)
-    rendered["mig-enabled"] = spec.mig_enabled
-    if spec.mig_enabled:
-        rendered["mig-devices"] = dict(spec.mig_devices)
-    return rendered
-
-
-def layout_to_migparted(
-    product: Product,
-    instances: Sequence[Instance],
-    *,
-    config_name: str,
-    devices: str | Sequence[int] = "all",
-) -> MigPartedConfig:
-    """A one-config mig-parted file that recreates a layout's profile counts on this product.
-
-    Placements are lost: mig-parted only stores counts. Profiles are listed largest first.
-
-    Args:
-        product: the GPU product; its PCI ids become the entry's device filter.
-        instances: the layout (must be valid).
-        config_name: the name ``nvidia-mig-parted apply -c`` would select.
-        devices: ``"all"`` or GPU indices.
-
-    Returns:
-        The config.
-
-    Raises:
-        MigPartedError: the layout is invalid or the product has no MIG (details list violations).
-    """
-    violations = validate_layout(product, instances)
-    if not product.mig_capable:
-        violations = (Violation(NOT_SUPPORTED, f"{product.name} does not support MIG.", {}),)
-    if violations:
-        raise MigPartedError(
-            f"Cannot export this layout for {product.name}.",
-            {"violations": [v.as_dict() for v in violations], "product": product.key},
-        )
-    counts: dict[str, int] = {}
-    placed = resolve(product, instances)
-    for profile in product.profiles:
-        count = sum(1 for p, _ in placed if p.id == profile.id)
-        if count:
-            counts[profile.name] = count
-    spec = MigConfigSpec(
-        devices=devices if isinstance(devices, str) else tuple(devices),
-        mig_enabled=True,
-        mig_devices=tuple(counts.items()),
-        device_filter=tuple(device_filter_id(d) for d in product.pci_device_ids),
-    )
-    return MigPartedConfig(((config_name, (spec,)),))
-
-
-def migparted_to_layout(
-    product: Product, spec: MigConfigSpec, *, existing: Sequence[Instance] = ()
-) -> tuple[Instance, ...] | tuple[Violation, ...]:
-    """Placements for a mig-parted entry's counts on one GPU of this product.
-
-    Args:
-        product: the GPU product.
-        spec: one entry of a config.
-        existing: instances to keep (usually none: ``apply`` recreates everything).
-
-    Returns:
-        The new instances by start (empty for a MIG-disabled or empty entry), or the violations
-        (``mig.device_filter_mismatch``, ``mig.unknown_profile``, ``mig.not_supported``,
-        ``mig.does_not_fit``, ...) when the entry cannot be applied.
-    """
-    if not spec.applies_to(product):
-        return (
-            Violation(
-                DEVICE_FILTER_MISMATCH,
-                f"The entry's device filter does not select {product.name}.",
-                {"device_filter": list(spec.device_filter), "product": product.key},
-            ),
-        )
-    if not spec.mig_enabled:
-        return ()
-    if not product.mig_capable:
-        return (Violation(NOT_SUPPORTED, f"{product.name} does not support MIG.", {}),)
-    # Counted before the list of instances is built: a spec made in code has no parse bounds.
-    too_many = too_many_instances(product, sum(count for _, count in spec.mig_devices))
-    if too_many is not None:
-        return (too_many,)
-    wanted: list[int | str] = []
-    unknown = []
-    for name, count in spec.mig_devices:
-        profile = product.profile(name)
-        if profile is None:
-            unknown.append(unknown_profile(product, name))
-        else:
-            wanted += [profile.id] * count
-    if unknown:
-        return tuple(unknown)
-    plan = plan_layout(product, wanted, existing)
-    return plan.instances if plan.fits else plan.violations

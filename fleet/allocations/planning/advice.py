@@ -3,7 +3,7 @@
 The product's schedulable GPUs (healthy, not cordoned, on a ready host; in MIG mode, or idle in
 another mode) and the deployments' waiting replicas (MIG profiles the product has, and MPS
 shares, which run in new MIG instances with their own daemon) go to
-:func:`fleet.placement.advisor.advise`. The answer is a rollout proposal: the exact body for
+:func:`fleet.placement.advisor.solver.advise`. The answer is a rollout proposal: the exact body for
 ``POST /rollouts/`` (a layout per GPU that changes, and the deployments whose waiting replicas
 the engine places once every GPU is reshaped), with what it would place and move, and the
 solver's objective, bound, gap, status and time.
@@ -26,7 +26,8 @@ from fleet.mig import Product, product_by_key
 from fleet.mps import MpsPolicy
 from fleet.partitioning.selectors import current_layout
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec
-from fleet.placement.advisor import (
+from fleet.placement.advisor.groups import advise_groups
+from fleet.placement.advisor.values import (
     DEFAULT_TIME_LIMIT_S,
     Advice,
     AdvisorGpu,
@@ -35,7 +36,6 @@ from fleet.placement.advisor import (
     WaitingGroup,
     WaitingMig,
     WaitingMps,
-    advise_groups,
 )
 from fleet.placement.rules import demand_problems
 from fleet.placement.snapshot import FleetSnapshot, GpuState, HostState

@@ -12,15 +12,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from fleet.allocations.models import Allocation, AllocationState, Deployment, UsageInterval
-from fleet.allocations.ownership import deployment_set_team
-from fleet.allocations.services import (
-    DeploymentRequest,
-    deployment_create,
-    deployment_evict,
-    deployment_place,
-)
-from fleet.allocations.usage import (
+from fleet.allocations.accounting.usage import (
     Window,
     hours_within,
     rates,
@@ -28,6 +20,14 @@ from fleet.allocations.usage import (
     timeline,
     usage_report,
     usage_window,
+)
+from fleet.allocations.models import Allocation, AllocationState, Deployment, UsageInterval
+from fleet.allocations.ownership import deployment_set_team
+from fleet.allocations.services import (
+    DeploymentRequest,
+    deployment_create,
+    deployment_evict,
+    deployment_place,
 )
 from fleet.core.errors import ServiceError
 from fleet.core.teams import team_create
@@ -47,7 +47,7 @@ def at(hours: float) -> datetime:
 
 
 def clock(when: datetime):  # type: ignore[no-untyped-def]
-    return mock.patch("fleet.allocations.usage.timezone.now", return_value=when)
+    return mock.patch("fleet.allocations.accounting.usage.timezone.now", return_value=when)
 
 
 def fleet_of_three():

@@ -1,0 +1,19 @@
+"""Long-running operations: how long an operation, a move and a rolling update's new copy may
+take, and the solvers' time limits (repack, the layout advisor)."""
+
+from __future__ import annotations
+
+from fleet.settings.env import env_float, env_int
+
+FLEET_OPERATION_TIMEOUT_SECONDS = env_float("FLEET_OPERATION_TIMEOUT_SECONDS", 300.0)
+# A move's new copy must run within this, or the move is rolled back (the old copy stays).
+FLEET_MOVE_TIMEOUT_SECONDS = env_float("FLEET_MOVE_TIMEOUT_SECONDS", 300.0)
+# A rolling update's new copy counts once it has stayed running this long (minReadySeconds).
+FLEET_ROLLOUT_MIN_READY_SECONDS = env_int("FLEET_ROLLOUT_MIN_READY_SECONDS", 10)
+# CP-SAT's wall-clock limit for a repack proposal (the greedy plan answers past it).
+FLEET_REPACK_TIME_LIMIT_SECONDS = env_float("FLEET_REPACK_TIME_LIMIT_SECONDS", 3.0)
+# The layout advisor (GET /api/v1/capacity/advice, operators) runs CP-SAT for up to 10 s: one
+# solve per user per this many seconds (0: no limit), and one at a time per server process.
+FLEET_ADVICE_MIN_INTERVAL_SECONDS = env_float("FLEET_ADVICE_MIN_INTERVAL_SECONDS", 30.0)
+# How many layout-advisor solves may run at once in one server process (each uses 8 threads).
+FLEET_ADVISOR_CONCURRENCY = env_int("FLEET_ADVISOR_CONCURRENCY", 1)
