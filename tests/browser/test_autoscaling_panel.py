@@ -51,7 +51,7 @@ def test_an_operator_turns_autoscaling_on_and_off_from_the_page(new_session: Any
         page.fill("#as-target", "4")
         page.locator("#autoscaling-form button[type=submit]").click()
         panel = page.locator("#dep-autoscaling")
-        expect(panel).to_contain_text("1–3 replicas", timeout=15_000)
+        expect(panel).to_contain_text("1\u20133 replicas", timeout=15_000)  # an en dash
         assert "Target 4 req/s per replica" in panel.inner_text()
         status, body = session.api("GET", f"/api/v1/deployments/{created['id']}/")
         assert body["autoscaling"]["target"] == {"requests_per_replica_per_s": 4.0}
