@@ -52,7 +52,7 @@ from fleet.core.events import (
 )
 from fleet.core.roles import Role, role_of
 from fleet.live.base import LoopConsumer
-from fleet.live.load import current_level, levels, monitor
+from fleet.live.load import current_level, levels
 
 logger = logging.getLogger(__name__)
 
@@ -157,9 +157,6 @@ class BrowserConsumer(LoopConsumer):
         level = event.get("load")
         if isinstance(level, int) and level > 0:
             self.remote_load[level] = time.monotonic()
-        sent = event.get("sent")
-        if isinstance(sent, float):
-            monitor().delivered(time.time() - sent)
         blobs, ids = event.get("blobs"), event.get("ids")
         if isinstance(blobs, list) and isinstance(ids, list):
             self._take_blobs(blobs, ids)

@@ -167,7 +167,6 @@ class Batcher:
             "ids": ids,
             "fleet": done.hosts_util,
             "load": level,
-            "sent": time.time(),  # how late it reaches each browser socket: fleet.live.load
         }
         try:
             await layer.group_send(FLEET_GROUP, event)

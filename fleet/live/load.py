@@ -3,11 +3,8 @@
 A server past its capacity must shed load, never lock its door: fewer or coarser samples, while
 heartbeats and desired state still go through. Each event loop measures itself
 (:class:`LoadMonitor`): how late its own timers fire (**loop lag**: every handler, frame and
-handshake waits that long), how stale telemetry is when its batch is taken (**backlog**), how
-late the batches of every server reach its browser sockets through the channel layer
-(**delivery**: a browser's queue that has filled stays full, and every frame then waits behind
-it, however calm each loop is), and how much CPU the process uses. From these it keeps a
-**level**:
+handshake waits that long), how stale telemetry is when its batch is taken (**backlog**), and
+how much CPU the process uses. From these it keeps a **level**:
 
 ========  =====================  ===============  ===================  =================
 level     agents report every    batch window     browser frames       when
@@ -58,15 +55,10 @@ LAG_HIGH_S = 0.25
 """Loop lag past this is pressure: a handshake, a push or a frame waits that long."""
 BACKLOG_HIGH_S = 1.5
 """Telemetry older than this when its batch is taken is pressure."""
-DELIVERY_HIGH_S = 1.0
-"""A telemetry batch reaching a browser socket this long after it was published is pressure."""
-DELIVERY_FORGET_S = 2.0
-"""No batch for this long: the delivery measure decays (no browser, or nothing to send)."""
 CPU_HIGH = 0.92
 """A process using this share of a core has no room left (one Python process, one core)."""
 LAG_CALM_S = 0.05
 BACKLOG_CALM_S = 0.6
-DELIVERY_CALM_S = 0.5
 CPU_ROOM = 0.65
 """The CPU share the load may reach at the level below for the level to go down."""
 
@@ -108,24 +100,17 @@ class Pressure:
     lag_s: float = 0.0
     backlog_s: float = 0.0
     cpu: float = 0.0  # share of one core used by this process
-    delivery_s: float = 0.0
 
 
 def pressed(p: Pressure) -> bool:
-    """Whether the process is behind: its loop lags, its telemetry is stale, its browsers get
-    their batches late, or its core is full."""
-    return (
-        p.lag_s > LAG_HIGH_S
-        or p.backlog_s > BACKLOG_HIGH_S
-        or p.delivery_s > DELIVERY_HIGH_S
-        or p.cpu > CPU_HIGH
-    )
+    """Whether the process is behind: its loop lags, its telemetry is stale or its core full."""
+    return p.lag_s > LAG_HIGH_S or p.backlog_s > BACKLOG_HIGH_S or p.cpu > CPU_HIGH
 
 
 def fits_below(p: Pressure, current: Level, below: Level) -> bool:
     """Whether the load would still fit one level down: calm now, and the CPU the process uses,
     scaled to the faster reporting below, leaves room."""
-    if p.lag_s > LAG_CALM_S or p.backlog_s > BACKLOG_CALM_S or p.delivery_s > DELIVERY_CALM_S:
+    if p.lag_s > LAG_CALM_S or p.backlog_s > BACKLOG_CALM_S:
         return False
     slower = current.telemetry_interval_s
     faster = max(below.telemetry_interval_s, 1.0)  # agents tick at 1 s by default
@@ -147,7 +132,6 @@ class LoadMonitor:
         self._listeners: weakref.WeakSet[Any] = weakref.WeakSet()
         self._task: asyncio.Task[None] | None = None
         self._cpu_at = (time.monotonic(), time.process_time())
-        self._delivered_at = 0.0
 
     # -- what others read ----------------------------------------------------------------
 
@@ -166,7 +150,6 @@ class LoadMonitor:
             else None,
             "lag_ms": round(self.pressure.lag_s * 1000),
             "backlog_ms": round(self.pressure.backlog_s * 1000),
-            "delivery_ms": round(self.pressure.delivery_s * 1000),
         }
 
     def pace_message(self) -> dict[str, Any]:
@@ -193,12 +176,6 @@ class LoadMonitor:
         """The oldest tick of a batch was this old when the batch was taken."""
         self.pressure.backlog_s += SMOOTHING * (max(0.0, age_s) - self.pressure.backlog_s)
 
-    def delivered(self, late_s: float) -> None:
-        """A browser socket of this process received a batch this long after it was published
-        (by this server or another: the channel layer's queue in between is what it measures)."""
-        self.pressure.delivery_s += SMOOTHING * (max(0.0, late_s) - self.pressure.delivery_s)
-        self._delivered_at = time.monotonic()
-
     # -- tests and operators ---------------------------------------------------------------
 
     def force(self, number: int | None) -> None:
@@ -216,15 +193,8 @@ class LoadMonitor:
             lag = max(0.0, self.loop.time() - started - PROBE_S)
             self.pressure.lag_s += SMOOTHING * (lag - self.pressure.lag_s)
             self._read_cpu()
-            self._fade_delivery(time.monotonic())
             if self.forced is None:
                 self._decide(time.monotonic())
-
-    def _fade_delivery(self, now: float) -> None:
-        """No batch reached a browser lately (no browser, or nothing to send): the last measure
-        fades rather than holding the level up."""
-        if now - self._delivered_at > DELIVERY_FORGET_S:
-            self.pressure.delivery_s *= 1 - SMOOTHING
 
     def _read_cpu(self) -> None:
         now, cpu = time.monotonic(), time.process_time()
@@ -256,13 +226,11 @@ class LoadMonitor:
         if level == self.level:
             return
         logger.warning(
-            "live load: %s -> %s (loop lag %.0f ms, telemetry backlog %.0f ms, delivery %.0f ms, "
-            "cpu %.0f %%)",
+            "live load: %s -> %s (loop lag %.0f ms, telemetry backlog %.0f ms, cpu %.0f %%)",
             self.level.name,
             level.name,
             self.pressure.lag_s * 1000,
             self.pressure.backlog_s * 1000,
-            self.pressure.delivery_s * 1000,
             self.pressure.cpu * 100,
         )
         self.level = level

@@ -47,30 +47,6 @@ def test_pressure_is_lag_backlog_or_a_full_core():
     assert pressed(Pressure(lag_s=0.4))
     assert pressed(Pressure(backlog_s=2.0))
     assert pressed(Pressure(cpu=0.95))
-    assert pressed(Pressure(delivery_s=1.5))
-
-
-def test_batches_reaching_browsers_late_are_pressure_until_they_stop_coming(monkeypatch):
-    """Issue 28's note: after a restart storm the browsers' frames stayed 5-20 s late while every
-    loop was calm (a browser's channel queue, once full, stays full): the monitor sees it."""
-    now = [100.0]
-    monitor = monitor_at(monkeypatch, now)
-    for _ in range(20):
-        monitor.delivered(8.0)
-    assert pressed(monitor.pressure) and monitor.summary()["delivery_ms"] > 7000
-    monitor._decide(now[0])
-    now[0] += 1.1
-    monitor._decide(now[0])
-    assert monitor.level.number == 1
-    # Nothing delivered for a while (no browser): the measure fades, it is not stuck.
-    now[0] += load_module.DELIVERY_FORGET_S + 1
-    before = monitor.pressure.delivery_s
-    monitor._fade_delivery(monitor._delivered_at + 1.0)  # a batch a second ago: kept
-    assert monitor.pressure.delivery_s == before
-    for _ in range(30):
-        now[0] += load_module.PROBE_S
-        monitor._fade_delivery(now[0])
-    assert not pressed(monitor.pressure)
 
 
 def test_a_level_rises_after_a_second_of_pressure_and_tells_its_listeners(monkeypatch):
@@ -120,7 +96,6 @@ def test_room_below_scales_the_cpu_to_the_faster_reporting():
     assert fits_below(calm, busy, normal)
     assert not fits_below(Pressure(cpu=0.4), busy, normal)  # 0.4 x 2 = 0.8: no room
     assert not fits_below(Pressure(lag_s=0.2, cpu=0.1), busy, normal)  # not calm
-    assert not fits_below(Pressure(delivery_s=0.8, cpu=0.1), busy, normal)  # frames still late
 
 
 def test_the_pace_message_is_a_valid_protocol_message(monkeypatch):
