@@ -14,17 +14,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.stack import BIN, Stack, wait_until
-from tests.e2e.test_endpoints import HAPROXY, SYSTEM_PYTHON, Caller, _answers, free_port, server
+from tests.e2e.stack import Stack, wait_until
+from tests.e2e.test_endpoints import (
+    HAPROXY,
+    SYSTEM_PYTHON,
+    Caller,
+    _answers,
+    server,
+    start_gateway,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-POLICY = (
-    "from fleet.autoscaling.policy import autoscaling_set; "
-    "autoscaling_set(deployment_id={id}, spec={{'min': 1, 'max': 3, "
-    "'target': {{'requests_per_replica_per_s': 10}}, "
-    "'scale_out_cooldown_s': 5, 'scale_in_cooldown_s': 10}})"
-)
+POLICY = {
+    "min": 1,
+    "max": 3,
+    "target": {"requests_per_replica_per_s": 10},
+    "scale_out_cooldown_s": 5,
+    "scale_in_cooldown_s": 10,
+}
 
 
 def test_a_load_step_scales_out_and_the_quiet_after_scales_in_with_no_failed_request(
@@ -59,24 +67,11 @@ def test_a_load_step_scales_out_and_the_quiet_after_scales_in_with_no_failed_req
         return int(stack.get(f"/api/v1/deployments/{deployment_id}/")["replicas"])
 
     wait_until(lambda: ready() == 1, 60, what="the first replica ready")
-    stack.manage("shell", "-c", POLICY.format(id=deployment_id))
-    port = free_port()
-    directory = Path(f"/tmp/fgw-as-{port}")
-    shutil.rmtree(directory, ignore_errors=True)
-    stack.spawn(
-        "gateway",
-        [
-            str(BIN / "python"),
-            "manage.py",
-            "fleet_gateway",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--directory",
-            str(directory),
-            "--metrics",
-            "none",
-        ],
+    status, body = stack.request(
+        "PATCH", f"/api/v1/deployments/{deployment_id}/", {"autoscaling": POLICY}
     )
+    assert status == 200, body
+    port, directory = start_gateway(stack, "gateway")
     try:
         wait_until(lambda: _answers(port, "/as-model/who"), 30, what="the gateway routing")
         # The load step: 3 callers without a pause, far past 10 requests per replica per second.
@@ -144,23 +139,7 @@ def test_scaled_to_zero_the_first_request_is_held_until_a_replica_answers_it(
     status, created = stack.request("POST", "/api/v1/deployments/", body)
     assert status == 201, created
     deployment_id = created["id"]
-    port = free_port()
-    directory = Path(f"/tmp/fgw-az-{port}")
-    shutil.rmtree(directory, ignore_errors=True)
-    stack.spawn(
-        "gateway-zero",
-        [
-            str(BIN / "python"),
-            "manage.py",
-            "fleet_gateway",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--directory",
-            str(directory),
-            "--metrics",
-            "none",
-        ],
-    )
+    port, directory = start_gateway(stack, "gateway-zero")
     try:
         # No request: after the cooldown it goes to zero replicas, and stays there.
         wait_until(

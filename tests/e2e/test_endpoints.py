@@ -82,6 +82,29 @@ class Caller:
             thread.join()
 
 
+def start_gateway(stack: Stack, name: str) -> tuple[int, Path]:
+    """``manage.py fleet_gateway`` as the process ``name`` on a free port: its port and its
+    directory (remove it when done)."""
+    port = free_port()
+    directory = Path(f"/tmp/fgw-{name}-{port}")
+    shutil.rmtree(directory, ignore_errors=True)
+    stack.spawn(
+        name,
+        [
+            str(BIN / "python"),
+            "manage.py",
+            "fleet_gateway",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--directory",
+            str(directory),
+            "--metrics",
+            "none",
+        ],
+    )
+    return port, directory
+
+
 def replicas(stack: Stack, deployment_id: int) -> list[dict[str, Any]]:
     return list(stack.get(f"/api/v1/allocations/?deployment={deployment_id}")["results"])
 
@@ -119,23 +142,7 @@ def test_a_caller_sees_no_failed_request_while_every_replica_moves_and_rolls_out
         60,
         what="two replicas ready",
     )
-    port = free_port()
-    directory = Path(f"/tmp/fgw-e2e-{port}")
-    shutil.rmtree(directory, ignore_errors=True)
-    stack.spawn(
-        "gateway",
-        [
-            str(BIN / "python"),
-            "manage.py",
-            "fleet_gateway",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--directory",
-            str(directory),
-            "--metrics",
-            "none",
-        ],
-    )
+    port, directory = start_gateway(stack, "gateway")
     try:
         try:
             wait_until(lambda: _answers(port, "/ep-model/who"), 30, what="the gateway routing")
