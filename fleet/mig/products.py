@@ -195,7 +195,8 @@ _H100_94GB = _eight_unit(
 # family), no GiB captured: every memory_mib is an estimate. --------------------------------------
 _H100_96GB = _eight_unit(96 * 1024, _eight_unit_names("12gb", "24gb", "48gb", "96gb"), {})
 
-# --- H200 141GB SXM and NVL (§1.5): -lgip GiB from mig-parted issue #120; placements ◐. ---------
+# --- H200 141GB SXM and NVL (§1.5): -lgip GiB from mig-parted issue #120 (R580 gives a little more:
+# 140.00/69.75/32.50, so these are the safe bound); placements probed on an SXM with R580 (✅). ----
 _H200 = _eight_unit(
     141 * 1024,
     _eight_unit_names("18gb", "35gb", "71gb", "141gb"),

@@ -85,7 +85,12 @@ class DriverProfile:
     gpm: bool = True
     ci_rev1: bool = True
     holders: tuple[str, ...] = ()
-    profile_name_prefix: str = "MIG "  # [verify] what nvmlGpuInstanceProfileInfo_v2_t.name holds
+    # What nvmlGpuInstanceProfileInfo_v2_t.name holds: "MIG 1g.18gb" on the H200 with R580
+    # (tests/hostagent/fixtures/h200-580.159.04-mig-off.json).
+    profile_name_prefix: str = "MIG "
+    # The GPU-instance profile constants this driver knows; a newer library's higher constants
+    # answer INVALID_ARGUMENT (R580 on the H200 did for constant 17). None: every constant.
+    profile_constants: int | None = None
     default_gpus: tuple[str, ...] = ("h100", "a100", "l4")
 
 

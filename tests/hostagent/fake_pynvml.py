@@ -238,7 +238,8 @@ def make_fake(hw: FakeHardware, *, library_present: bool = True) -> types.Module
         if version == 2 and not driver.profile_info_v:
             raise NvmlFailure(FUNCTION_NOT_FOUND, "nvmlDeviceGetGpuInstanceProfileInfoV")
         g = gpu(h)
-        if const >= real.NVML_GPU_INSTANCE_PROFILE_COUNT:
+        known = driver.profile_constants
+        if const >= real.NVML_GPU_INSTANCE_PROFILE_COUNT or (known is not None and const >= known):
             raise NvmlFailure(INVALID_ARGUMENT, "bad constant")
         if not g.mig_capable or (driver.profiles_need_mig and not g.mig_current):
             # nvml.h L12855: NOT_SUPPORTED "If device doesn't have MIG mode enabled" (R535).

@@ -68,8 +68,21 @@ def driver_of(record: dict[str, Any]) -> DriverProfile:
         processes_v3=_supported(record, "nvmlDeviceGetComputeRunningProcesses_v3"),
         gpm=_supported(record, "nvmlGpmQueryDeviceSupport"),
         profile_name_prefix="",
+        profile_constants=_known_profile_constants(record),
         default_gpus=(),
     )
+
+
+def _known_profile_constants(record: dict[str, Any]) -> int | None:
+    """The lowest profile constant the driver called an INVALID_ARGUMENT, if any."""
+    unknown = [
+        int(constant)
+        for g in record["gpus"]
+        if g.get("status") == "ok"
+        for constant, error in g["gpu_instance_profiles"]["errors"].items()
+        if error == "INVALID_ARGUMENT"
+    ]
+    return min(unknown, default=None)
 
 
 def _gi_profile(p: dict[str, Any]) -> GiProfile:
