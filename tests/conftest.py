@@ -75,11 +75,13 @@ def admin_client(admin_user) -> Any:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_throttles() -> None:
+def _fresh_throttles(request: pytest.FixtureRequest) -> None:
     """Each test starts with no request counted against its users' throttles. In the embedded
     runs (SQLite) user ids are reused after each test's rollback, so one test's calls would count
     against the next one's users; a process-local cache is cleared whole, cheaply. (On
     PostgreSQL ids are never reused, and the cache is Redis: left alone.)"""
+    if not request.config.pluginmanager.hasplugin("django"):
+        return  # -p no:django (the real-GPU checks, on a host without Django): no cache
     from django.core.cache import caches
     from django.core.cache.backends.locmem import LocMemCache
 
