@@ -4,4 +4,4 @@ the workloads placed on its slices (:mod:`hostagent.runtime`).
 The agent never imports Django or the control plane; :mod:`hostagent.protocol` is the contract.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -44,7 +44,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from hostagent import protocol
+from hostagent import __version__, protocol
 from hostagent.collector import Collector, ticks
 from hostagent.config import AgentState, write_state
 from hostagent.gpu.backend import GpuBackend
@@ -350,6 +350,16 @@ class AgentClient:
             self.closes[code] = self.closes.get(code, 0) + 1
         if code == protocol.CLOSE_ABUSE:
             logger.warning("the server closed the socket as abusive (%s)", code)
+        elif code == protocol.CLOSE_UNSUPPORTED_PROTOCOL:
+            # Not better in a few seconds: only an upgrade of this agent (or the server) helps.
+            self._retry_after = protocol.UNSUPPORTED_RETRY_S
+            logger.error(
+                "the server does not support this agent's protocol (%s, agent %s): upgrade "
+                "the agent (or the server); trying again in %.0f s",
+                protocol.PROTOCOL_VERSION,
+                __version__,
+                protocol.UNSUPPORTED_RETRY_S,
+            )
 
     async def _session(self, ws: ClientConnection, stop: asyncio.Event) -> None:
         hello = await asyncio.to_thread(self.collector.hello, self.state.applied_generation)

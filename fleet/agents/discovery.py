@@ -99,6 +99,7 @@ def agent_hello(*, host: Host, hello: protocol.Hello) -> bool:
             {"host": host.name},
         )
     host.agent_version = hello["agent_version"][:64]
+    host.agent_protocol = int(hello["protocol"])
     host.driver_version = (hello["driver_version"] or "")[:64]
     host.nvml_version = (hello["nvml_version"] or "")[:64]
     host.hostname = hello["hostname"][:255]

@@ -10,6 +10,7 @@ from fleet.agents.delivery import agent_ack
 from fleet.agents.discovery import agent_hello
 from fleet.agents.last_seen import hosts_seen
 from fleet.agents.reports import agent_event, agent_telemetry
+from fleet.agents.versions import agent_protocol_check
 from fleet.allocations.workloads import workloads_record
 from fleet.inventory.models import Host
 from fleet.workflows.registry import workflows_wake
@@ -20,6 +21,7 @@ def handle_message(host_id: int, message: protocol.UpMessage) -> bool:
     """Apply one up-message for a host; returns whether the agent must be sent desired state."""
     host = Host.objects.get(pk=host_id)
     if message["type"] == "hello":
+        agent_protocol_check(host=host, hello=message)  # an agent this server cannot serve
         return agent_hello(host=host, hello=message)
     if message["type"] == "telemetry":  # sockets batch theirs (fleet.live.ingest)
         agent_telemetry(host=host, telemetry=message)

@@ -25,6 +25,8 @@ GPU_RECOVERED = "gpu.recovered"
 HOST_OFFLINE = "host.offline"
 HOST_BACK = "host.back"
 HOSTS_MASS_OFFLINE = "hosts.mass_offline"
+# An agent this server does not serve (too old, or newer than the server): fleet.agents.versions.
+AGENT_UNSUPPORTED = "agent.unsupported"
 OPERATION_FAILED = "operation.failed"
 OPERATION_EXPIRED = "operation.expired"
 REPLICA_CRASHLOOP = "replica.crashloop"
@@ -39,6 +41,7 @@ EVENTS: tuple[str, ...] = (
     HOST_OFFLINE,
     HOST_BACK,
     HOSTS_MASS_OFFLINE,
+    AGENT_UNSUPPORTED,
     OPERATION_FAILED,
     OPERATION_EXPIRED,
     REPLICA_CRASHLOOP,
@@ -54,6 +57,7 @@ SEVERITY: dict[str, Severity] = {
     HOST_OFFLINE: "warning",
     HOST_BACK: "info",
     HOSTS_MASS_OFFLINE: "critical",
+    AGENT_UNSUPPORTED: "warning",
     OPERATION_FAILED: "warning",
     OPERATION_EXPIRED: "warning",
     REPLICA_CRASHLOOP: "warning",

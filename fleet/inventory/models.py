@@ -67,6 +67,9 @@ class Host(TimeStampedModel):
     # Reserved for these teams only (like a Kubernetes taint): empty means every team may use it.
     reserved_for = models.ManyToManyField("core.Team", blank=True, related_name="reserved_hosts")
     agent_version = models.CharField(max_length=64, blank=True)
+    # The protocol its agent speaks (``hello.protocol``); 0: it has not said yet. Agents this
+    # server does not serve are refused and recorded here too (fleet.agents.versions).
+    agent_protocol = models.PositiveIntegerField(default=0)
     driver_version = models.CharField(max_length=64, blank=True)
     nvml_version = models.CharField(max_length=64, blank=True)
     runtime = models.CharField(

@@ -46,6 +46,7 @@ from fleet.agents.guard import AgentGuard, Refused
 from fleet.agents.logs import agent_socket_closed, logs_answer_store
 from fleet.agents.messages import handle_message
 from fleet.agents.reports import agent_socket_replaced
+from fleet.agents.versions import UnsupportedAgent
 from fleet.core.events import agent_group, register_home_loop
 from fleet.inventory import refusals
 from fleet.live.admission import CONTROL, admission, in_thread
@@ -230,6 +231,14 @@ class AgentConsumer(HostTokenConsumer):
                     )
             else:
                 behind = await in_thread(CONTROL, handle_message)(self.host_id, message)
+        except UnsupportedAgent as error:
+            # Said before the close, so the agent's log has the sentence, not only a code.
+            await self.send_json(
+                {"type": "error", "code": error.code, "message": error.message, "refused": "hello"}
+            )
+            self.closing = True
+            await self.close(code=protocol.CLOSE_UNSUPPORTED_PROTOCOL)
+            return
         except WrongHost as error:
             logger.warning("refused agent for host %s: %s", self.host_id, error.message)
             self.closing = True

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
+from fleet.agents.versions import agent_problem
 from fleet.core.models import Operation
 from fleet.inventory.models import Gpu, Host, HostStatus
 
@@ -73,6 +74,8 @@ class HostRow:
     status_label: str
     tone: str
     agent_version: str
+    # What to upgrade when this server does not serve the host's agent (fleet.agents.versions).
+    agent_problem: str
     runtime: str
     driver_version: str
     gpu_count: int
@@ -88,6 +91,7 @@ class HostRow:
             self.name,
             self.status,
             self.agent_version,
+            self.agent_problem,
             self.runtime,
             self.driver_version,
             self.gpu_count,
@@ -115,6 +119,7 @@ def host_row(host: Host, drain: Operation | None = None) -> HostRow:
         status_label=host.get_status_display(),
         tone=STATUS_TONES.get(HostStatus(host.status), "info"),
         agent_version=host.agent_version,
+        agent_problem=agent_problem(host),
         runtime=host.get_runtime_display() if host.agent_version else "",
         driver_version=host.driver_version,
         gpu_count=len(gpus),

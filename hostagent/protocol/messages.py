@@ -46,8 +46,35 @@ from hostagent.protocol.workloads import (
     WorkloadStatus,
 )
 
-PROTOCOL_VERSION = 1
-"""Bumped on any incompatible change of the messages below."""
+PROTOCOL_VERSION = 2
+"""Bumped on any change of the messages below that an older peer cannot handle (removing or
+retyping a field, a new meaning). History (agent release: protocol):
+
+* 0.1.0: 1.
+* 0.2.0: 2. The server checks the hello's ``protocol`` (:func:`protocol_support`) and closes an
+  agent it cannot serve with :data:`CLOSE_UNSUPPORTED_PROTOCOL` after an ``error`` saying why;
+  nothing else changed, so a protocol-1 agent is served as before.
+"""
+
+OLDEST_PROTOCOL = PROTOCOL_VERSION - 1
+"""The oldest agent protocol a server accepts: one version behind its own. A fleet is never
+upgraded in one instant (the server first, then the hosts, in waves), as a Kubernetes kubelet
+may be behind its API server; an agent two versions behind is refused, and so is one newer than
+the server (upgrade the server first)."""
+
+AGENT_RELEASES: dict[str, int] = {"0.1.0": 1, "0.2.0": 2}
+"""Agent release -> the protocol it speaks: what ``manage.py fleet_upgrade_check`` reads off a
+host's ``agent_version`` when the host has not said its protocol yet."""
+
+ProtocolSupport = Literal["supported", "too_old", "too_new"]
+
+
+def protocol_support(agent: int, server: int = PROTOCOL_VERSION) -> ProtocolSupport:
+    """Whether a server speaking ``server`` serves an agent speaking ``agent``."""
+    if agent > server:
+        return "too_new"
+    return "supported" if agent >= server - 1 else "too_old"
+
 
 WS_PATH = "/ws/agent/"
 ENROLL_PATH = "/api/v1/agent/enroll"
@@ -503,6 +530,12 @@ CLOSE_REVOKED = 4401
 """WebSocket close code: the host token is not (or no longer) valid."""
 CLOSE_ABUSE = 4429
 """WebSocket close code: the agent kept sending refused or too many messages."""
+CLOSE_UNSUPPORTED_PROTOCOL = 4426
+"""WebSocket close code (as HTTP 426 Upgrade Required): the server does not serve this agent's
+protocol (:func:`protocol_support`); an ``error`` sent just before says which versions it does.
+The agent logs it and tries again rarely (:data:`UNSUPPORTED_RETRY_S`): it will not get better
+until one side is upgraded."""
+UNSUPPORTED_RETRY_S = 300.0
 CLOSE_RETRY_LATER = 4503
 """WebSocket close code: the server is past its capacity and did not admit the socket; a
 ``retry_later`` message sent just before says when to come back."""

@@ -208,3 +208,13 @@ def test_a_report_past_the_hosts_budget_skips_the_excess_and_counts_it(mem_store
     assert HealthEvent.objects.filter(kind="xid").count() == 10
     host_id = Host.objects.get(name="gpu-storm").pk
     assert refusals.totals()[(host_id, "rate_limited")] == 30
+
+
+def test_a_rest_report_from_an_agent_this_server_does_not_serve_is_refused_426():
+    host, enrollment = host_create(name="gpu-01")
+    client = agent_client(enroll(enrollment).json()["token"])
+    hello = SimAgent(["a100-sxm4-40gb"]).hello()
+    hello["protocol"] = 0
+    response = client.post("/api/v1/agent/report", {"messages": [hello]}, format="json")
+    assert_error(response, 426, "agent.protocol_unsupported")
+    assert not Gpu.objects.filter(host=host).exists()

@@ -97,3 +97,36 @@ def test_the_agent_comes_back_when_the_server_says_and_reports_at_its_pace(tmp_p
     assert 0.6 <= opened[1] - opened[0] <= 1.2  # as told, plus jitter; not the 0.5 s backoff
     late = [b - a for a, b in itertools.pairwise(ticks_at[2:])]
     assert late and all(g > 0.2 for g in late)  # every 0.3 s, not the agent's own 0.05 s
+
+
+def test_an_agent_the_server_does_not_serve_says_so_and_comes_back_rarely(tmp_path, caplog):
+    opened: list[float] = []
+
+    async def handler(ws):
+        opened.append(time.monotonic())
+        protocol.decode(await ws.recv())  # hello
+        refused: protocol.ServerError = {
+            "type": "error",
+            "code": "agent.protocol_unsupported",
+            "message": "upgrade the agent on this host.",
+            "refused": "hello",
+        }
+        await ws.send(protocol.encode(refused))
+        await ws.close(protocol.CLOSE_UNSUPPORTED_PROTOCOL)
+
+    async def scenario(client) -> None:
+        async with serve(handler, "127.0.0.1", 0) as server:
+            client.server = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+            stop = asyncio.Event()
+            task = asyncio.ensure_future(client.run(stop))
+            while not client.closes:
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.5)  # the ordinary backoff would have come back by now
+            stop.set()
+            await task
+
+    client, _ = make_client(0, tmp_path)
+    asyncio.run(scenario(client))
+    assert client.closes == {protocol.CLOSE_UNSUPPORTED_PROTOCOL: 1} and len(opened) == 1
+    assert "upgrade the agent on this host." in caplog.text
+    assert "does not support this agent's protocol" in caplog.text

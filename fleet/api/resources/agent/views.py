@@ -117,7 +117,16 @@ def desired_state(request: Request) -> Response:
     request=AgentReportSerializer,
     responses={
         200: AgentReportAcceptedSerializer,
-        **error_responses(400, 401, 403),
+        **error_responses(
+            400,
+            401,
+            403,
+            described={
+                426: "`agent.protocol_unsupported`: the hello's protocol is older than the one "
+                "before this server's, or newer than the server's (details: `protocol`, "
+                "`served`); the hello and what follows it were not applied."
+            },
+        ),
     },
     tags=["agent"],
 )

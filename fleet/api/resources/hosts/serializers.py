@@ -8,6 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from fleet.agents.versions import agent_problem
 from fleet.allocations.maintenance import scheduled_drains
 from fleet.api.fields import BoundedListField, LabelsField, TeamRefField
 from fleet.inventory.models import Host
@@ -25,6 +26,11 @@ class HostSerializer(serializers.ModelSerializer[Host]):
     gpu_count = serializers.IntegerField(read_only=True)
     drain = serializers.SerializerMethodField()
     reserved_for = serializers.SerializerMethodField()
+    agent_problem = serializers.SerializerMethodField(
+        help_text="Why this server does not serve the host's agent and what to upgrade (its "
+        "protocol is older than the one before the server's, or newer than the server's); "
+        "empty when it is served."
+    )
 
     class Meta:
         model = Host
@@ -38,6 +44,8 @@ class HostSerializer(serializers.ModelSerializer[Host]):
             "drain",
             "runtime",
             "agent_version",
+            "agent_protocol",
+            "agent_problem",
             "driver_version",
             "nvml_version",
             "last_seen_at",
@@ -50,11 +58,15 @@ class HostSerializer(serializers.ModelSerializer[Host]):
         ]
         read_only_fields = fields
         extra_kwargs = {
+            "agent_protocol": {
+                "help_text": "The agent protocol the host's agent speaks (its hello); 0: it "
+                "has not said yet. The server serves its own protocol and the one before."
+            },
             "token_expires_at": {
                 "help_text": "When the agent's host token expires (it is renewed over the "
                 "agent's connection before that); null: not enrolled, revoked, or a token from "
                 "before tokens expired (renewed at the agent's next connection)."
-            }
+            },
         }
 
     @extend_schema_field(
@@ -65,6 +77,9 @@ class HostSerializer(serializers.ModelSerializer[Host]):
             "team's. Set with `PUT /hosts/{id}/reservation` (admins).",
         )
     )
+    def get_agent_problem(self, obj: Host) -> str:
+        return agent_problem(obj)
+
     def get_reserved_for(self, obj: Host) -> list[str]:
         return sorted(team.slug for team in obj.reserved_for.all())
 
