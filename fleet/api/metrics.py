@@ -1,5 +1,6 @@
 """``/metrics``: Prometheus exposition of fleet, GPU and partition utilisation and allocation,
-per-deployment running replicas and restarts, and operation counts per type and status.
+per-deployment running replicas and restarts, each endpoint's traffic as the gateways measure
+it, and operation counts per type and status.
 
 Labels stay few: a deployment is labelled by its name only, never by a replica index or a PID.
 
@@ -47,6 +48,7 @@ from fleet.allocations.models import Allocation, AllocationState, Deployment, Wo
 from fleet.allocations.planning.capacity import fleet_capacity
 from fleet.api.limits import throttle_scope
 from fleet.core.models import Operation
+from fleet.endpoints.traffic import traffic_of
 from fleet.inventory import refusals
 from fleet.inventory.models import Gpu, HealthEvent, HealthEventKind, Host
 from fleet.inventory.selectors import latest_telemetry_of
@@ -62,6 +64,7 @@ class FleetCollector(Collector):
         yield from self._devices(gpus, latest)
         yield from self._partitions()
         yield from self._deployments()
+        yield from self._endpoints()
         yield from self._operations()
         yield from self._refusals()
         yield from self._capacity()
@@ -234,6 +237,40 @@ class FleetCollector(Collector):
             running.add_metric([name], n_running)
             restarts.add_metric([name], n_restarts)
         yield from (running, restarts)
+
+    def _endpoints(self) -> Iterator[Any]:
+        """The gateways' last 5 s of each endpoint (several gateways added up); a value no
+        gateway measured lately is left out, never exported as 0."""
+        names = dict(Deployment.objects.filter(endpoint__isnull=False).values_list("pk", "name"))
+        families = {
+            "requests_per_s": GaugeMetricFamily(
+                "fleet_endpoint_requests_per_second",
+                "Requests per second through the gateways, over their last 5 s.",
+                labels=["deployment"],
+            ),
+            "errors_per_s": GaugeMetricFamily(
+                "fleet_endpoint_errors_per_second",
+                "5xx answers per second through the gateways, over their last 5 s.",
+                labels=["deployment"],
+            ),
+            "in_flight": GaugeMetricFamily(
+                "fleet_endpoint_in_flight", "Requests in progress.", labels=["deployment"]
+            ),
+            "queued": GaugeMetricFamily(
+                "fleet_endpoint_queued", "Requests waiting for a replica.", labels=["deployment"]
+            ),
+            "response_ms": GaugeMetricFamily(
+                "fleet_endpoint_response_milliseconds",
+                "The replicas' average response time, weighted by their request rates.",
+                labels=["deployment"],
+            ),
+        }
+        for pk, traffic in traffic_of(names).items():
+            for key, family in families.items():
+                value = getattr(traffic, key)
+                if value is not None:
+                    family.add_metric([names[pk]], value)
+        yield from families.values()
 
     def _operations(self) -> Iterator[Any]:
         family = CounterMetricFamily(

@@ -61,3 +61,35 @@ class Traffic(models.Model):
 
     def __str__(self) -> str:
         return f"traffic of {self.deployment_id}/{self.allocation_id} via {self.gateway}"
+
+
+class TrafficPoint(models.Model):
+    """One point of an endpoint's traffic history as one gateway measured it: the reading of the
+    last second of each :data:`fleet.endpoints.history.POINT_S` bucket (the meter's window is
+    5 s, so points 10 s apart miss nothing but its jitter), kept for
+    :data:`fleet.endpoints.history.KEEP`. Several gateways add up when read. Plain ids, as
+    :class:`Traffic`."""
+
+    gateway = models.CharField(max_length=64)
+    deployment_id = models.PositiveBigIntegerField()
+    ts = models.DateTimeField()  # the bucket's start
+    requests_per_s = models.FloatField(null=True)
+    errors_per_s = models.FloatField(null=True)
+    in_flight = models.PositiveIntegerField()
+    queued = models.PositiveIntegerField()
+    response_ms = models.FloatField(null=True)
+    ready_replicas = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gateway", "deployment_id", "ts"], name="traffic_point_one_per_bucket"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["deployment_id", "ts"]),
+            models.Index(fields=["ts"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"traffic of {self.deployment_id} at {self.ts} via {self.gateway}"

@@ -17,11 +17,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from fleet.endpoints.history import KEEP, history_record
 from fleet.endpoints.metering import Sample
 from fleet.endpoints.models import Endpoint, Traffic
 
 FRESH_S = 10.0
-KEEP = timedelta(hours=1)
 _FIELDS = ["state", "requests_per_s", "errors_per_s", "in_flight", "queued", "response_ms"]
 
 
@@ -61,6 +61,7 @@ def traffic_record(gateway: str, samples: Sequence[Sample], now: datetime | None
         Traffic.objects.filter(
             Q(gateway=gateway, updated_at__lt=now) | Q(updated_at__lt=now - KEEP)
         ).delete()
+        history_record(gateway, rows, now)
     return len(rows)
 
 

@@ -20,6 +20,7 @@ from fleet.core.models import Team
 from fleet.core.roles import Role, role_of
 from fleet.core.teams import can_operate_team, can_see_spec, operated_teams
 from fleet.endpoints.presenters import endpoint_panel
+from fleet.web.traffic_charts import traffic_charts
 from fleet.web import presenters_deployments as presenters
 from fleet.web import selectors
 from fleet.web.access import role_required
@@ -82,7 +83,8 @@ def detail_context(deployment: Deployment, *, sees_spec: bool) -> dict[str, Any]
         "gpu_ids": sorted({r.gpu_id for r in rows if r.gpu_id is not None}),
         "operations": selectors.operations_feed(deployment_id=deployment.pk, limit=20),
         "events": selectors.deployment_events(deployment),
-        "endpoint": endpoint_panel(deployment),
+        "endpoint": (endpoint := endpoint_panel(deployment)),
+        "traffic_charts": traffic_charts(deployment.pk) if endpoint else None,
         "autoscaling": autoscaling_panel(deployment),
     }
 

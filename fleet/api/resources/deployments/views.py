@@ -28,13 +28,18 @@ from fleet.api.resources.deployments.serializers import (
     DeploymentSerializer,
     DeploymentUpdateSerializer,
 )
-from fleet.api.resources.endpoints.serializers import TrafficSerializer, traffic_read
+from fleet.api.resources.endpoints.serializers import (
+    TrafficQuerySerializer,
+    TrafficSerializer,
+    traffic_read,
+)
 from fleet.api.resources.operations.serializers import OperationSerializer
 from fleet.api.resources.placement.views import DeploymentPlacementActions
 from fleet.autoscaling.policy import autoscaling_set
 from fleet.core.errors import NotFound, ServiceError
 from fleet.core.models import OperationKind
 from fleet.core.permissions import TeamRolePermission
+from fleet.endpoints.history import WINDOWS_S, deployment_history
 from fleet.endpoints.services import endpoint_set
 from fleet.endpoints.traffic import deployment_traffic
 
@@ -197,16 +202,19 @@ class DeploymentViewSet(
         return Response(DeploymentSerializer(self.get_queryset().get(pk=deployment_id)).data)
 
     @extend_schema(
-        responses={200: TrafficSerializer, **error_responses(401, 403, 404)},
+        parameters=[TrafficQuerySerializer],
+        responses={200: TrafficSerializer, **error_responses(400, 401, 403, 404)},
         description=(
             "Its endpoint's traffic as the gateways measured it over their last 5 s, in total "
-            "and per replica (several gateways add up). 404 `traffic.not_available` when no "
-            "gateway has measured it in the last 10 s (no endpoint, or no `fleet_gateway` "
-            "running)."
+            "and per replica (several gateways add up); with `?window=5m|15m|1h`, its history "
+            "too (`history`). 404 `traffic.not_available` when no gateway has measured it in "
+            "the last 10 s (no endpoint, or no `fleet_gateway` running)."
         ),
     )
     @action(detail=True, methods=["get"])
     def traffic(self, request: Request, pk: str | None = None) -> Response:
+        query = TrafficQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
         deployment = self.get_object()
         found = deployment_traffic(deployment.pk)
         if found is None:
@@ -215,7 +223,13 @@ class DeploymentViewSet(
                 f"No gateway has measured {deployment.name}'s endpoint in the last 10 s.",
                 {"deployment": deployment.pk},
             )
-        return Response(TrafficSerializer(traffic_read(found)).data)
+        window = query.validated_data.get("window")
+        history = (
+            None
+            if window is None
+            else deployment_history(deployment.pk, window_s=WINDOWS_S[window])
+        )
+        return Response(TrafficSerializer(traffic_read(found, history)).data)
 
     @extend_schema(responses={204: None, **error_responses(401, 403, 404)})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:

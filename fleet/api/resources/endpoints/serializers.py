@@ -6,6 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from fleet.endpoints.history import POINT_S, WINDOWS_S
 from fleet.endpoints.models import Endpoint
 from fleet.endpoints.services import endpoint_url
 
@@ -67,6 +68,25 @@ class ReplicaTrafficSerializer(serializers.Serializer[Any]):
     )
 
 
+class TrafficQuerySerializer(serializers.Serializer[Any]):
+    window = serializers.ChoiceField(
+        choices=list(WINDOWS_S),
+        required=False,
+        help_text=f"Add the endpoint's history over this window: a point per {POINT_S} s "
+        "(kept an hour).",
+    )
+
+
+class TrafficPointSerializer(serializers.Serializer[Any]):
+    ts = serializers.DateTimeField(help_text=f"The start of the point's {POINT_S} s.")
+    requests_per_s = serializers.FloatField(allow_null=True)
+    errors_per_s = serializers.FloatField(allow_null=True)
+    in_flight = serializers.IntegerField()
+    queued = serializers.IntegerField()
+    response_ms = serializers.FloatField(allow_null=True)
+    ready_replicas = serializers.IntegerField(help_text="Replicas in the balancer's rotation.")
+
+
 class TrafficSerializer(serializers.Serializer[Any]):
     """``GET /deployments/{id}/traffic``: what the gateways measured over their last 5 s."""
 
@@ -80,10 +100,18 @@ class TrafficSerializer(serializers.Serializer[Any]):
     gateways = serializers.IntegerField(help_text="Gateways that measured it in the last 10 s.")
     updated_at = serializers.DateTimeField()
     replicas = ReplicaTrafficSerializer(many=True)
+    history = TrafficPointSerializer(
+        many=True,
+        required=False,
+        help_text="With `?window=`: the points of that window, oldest first, the gateways "
+        "summed; absent without it.",
+    )
 
 
-def traffic_read(traffic: Any) -> dict[str, Any]:
+def traffic_read(traffic: Any, history: list[Any] | None = None) -> dict[str, Any]:
+    extra = {} if history is None else {"history": history}
     return {
+        **extra,
         "requests_per_s": traffic.requests_per_s,
         "errors_per_s": traffic.errors_per_s,
         "in_flight": traffic.in_flight,
