@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 
-from fleet.allocations.models import Allocation, RequestKind
+from fleet.allocations.models import Allocation, Deployment, RequestKind
 from fleet.allocations.workloads import host_replica_spans, workload_to_run
 from fleet.core.policy import effective_policy, workload_security
 from fleet.core.secrets import env_refs, team_secret_values
+from fleet.endpoints.models import Endpoint
 from fleet.inventory.models import Host, SharingMode
 from fleet.partitioning import converters
 from fleet.partitioning.models import Partition, PartitionKind
@@ -39,6 +40,14 @@ def _mps(partition: Partition | None, *, per_instance: bool) -> protocol.Desired
         else None,
         "default_pinned_mem_limit_mib": policy.default_pinned_mem_limit_mib if policy else None,
     }
+
+
+def _drain_s(deployment: Deployment) -> int:
+    """Its endpoint's drain (select_related with the allocations); 0 without an endpoint."""
+    try:
+        return int(deployment.endpoint.drain_s)
+    except Endpoint.DoesNotExist:
+        return 0
 
 
 def _security(allocation: Allocation, workload: protocol.Workload) -> protocol.Security:
@@ -91,7 +100,7 @@ def host_desired_state(host: Host) -> protocol.DesiredState:
     allocations = (
         Allocation.objects.placed()  # a releasing replica is left out: the agent stops it
         .filter(gpu__host=host)
-        .select_related("deployment__team", "partition", "gpu")
+        .select_related("deployment__team", "deployment__endpoint", "partition", "gpu")
         .order_by("deployment_id", "replica", "gpu_slot")
     )
     by_gpu: dict[int, list[Partition]] = {}
@@ -139,6 +148,9 @@ def host_desired_state(host: Host) -> protocol.DesiredState:
             "replica": allocation.replica,
             "workload": workload_to_run(allocation.deployment, allocation),
         }
+        drain = _drain_s(allocation.deployment)
+        if drain:
+            desired["drain_s"] = drain
         if allocation.pk in followers:
             desired["workload"] = protocol.default_workload()
         elif allocation.pk in spans:

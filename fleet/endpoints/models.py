@@ -7,6 +7,11 @@ from django.db.models import Q
 
 from fleet.allocations.models import Deployment
 from fleet.core.models import TimeStampedModel
+from hostagent.protocol import MAX_DRAIN_S
+
+DEFAULT_DRAIN_S = 5
+"""A copy's drain before SIGTERM unless its endpoint says otherwise: the gateways take it out of
+rotation within a second (their update lag), and short requests in flight finish."""
 
 
 class Endpoint(TimeStampedModel):
@@ -21,13 +26,19 @@ class Endpoint(TimeStampedModel):
     path_prefix = models.CharField(max_length=128, null=True, blank=True, unique=True)
     hostname = models.CharField(max_length=253, null=True, blank=True, unique=True)
     slot = models.PositiveIntegerField(unique=True)
+    # Seconds a copy stays up out of rotation before it is stopped (``drain_s`` of each
+    # desired allocation: the agent waits that long, reported stopping, before SIGTERM).
+    drain_s = models.PositiveSmallIntegerField(default=DEFAULT_DRAIN_S)
 
     class Meta:
         constraints = [
             models.CheckConstraint(
                 condition=Q(path_prefix__isnull=False) | Q(hostname__isnull=False),
                 name="endpoint_has_a_route",
-            )
+            ),
+            models.CheckConstraint(
+                condition=Q(drain_s__lte=MAX_DRAIN_S), name="endpoint_drain_bounded"
+            ),
         ]
 
     def __str__(self) -> str:

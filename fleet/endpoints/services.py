@@ -9,15 +9,17 @@ from typing import Any, TypedDict
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from fleet.allocations.models import Deployment
+from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.workloads import workload_of
 from fleet.core.errors import Conflict, NotFound, RuleViolation, ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.models import OperationKind, OperationStatus
 from fleet.core.operations import operation_record
 from fleet.domain import Violation
-from fleet.endpoints.models import Endpoint
+from fleet.endpoints.models import DEFAULT_DRAIN_S, Endpoint
+from fleet.partitioning.desired import host_bump_generation, schedule_push
 from hostagent import protocol
+from hostagent.protocol import MAX_DRAIN_S
 
 PATH_PREFIX = re.compile(r"^/[A-Za-z0-9._~-]{1,63}$")
 HOSTNAME = re.compile(
@@ -31,10 +33,22 @@ class EndpointSpec(TypedDict, total=False):
     hostname: str | None
 
 
+def _drain(spec: dict[str, Any], current: Endpoint | None) -> int:
+    drain = spec.get("drain_s", current.drain_s if current else DEFAULT_DRAIN_S)
+    if isinstance(drain, bool) or not isinstance(drain, int) or not 0 <= drain <= MAX_DRAIN_S:
+        raise ServiceError(
+            "endpoint.invalid",
+            f"'drain_s' is a whole number of seconds from 0 to {MAX_DRAIN_S}: how long a "
+            "replica stays up out of rotation before it is stopped.",
+            {"field": "drain_s"},
+        )
+    return int(drain)
+
+
 def _checked(spec: Any) -> tuple[str | None, str | None, str | None]:
     if not isinstance(spec, dict):
         raise ServiceError("endpoint.invalid", "'endpoint' is an object or null.")
-    unknown = sorted(set(spec) - {"port", "path_prefix", "hostname"})
+    unknown = sorted(set(spec) - {"port", "path_prefix", "hostname", "drain_s"})
     if unknown:
         raise ServiceError(
             "endpoint.invalid",
@@ -112,7 +126,14 @@ def endpoint_set(*, deployment_id: int, spec: Any, requested_by: Any = None) -> 
                 {"deployment": taken.deployment_id},
             )
         endpoint = current or Endpoint(deployment=deployment, slot=_free_slot())
+        drain_s = _drain(spec, current)
+        if current is not None and current.drain_s != drain_s:
+            # The agents hold each replica's drain: send them the new one (after commit, in
+            # a transaction of each host's own, so no lock order meets the deployment's).
+            hosts = _hosts_of(deployment_id)
+            transaction.on_commit(lambda: _resend(hosts), robust=True)
         endpoint.port, endpoint.path_prefix, endpoint.hostname = port, prefix, hostname
+        endpoint.drain_s = drain_s
         try:
             with transaction.atomic():
                 endpoint.save()
@@ -124,6 +145,18 @@ def endpoint_set(*, deployment_id: int, spec: Any, requested_by: Any = None) -> 
             deployment, f"Endpoint of {deployment.name}: {endpoint_url(endpoint)}", requested_by
         )
         return endpoint
+
+
+def _hosts_of(deployment_id: int) -> list[int]:
+    placed = Allocation.objects.placed().filter(deployment_id=deployment_id)
+    return sorted(set(placed.values_list("gpu__host_id", flat=True)))
+
+
+def _resend(host_ids: list[int]) -> None:
+    for host_id in host_ids:
+        with transaction.atomic():
+            host_bump_generation(host_id)
+            schedule_push(host_id)
 
 
 def _free_slot() -> int:

@@ -20,11 +20,11 @@ from fleet.core.models import Team
 from fleet.core.roles import Role, role_of
 from fleet.core.teams import can_operate_team, can_see_spec, operated_teams
 from fleet.endpoints.presenters import endpoint_panel
-from fleet.web.traffic_charts import traffic_charts
 from fleet.web import presenters_deployments as presenters
 from fleet.web import selectors
 from fleet.web.access import role_required
 from fleet.web.replica_metrics import metrics_context
+from fleet.web.traffic_charts import traffic_charts
 from fleet.web.tray import unplaced_fits
 from fleet.web.views import page_context
 

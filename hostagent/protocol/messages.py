@@ -357,6 +357,9 @@ class DesiredMps(TypedDict):
     default_pinned_mem_limit_mib: MiB | None
 
 
+MAX_DRAIN_S = 300
+
+
 class _DesiredAllocationOptional(TypedDict, total=False):
     # Absent from servers before workloads: nothing to run.
     allocation_id: Annotated[int, Meta(ge=1, le=2**63 - 1)]
@@ -372,6 +375,11 @@ class _DesiredAllocationOptional(TypedDict, total=False):
     # The names in ``workload.env`` whose values are team secrets: the agent keeps them in
     # memory only and masks their values in the replica's logs.
     secret_env: Annotated[list[EnvName], Meta(max_length=MAX_ENV)]
+    # Seconds the replica stays up after it is no longer wanted (or before it is restarted
+    # with a new spec), reported ``stopping``, before it is sent SIGTERM: its endpoint's
+    # balancers take it out of rotation first and its requests in flight finish (an ECS
+    # target group's deregistration delay). Absent: 0, stopped at once.
+    drain_s: Annotated[int, Meta(ge=0, le=MAX_DRAIN_S)]
 
 
 class DesiredAllocation(_DesiredAllocationOptional):

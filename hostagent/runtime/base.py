@@ -69,6 +69,9 @@ class ReplicaSpec:
             Kubernetes secret in env does; the control plane rolls it out on request).
         host_ports: the replica's host port per declared port name, given by the supervisor
             (:meth:`with_host_ports`), kept across agent restarts by the replica store.
+        drain_s: how long it stays up, reported ``stopping``, before SIGTERM when it is no
+            longer wanted or is replaced (the desired allocation's ``drain_s``); not part of
+            :meth:`fingerprint`.
     """
 
     allocation_id: int
@@ -84,6 +87,7 @@ class ReplicaSpec:
     security: Security | None = None
     secret_env: tuple[str, ...] = ()
     host_ports: dict[str, int] = field(default_factory=dict)
+    drain_s: int = 0
 
     def confinement(self) -> Security:
         """The ``security`` to apply: the one sent, else the restricted defaults with the

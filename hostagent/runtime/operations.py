@@ -134,6 +134,7 @@ class Reconciler:
                 self._log.failure(f"supervising allocation {r.allocation_id}", exc, expected=False)
         due = [r.not_before for r in self._replicas.values() if r.running is None]
         due += [r.next_check for r in self._replicas.values() if r.running is not None]
+        due += [r.drain_until for r in self._replicas.values() if r.drain_until is not None]
         return max(0.01, min([self.timing.poll_s, *(d - now for d in due if d > now)]))
 
     def _step(self, r: Replica, now: float) -> None:
@@ -153,6 +154,8 @@ class Reconciler:
         if r.running is not None:
             if r.stop_reason == "unhealthy" or r.launched != spec.fingerprint():
                 self._stop(r, r.stop_reason or "replace")
+            elif r.drain_until is not None:
+                self._undrain(r)  # wanted again, as it is, while it drained
             elif spec.workload["health"] is not None and now >= r.next_check:
                 self._check(r, runtime)
             return
@@ -272,12 +275,34 @@ class Reconciler:
 
         self._submit(f"start:{r.allocation_id}", start)
 
+    def _draining(self, r: Replica, reason: str) -> bool:
+        """A replica no longer wanted, or replaced, first stays up ``drain_s`` reported
+        ``stopping`` (its balancers take it out of rotation; what it serves finishes); an
+        unhealthy or orphaned one is stopped at once. Never holds a worker thread."""
+        if reason not in ("removed", "replace") or not r.drain_s:
+            return False
+        now = self._clock()
+        if r.drain_until is None:
+            r.drain_until = now + r.drain_s
+            r.state, r.message = "stopping", f"draining for {r.drain_s} s before it stops"
+            self._changed(r)
+        return now < r.drain_until
+
+    def _undrain(self, r: Replica) -> None:
+        r.drain_until = None
+        r.state = "running" if r.healthy else "starting"
+        r.message = "" if r.healthy else "waiting for its health check to pass"
+        self._changed(r)
+
     def _stop(self, r: Replica, reason: str) -> None:
         running = r.running
         assert running is not None
         runtime = self._by_name.get(running.runtime)
         if runtime is None:
             return
+        if self._draining(r, reason):
+            return
+        r.drain_until = None
         r.busy, r.stop_reason = True, reason
         r.state, r.message = "stopping", f"stopping ({reason})"
         self._changed(r)

@@ -98,6 +98,8 @@ class Replica:
     check_failures: int = 0
     next_check: float = 0.0
     run_since: float = 0.0
+    # While it drains before a stop (its spec's ``drain_s``): when SIGTERM is due.
+    drain_until: float | None = None
     done: threading.Event = field(default_factory=threading.Event)
     reported: tuple[object, ...] = ()
 
@@ -107,6 +109,10 @@ class Replica:
             return self.spec.gpu_uuid
         live = self.running or self.ended
         return live.gpu_uuid if live else None
+
+    @property
+    def drain_s(self) -> int:
+        return self.spec.drain_s if self.spec is not None else 0
 
     @property
     def stop_grace_s(self) -> int:

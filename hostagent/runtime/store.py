@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hostagent.protocol import Port, PortName, ProtocolError, Security, Workload, validate
+from hostagent.protocol import (
+    MAX_DRAIN_S,
+    Port,
+    PortName,
+    ProtocolError,
+    Security,
+    Workload,
+    validate,
+)
 from hostagent.runtime.base import ReplicaSpec
 from hostagent.runtime.process import write_json_atomic
 
@@ -50,6 +58,7 @@ def _to_json(stored: Stored) -> dict[str, Any]:
         "gpu_request": s.gpu_request,
         "security": s.security,
         "host_ports": s.host_ports,
+        "drain_s": s.drain_s,
         "restarts": stored.restarts,
     }
 
@@ -74,6 +83,7 @@ def _from_json(data: dict[str, Any]) -> Stored:
         # replica it left running instead of starting it again.
         security=None if data.get("security") is None else validate(data["security"], Security),
         host_ports=dict(host_ports),
+        drain_s=min(max(int(data.get("drain_s", 0)), 0), MAX_DRAIN_S),
     )
     return Stored(spec, int(data.get("restarts", 0)))
 

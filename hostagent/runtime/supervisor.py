@@ -145,9 +145,12 @@ class Supervisor(Reconciler):
         return self.wait_stopped(live, timeout_s)
 
     def stop_grace_s(self, ids: Iterable[int]) -> float:
-        """The longest stop grace period among ``ids``."""
+        """The longest drain and stop grace period among ``ids``."""
         with self._lock:
-            return max((r.stop_grace_s for i in ids if (r := self._replicas.get(i))), default=0)
+            return max(
+                (r.drain_s + r.stop_grace_s for i in ids if (r := self._replicas.get(i))),
+                default=0,
+            )
 
     # -- what the agent reports --------------------------------------------------------------------
 

@@ -136,6 +136,7 @@ def _spec(
         gpu_request=gpu_request,
         security=alloc.get("security"),
         secret_env=tuple(alloc.get("secret_env", ())),
+        drain_s=alloc.get("drain_s", 0),
     )
 
 

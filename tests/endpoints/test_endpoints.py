@@ -37,6 +37,7 @@ def test_an_endpoint_is_set_on_create_shown_with_its_url_changed_and_removed(ope
         "port": "http",  # the workload's first declared port
         "path_prefix": "/qwen",
         "hostname": None,
+        "drain_s": 5,  # the default drain before a replica stops
         "url": "http://gw.example:8080/qwen",
     }
     path = f"/api/v1/deployments/{created['id']}/"

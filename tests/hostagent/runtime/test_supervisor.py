@@ -3,6 +3,7 @@ against real processes and a real Docker Engine)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -298,3 +299,30 @@ def test_a_runtime_failing_to_read_costs_only_that_answer(supervisor, runtime, m
     monkeypatch.setattr(runtime, "logs", broken)
     answer = WorkloadSync(s, SimulatedBackend([]), gpu_request=False).logs(_logs_request(4))
     assert answer["lines"] == [] and "disk on fire" in str(answer["error"])
+
+
+def test_a_removed_replica_drains_reported_stopping_before_its_sigterm(runtime, supervisor):
+    s = supervisor()
+    s.place("GPU-1", [dataclasses.replace(spec(1, stop_grace_s=7), drain_s=1)])
+    wait_for(lambda: state_of(s, 1) == "running")
+    assert s.stop_grace_s([1]) == 8  # what an apply waits for: the drain, then the grace
+    released_at = time.monotonic()
+    live = s.release("GPU-1", [])
+    wait_for(lambda: state_of(s, 1) == "stopping")  # the balancers take it out of rotation
+    time.sleep(0.5)
+    assert runtime.stops == []  # still serving what it has in flight
+    assert s.wait_stopped(live, timeout_s=5)
+    assert runtime.stops == [(1, 7)] and time.monotonic() - released_at >= 1.0
+
+
+def test_a_replica_wanted_again_while_it_drains_runs_on(runtime, supervisor):
+    s = supervisor()
+    drained = dataclasses.replace(spec(1), drain_s=2)
+    s.place("GPU-1", [drained])
+    wait_for(lambda: state_of(s, 1) == "running")
+    s.release("GPU-1", [])
+    wait_for(lambda: state_of(s, 1) == "stopping")
+    s.place("GPU-1", [drained])
+    wait_for(lambda: state_of(s, 1) == "running")
+    time.sleep(2.2)
+    assert runtime.stops == [] and runtime.starts == [1]

@@ -7,8 +7,9 @@ from typing import Any
 from rest_framework import serializers
 
 from fleet.endpoints.history import POINT_S, WINDOWS_S
-from fleet.endpoints.models import Endpoint
+from fleet.endpoints.models import DEFAULT_DRAIN_S, Endpoint
 from fleet.endpoints.services import endpoint_url
+from hostagent.protocol import MAX_DRAIN_S
 
 
 class EndpointSerializer(serializers.Serializer[Any]):
@@ -31,6 +32,14 @@ class EndpointSerializer(serializers.Serializer[Any]):
         allow_null=True,
         help_text="Requests with this `Host` reach this deployment (checked before paths).",
     )
+    drain_s = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_DRAIN_S,
+        required=False,
+        help_text="Seconds a replica stays up out of rotation before it is stopped (moved, "
+        "scaled in, replaced, drained): the gateways stop sending it requests, those in flight "
+        f"finish, then SIGTERM and its stop grace. Default {DEFAULT_DRAIN_S}.",
+    )
 
 
 class EndpointReadSerializer(EndpointSerializer):
@@ -50,6 +59,7 @@ def endpoint_read(deployment: Any) -> dict[str, Any] | None:
         "port": endpoint.port,
         "path_prefix": endpoint.path_prefix,
         "hostname": endpoint.hostname,
+        "drain_s": endpoint.drain_s,
         "url": endpoint_url(endpoint),
     }
 
