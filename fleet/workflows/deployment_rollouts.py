@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from fleet.allocations.autoplace import deployment_autoplace
-from fleet.allocations.models import Allocation, Deployment, WorkloadState
+from fleet.allocations.models import Allocation, AllocationState, Deployment, WorkloadState
 from fleet.allocations.moves import allocation_move_anywhere
 from fleet.allocations.quotas import QuotaExceeded
 from fleet.allocations.rollouts import RolloutStep
@@ -283,6 +283,12 @@ def _start(deployment: Deployment, run: Run, payload: dict[str, Any]) -> None:
             }
             down += 1
             continue
+        if Allocation.objects.filter(state=AllocationState.RELEASING).exists():
+            # Copies stopping (draining, then their stop grace) free their slices soon: wait
+            # for them (the reports that free them wake this; the deadline bounds it).
+            payload["pending"].insert(0, replica)
+            _wait_note(payload, f"{no_room} Slices are being released: trying again then.")
+            break
         problem = f"no room for a new copy of replica {replica}: {no_room}"
         if mode == RolloutStep.ROLLING:
             payload["failure"] = problem

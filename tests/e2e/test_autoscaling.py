@@ -53,7 +53,7 @@ def test_a_load_step_scales_out_and_the_quiet_after_scales_in_with_no_failed_req
         "replicas": 1,
         "auto": True,
         "workload": server(www, "1"),
-        "endpoint": {"path_prefix": "/as-model"},
+        "endpoint": {"path_prefix": "/as-model", "drain_s": 1},
     }
     status, created = stack.request("POST", "/api/v1/deployments/", body)
     assert status == 201, created
