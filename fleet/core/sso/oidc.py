@@ -20,6 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured, SuspiciousOperation
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.views.generic import View
@@ -102,13 +103,17 @@ class OidcBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
         username = claims[settings.FLEET_OIDC_USERNAME_CLAIM]
         if self.UserModel.objects.filter(username__iexact=username).exists():
             raise SuspiciousOperation(f"a user named {username!r} exists and is not this identity")
-        user = self.UserModel.objects.create_user(username, email=claims.get("email") or "")
-        return self.update_user(user, claims)
+        with transaction.atomic():  # no user without its identity
+            user = self.UserModel.objects.create_user(username, email=claims.get("email") or "")
+            return self._synced(user, claims)
 
     def update_user(self, user: Any, claims: dict[str, Any]) -> Any:
-        subject = str(claims["sub"])
-        if not sso_identity_claim(user=user, source=SsoSource.OIDC, subject=subject):
+        if not sso_identity_claim(user=user, source=SsoSource.OIDC, subject=str(claims["sub"])):
             raise SuspiciousOperation("the user is bound to another identity")
+        return self._synced(user, claims)
+
+    def _synced(self, user: Any, claims: dict[str, Any]) -> Any:
+        subject = str(claims["sub"])
         email = claims.get("email")
         if isinstance(email, str) and email != user.email:
             user.email = email[:254]
