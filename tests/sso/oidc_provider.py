@@ -66,8 +66,26 @@ class Provider:
         return jwt.encode(claims, self.private_pem, algorithm="RS256", headers={"kid": kid})
 
 
+GROUP_MAP = '{"gpu-admins": "admin", "team-search": {"team": "search", "role": "operator"}}'
+
+
+def sso_env(port: int) -> dict[str, str]:
+    """The FLEET_* variables of a Fleet server that signs in through this provider on
+    ``port`` (started later: Fleet reads the provider's discovery document on first use)."""
+    return {
+        "FLEET_OIDC_ISSUER": f"http://127.0.0.1:{port}/o",
+        "FLEET_OIDC_CLIENT_ID": CLIENT_ID,
+        "FLEET_OIDC_CLIENT_SECRET": CLIENT_SECRET,
+        "FLEET_OIDC_SCOPES": "openid email profile groups",
+        "FLEET_OIDC_PROVIDER_NAME": "Test IdP",
+        "FLEET_SSO_GROUP_MAP": GROUP_MAP,
+    }
+
+
 @contextmanager
-def running_provider(state: Path, redirect_uris: list[str]) -> Iterator[Provider]:
+def running_provider(
+    state: Path, redirect_uris: list[str], port: int | None = None
+) -> Iterator[Provider]:
     state.mkdir(parents=True)
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = key.private_bytes(
@@ -76,7 +94,7 @@ def running_provider(state: Path, redirect_uris: list[str]) -> Iterator[Provider
         serialization.NoEncryption(),
     )
     (state / "rsa.pem").write_bytes(pem)
-    port = free_port()
+    port = port or free_port()
     config = {
         "client_id": CLIENT_ID,
         "client_secret": CLIENT_SECRET,

@@ -38,6 +38,9 @@ DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(STA
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast; tests only
 LOGIN_URL = "/accounts/login/"
+# Cookies are per host, not per port: on 127.0.0.1 beside Fleet, ours must not replace Fleet's.
+SESSION_COOKIE_NAME = "idp_sessionid"
+CSRF_COOKIE_NAME = "idp_csrftoken"
 USE_TZ = True
 OAUTH2_PROVIDER = {
     "OIDC_ENABLED": True,
