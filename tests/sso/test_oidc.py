@@ -26,7 +26,8 @@ from tests.sso.oidc_provider import (
     running_provider,
 )
 
-pytestmark = pytest.mark.django_db
+# One worker runs them all under xdist: one provider process, started once.
+pytestmark = [pytest.mark.django_db, pytest.mark.xdist_group("sso-provider")]
 CALLBACK = "http://testserver/oidc/callback/"
 LOGOUT_EVENT = {"http://schemas.openid.net/event/backchannel-logout": {}}
 
