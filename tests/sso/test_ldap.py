@@ -14,6 +14,7 @@ from fleet.core.models import ApiToken, SsoIdentity, TeamMembership
 from fleet.core.roles import Role, role_of
 from fleet.core.sso.ldap import ldap_users_sync
 from fleet.core.tokens import hash_token, new_token
+from fleet.tasks import sso_ldap_sync
 
 pytestmark = pytest.mark.django_db
 
@@ -83,7 +84,7 @@ def test_the_sync_revokes_the_tokens_and_sessions_of_a_user_the_directory_disabl
     assert bob.get("/").status_code == 200
     ldap_on.set_description("bob", "disabled")
 
-    counts = ldap_users_sync()
+    counts = sso_ldap_sync.apply().get()  # the beat's task, run here
 
     assert counts == {"synced": 0, "disabled": 1, "errors": 0}
     assert not ApiToken.objects.filter(user__username="bob").exists()
@@ -110,6 +111,21 @@ def test_the_sync_applies_group_changes_to_users_who_do_not_sign_in(ldap_on):
 
     assert ldap_users_sync() == {"synced": 1, "disabled": 0, "errors": 0}
     assert role_of(user("alice")) == Role.MEMBER
+
+
+def test_a_mapped_team_is_created_at_the_first_sign_in_unless_another_team_has_its_name(
+    ldap_on,
+):
+    from fleet.core.models import Team
+
+    Team.objects.create(name="search", slug="search-old")
+
+    sign_in("bob", "bob-pw")  # signs in all the same, without that team role
+
+    assert team_roles("bob") == {}
+    Team.objects.filter(slug="search-old").update(name="Search (old)")
+    sign_in("bob", "bob-pw")
+    assert team_roles("bob") == {"search": "operator"}
 
 
 def test_an_unreachable_directory_disables_nobody(ldap_on, settings):

@@ -3,10 +3,16 @@ clear message (not at the first sign-in)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+import fleet.settings.sso
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOW = (
@@ -28,15 +34,31 @@ def start(**env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_sso_is_off_by_default_and_each_bad_setting_stops_the_start_with_its_reason(tmp_path):
-    data = {"FLEET_DATA_DIR": str(tmp_path)}
-    assert start(**data).stdout.split() == ["False", "False", "True"]
-    for env, reason in [
-        ({"FLEET_SSO_GROUP_MAP": '{"g": "root"}'}, "'root' is not a fleet role"),
+def test_sso_is_off_by_default_and_a_bad_group_map_stops_the_start(tmp_path):
+    assert start(FLEET_DATA_DIR=str(tmp_path)).stdout.split() == ["False", "False", "True"]
+    bad = start(FLEET_DATA_DIR=str(tmp_path), FLEET_SSO_GROUP_MAP='{"g": "root"}')
+    assert bad.returncode != 0
+    assert "ImproperlyConfigured: FLEET_SSO_GROUP_MAP['g']: 'root' is not a fleet role" in (
+        bad.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
         ({"FLEET_LOCAL_LOGIN": "off"}, "needs FLEET_BREAK_GLASS_USER"),
         ({"FLEET_OIDC_ISSUER": "https://id.example.com"}, "set FLEET_OIDC_CLIENT_ID"),
         ({"FLEET_LDAP_SERVER_URI": "ldap://ldap.example.com"}, "FLEET_LDAP_USER_SEARCH_BASE"),
-    ]:
-        result = start(**data, **env)
-        assert result.returncode != 0
-        assert "ImproperlyConfigured" in result.stderr and reason in result.stderr, env
+    ],
+)
+def test_a_half_configured_sign_in_stops_the_start_with_its_reason(monkeypatch, env, reason):
+    for name in [n for n in os.environ if n.startswith(("FLEET_OIDC", "FLEET_LDAP", "FLEET_SSO"))]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    try:
+        with pytest.raises(ImproperlyConfigured, match=reason):
+            importlib.reload(fleet.settings.sso)  # what the start runs
+    finally:
+        monkeypatch.undo()
+        importlib.reload(fleet.settings.sso)

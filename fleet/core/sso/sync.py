@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import Group
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from fleet.core.events import CLOSE_SIGNED_OUT, publish_user_revoked
@@ -109,11 +109,24 @@ def _teams_apply(user: Any, wanted: Mapping[str, str], managed: frozenset[str]) 
             membership.save(update_fields=["role"])
             changes.append(f"team {slug}={role}")
         elif membership is None and role is not None:
-            team, _ = Team.objects.get_or_create(slug=slug, defaults={"name": slug})
-            TeamMembership.objects.create(team=team, user=user, role=role)
-            changes.append(f"+team {slug}={role}")
+            team = _team_for(slug)
+            if team is not None:
+                TeamMembership.objects.create(team=team, user=user, role=role)
+                changes.append(f"+team {slug}={role}")
     user.__dict__.pop("_fleet_teams", None)
     return changes
+
+
+def _team_for(slug: str) -> Team | None:
+    """The team of that slug, created (named as its slug) when the map names a new one; None
+    when another team already has that name (logged: an admin renames one of them)."""
+    try:
+        with transaction.atomic():
+            team, _ = Team.objects.get_or_create(slug=slug, defaults={"name": slug})
+    except IntegrityError:
+        logger.warning("sso: team %r not created: another team is named so", slug)
+        return None
+    return team
 
 
 @transaction.atomic
