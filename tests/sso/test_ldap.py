@@ -135,3 +135,13 @@ def test_an_unreachable_directory_disables_nobody(ldap_on, settings):
     assert ldap_users_sync() == {"synced": 0, "disabled": 0, "errors": 1}
     assert user("alice").is_active
     assert role_of(user("alice")) == Role.ADMIN
+
+
+def test_admins_see_who_signs_in_from_the_directory_in_the_admin(ldap_on, admin_user):
+    sign_in("bob", "bob-pw")
+    client = Client()
+    client.force_login(admin_user)
+
+    page = client.get("/admin/core/ssoidentity/")
+
+    assert page.status_code == 200 and b"bob" in page.content
