@@ -182,6 +182,21 @@ def test_a_logout_token_signed_by_another_key_changes_nothing(oidc_on, tmp_path)
     assert ApiToken.objects.filter(user__username="dana").exists()
 
 
+def test_tokens_with_unknown_keys_do_not_make_fleet_call_the_provider_each_time(oidc_on):
+    oidc_sign_in("dana")  # the provider's keys are read once here
+    forged = Provider(issuer=oidc_on.issuer, state=oidc_on.state, private_pem=_other_key())
+    log = oidc_on.state / "provider.log"
+    before = log.read_text().count("jwks")
+
+    for _ in range(5):
+        token = _logout_token(forged)
+        assert (
+            Client().post("/oidc/backchannel-logout/", {"logout_token": token}).status_code == 400
+        )
+
+    assert log.read_text().count("jwks") - before <= 1  # one re-read: keys may have rotated
+
+
 def _other_key() -> bytes:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa

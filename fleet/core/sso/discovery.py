@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 CACHE_SECONDS = 3600.0
+JWKS_REFRESH_MIN_SECONDS = 10.0
 _lock = threading.Lock()
 _cache: dict[str, tuple[float, dict[str, Any]]] = {}
 
@@ -50,6 +51,30 @@ def endpoint(name: str) -> str:
     if not isinstance(value, str) or not value:
         raise ImproperlyConfigured(f"The OIDC provider does not publish {name}")
     return value
+
+
+def jwks(*, refresh: bool = False) -> dict[str, Any]:
+    """The provider's signing keys, kept an hour; ``refresh`` (a key id not found: the provider
+    rotated its keys) reads them again, at most every 10 s, so that posting tokens with made-up
+    key ids cannot make Fleet call the provider for each."""
+    url = endpoint("jwks_uri")
+    with _lock:
+        cached = _cache.get(url)
+    if cached is not None:
+        age = time.monotonic() - cached[0]
+        if age < CACHE_SECONDS and (not refresh or age < JWKS_REFRESH_MIN_SECONDS):
+            return cached[1]
+    try:
+        response = requests.get(url, timeout=settings.OIDC_TIMEOUT, verify=settings.OIDC_VERIFY_SSL)
+        response.raise_for_status()
+        keys = response.json()
+    except (requests.RequestException, ValueError) as error:
+        raise ImproperlyConfigured(f"OIDC keys unreadable at {url}: {error}") from None
+    if not isinstance(keys, dict) or not isinstance(keys.get("keys"), list):
+        raise ImproperlyConfigured(f"OIDC keys at {url} are not a JWK set")
+    with _lock:
+        _cache[url] = (time.monotonic(), keys)
+    return keys
 
 
 def forget() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import jwt
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured, SuspiciousOperation
@@ -86,6 +87,17 @@ class OidcBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
     def get_user(self, user_id: Any) -> Any:
         user = super().get_user(user_id)
         return user if user is not None and self.user_can_authenticate(user) else None
+
+    def retrieve_matching_jwk(self, token: str) -> Any:
+        """The provider's key that signed ``token``, from the cached key set (read again once
+        when the key id is new: the provider rotated its keys)."""
+        header = jwt.get_unverified_header(token)
+        for refresh in (False, True):
+            for key in discovery.jwks(refresh=refresh)["keys"]:
+                same_kid = isinstance(key, dict) and key.get("kid") == header.get("kid")
+                if same_kid and key.get("alg", header.get("alg")) == header.get("alg"):
+                    return jwt.PyJWK(key)
+        raise SuspiciousOperation("No key of the provider signed this token.")
 
     def verify_claims(self, claims: dict[str, Any]) -> bool:
         username = claims.get(settings.FLEET_OIDC_USERNAME_CLAIM)
