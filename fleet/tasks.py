@@ -154,3 +154,12 @@ def prune_alert_deliveries() -> int:
     from fleet.core.webhooks import alert_deliveries_prune
 
     return alert_deliveries_prune()
+
+
+@app.task(name="fleet.sso_ldap_sync", ignore_result=True)
+def sso_ldap_sync() -> dict[str, int]:
+    """Beat: LDAP users gone from the directory lose their tokens; the others' roles follow
+    their groups (a no-op unless LDAP sign-in is configured)."""
+    from fleet.core.sso.ldap import ldap_users_sync
+
+    return ldap_users_sync()

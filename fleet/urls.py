@@ -13,6 +13,7 @@ urlpatterns = [
     path("healthz", health, name="health"),
     path("metrics", metrics, name="metrics"),
     path("admin/", admin.site.urls),
+    path("oidc/", include("fleet.core.sso.urls")),
     path("api/v1/", include("fleet.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(

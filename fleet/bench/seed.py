@@ -60,7 +60,7 @@ def setup(
     user = user_create(username=BENCH_USER, password=None, role=Role.VIEWER)
     session = SessionStore()
     session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[BACKEND_SESSION_KEY] = "fleet.core.sso.local.LocalBackend"
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.create()
     result = {"hosts": out, "session_key": session.session_key}

@@ -6,7 +6,14 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from fleet.core.forms import ThrottledAdminAuthenticationForm
-from fleet.core.models import AlertDelivery, AlertWebhook, ApiToken, LoginFailure, Operation
+from fleet.core.models import (
+    AlertDelivery,
+    AlertWebhook,
+    ApiToken,
+    LoginFailure,
+    Operation,
+    SsoIdentity,
+)
 from fleet.core.signals import audited_delete_selected
 
 # The admin's sign-in counts failures and locks out like the dashboard's (fleet.core.forms).
@@ -89,3 +96,13 @@ class AlertWebhookAdmin(ReadOnlyAdmin, admin.ModelAdmin[AlertWebhook]):
 class AlertDeliveryAdmin(ReadOnlyAdmin, admin.ModelAdmin[AlertDelivery]):
     list_display = ("id", "event", "webhook", "status", "attempts", "response_code", "created_at")
     list_filter = ("status", "event")
+
+
+@admin.register(SsoIdentity)
+class SsoIdentityAdmin(ReadOnlyAdmin, admin.ModelAdmin[SsoIdentity]):
+    """Written by single sign-on (fleet.core.sso): who signs in from where, with which groups."""
+
+    list_display = ("user", "source", "subject", "synced_at", "disabled_at")
+    list_filter = ("source",)
+    search_fields = ("user__username", "subject")
+    readonly_fields = [f.name for f in SsoIdentity._meta.fields]

@@ -350,3 +350,30 @@ class AlertDelivery(TimeStampedModel):
 
     def __str__(self) -> str:
         return f"{self.event} → webhook #{self.webhook_id} ({self.status})"
+
+
+class SsoSource(models.TextChoices):
+    OIDC = "oidc", "OIDC"
+    LDAP = "ldap", "LDAP"
+
+
+class SsoIdentity(models.Model):
+    """The identity-provider account a user signs in with (``fleet.core.sso``): the groups
+    last seen, and when the directory last said the account exists and may sign in."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identity"
+    )
+    source = models.CharField(max_length=8, choices=SsoSource.choices)
+    subject = models.CharField(max_length=255)  # OIDC ``sub``; the LDAP user name
+    groups = models.JSONField(default=list, blank=True)
+    synced_at = models.DateTimeField(default=timezone.now)
+    disabled_at = models.DateTimeField(null=True, blank=True)  # by the sync, not by an admin
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "subject"], name="sso_identity_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.subject}"

@@ -1,5 +1,5 @@
 """Sessions and cookies, HTTPS, the content security policy, sign-in lockout and API tokens,
-and the caps on request bodies."""
+the caps on request bodies, and single sign-on (:mod:`fleet.settings.sso`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from fleet.settings.env import env, env_bool, env_int, env_list
 from fleet.settings.mode import PRODUCTION
+
+# Single sign-on (OIDC, LDAP, the group map, local accounts).
+from fleet.settings.sso import *  # noqa: F403
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # the dashboard's JavaScript reads it to send X-CSRFToken

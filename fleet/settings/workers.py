@@ -89,4 +89,9 @@ CELERY_BEAT_SCHEDULE = {
     "prune-health-events": {"task": "fleet.prune_health_events", "schedule": 3600.0},
     "retry-alerts": {"task": "fleet.retry_alerts", "schedule": 5.0},
     "prune-alert-deliveries": {"task": "fleet.prune_alert_deliveries", "schedule": 3600.0},
+    # Single sign-on: LDAP users gone from the directory lose their tokens (fleet.core.sso).
+    "sso-ldap-sync": {
+        "task": "fleet.sso_ldap_sync",
+        "schedule": float(env_int("FLEET_LDAP_SYNC_SECONDS", 300)),
+    },
 }

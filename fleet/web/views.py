@@ -7,6 +7,7 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render, resolve_url
@@ -45,6 +46,9 @@ class LoginView(auth_views.LoginView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context["login_wait_s"] = locked_seconds(context.get("form"))
+        context["oidc_provider"] = settings.FLEET_OIDC_PROVIDER_NAME
+        context["oidc_enabled"] = settings.FLEET_OIDC_ENABLED
+        context["sso_failed"] = self.request.GET.get("sso") == "failed"
         return context
 
 

@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from tests.sso.oidc_provider import sso_env
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -131,6 +133,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "PYTHONUNBUFFERED": "1",
         "FLEET_IMAGE_PINNING": "false",  # the tests' images are made up: no registry is asked
         "FLEET_GATEWAY_URL": "http://gateway.test:8080",  # endpoints' URLs (no gateway runs)
+        # Single sign-on through tests/sso's provider, which test_sso starts on this port
+        # when it runs (discovery is lazy: nothing asks the provider before).
+        **sso_env(free_port()),
     }
     env.pop("FLEET_DATABASE_URL", None)
     env.pop("FLEET_REDIS_URL", None)

@@ -1,0 +1,49 @@
+"""Fixtures for single sign-on: the group map every test uses, a real slapd per test, and
+the LDAP settings pointing at it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet.core.sso.mapping import group_map_parse
+from tests.sso.slapd import GROUPS, PEOPLE, ROOT_DN, ROOT_PASSWORD, Directory, running_slapd
+
+GROUP_MAP = (
+    '{"gpu-admins": "admin", "gpu-viewers": "viewer",'
+    ' "team-search": {"team": "search", "role": "operator"},'
+    ' "team-ml": [{"team": "ml", "role": "viewer"}]}'
+)
+# "Disabled" the way a directory without a lock flag says it: excluded by the filter.
+USER_FILTER = "(&(uid=%(user)s)(!(description=disabled)))"
+
+
+@pytest.fixture
+def group_map(settings: Any) -> None:
+    settings.FLEET_SSO_GROUP_MAP = group_map_parse(GROUP_MAP)
+
+
+@pytest.fixture
+def directory(tmp_path: Path) -> Iterator[Directory]:
+    with running_slapd(tmp_path / "slapd") as running:
+        yield running
+
+
+@pytest.fixture
+def ldap_on(settings: Any, directory: Directory, group_map: None) -> Directory:
+    from fleet.core.sso.ldap_config import ldap_settings
+
+    settings.FLEET_LDAP_ENABLED = True
+    for name, value in ldap_settings(
+        server_uri=directory.uri,
+        bind_dn=ROOT_DN,
+        bind_password=ROOT_PASSWORD,
+        user_search_base=PEOPLE,
+        user_filter=USER_FILTER,
+        group_search_base=GROUPS,
+    ).items():
+        setattr(settings, name, value)
+    return directory
