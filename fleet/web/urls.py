@@ -4,6 +4,7 @@ from django.urls import path
 
 from fleet.web import (
     fragments,
+    rates,
     replica_metrics,
     views,
     views_alerts,
@@ -44,6 +45,7 @@ urlpatterns = [
     path("ui/hosts", fragments.host_groups, name="ui-hosts"),
     path("ui/tray", fragments.tray, name="ui-tray"),
     path("ui/gpu-names", fragments.gpu_names, name="ui-gpu-names"),
+    path("ui/replica-rates", rates.replica_rates, name="ui-replica-rates"),
     path("ui/operations", fragments.operation_rows, name="ui-operations"),
     path("ui/deployments", views_deployments.deployment_rows, name="ui-deployments"),
     path(

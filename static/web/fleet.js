@@ -8,6 +8,7 @@ import { changes } from "./fleet/changes.js";
 import { enableDialogs } from "./fleet/dialogs.js";
 import { enableDragAndDrop } from "./fleet/dragdrop.js";
 import { applyFilters } from "./fleet/filters.js";
+import { followReplicaRates } from "./fleet/rates.js";
 import { firstScreenDrawn, observeLazy } from "./fleet/lazy.js";
 import { announceVisible, observeHosts, paint, setText } from "./fleet/paint.js";
 import { hostsBox } from "./fleet/state.js";
@@ -72,6 +73,7 @@ hostsBox.addEventListener("hostsdrawn", () => {
 
 enableDragAndDrop();
 enableDialogs();
+followReplicaRates();
 observeHosts();
 observeLazy();
 applyFilters(false);
