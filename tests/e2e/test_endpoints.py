@@ -1,7 +1,8 @@
 """Endpoints on the real processes (issue 23): daphne, a Celery worker and beat, an agent running
-its replicas as processes, and ``manage.py fleet_gateway`` running Debian's HAProxy. A caller
-sends requests through the gateway without a pause while every replica of the deployment moves
-to another GPU and then rolls out a new version: none fails.
+its replicas as processes (and one running them as containers on a real Docker Engine), and
+``manage.py fleet_gateway`` running Debian's HAProxy. A caller sends requests through the gateway
+without a pause while every replica of the deployment moves to another GPU and then rolls out a
+new version: none fails.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.stack import BIN, Stack, wait_until
+from tests.e2e.test_workloads import image  # noqa: F401  (a fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -194,3 +196,89 @@ def _answers(port: int, path: str) -> bool:
         return False
     finally:
         connection.close()
+
+
+def container_server(tag: str, version: str) -> dict[str, Any]:
+    """busybox's httpd in a container of the tests' own image, as a user of no account."""
+    script = (
+        'mkdir -p /tmp/www && echo model > /tmp/www/who && exec httpd -f -p "$PORT" -h /tmp/www'
+    )
+    return {
+        "runtime": "container",
+        "image": tag,
+        "user": "65534:65534",
+        "command": ["sh", "-c", script],
+        "env": {"VERSION": version},
+        "ports": [{"name": "http", "port": 8000}],
+        "health": {"http": {"port": 8000, "path": "/who"}, "interval_s": 1, "timeout_s": 1},
+        "stop_grace_s": 2,
+    }
+
+
+def test_a_caller_sees_no_failed_request_while_docker_replicas_move(
+    stack: Stack,
+    image: str,  # noqa: F811
+) -> None:
+    """The same through the Docker runtime: containers on a real Docker Engine, each replica
+    moved once to another GPU while requests flow through the gateway."""
+    if not HAPROXY.exists():
+        pytest.skip(f"{HAPROXY} is missing")
+    # The team's containers get a network of their own (the restricted default): each copy's
+    # port is published on a host port of its own, so two copies share a host.
+    status, teams = stack.request("GET", "/api/v1/teams/?slug=default", token="admin")
+    (team,) = [t for t in teams["results"] if t["slug"] == "default"]
+    status, policy = stack.request(
+        "PUT",
+        f"/api/v1/teams/{team['id']}/policy",
+        {"runtimes": ["container"], "host_network": False},
+        token="admin",
+    )
+    assert status == 200, policy
+    agent = stack.add_agent("ep-d", ["a100-sxm4-40gb"] * 4, runtime="docker")
+    gpus = [g["id"] for g in stack.gpus(agent)]
+    body = {
+        "name": "ep-docker",
+        "kind": "gpu",
+        "gpu_count": 1,
+        "replicas": 2,
+        "workload": container_server(image, "1"),
+        "endpoint": {"path_prefix": "/ep-docker", "drain_s": 1},
+    }
+    status, created = stack.request("POST", "/api/v1/deployments/", body)
+    assert status == 201, created
+    deployment_id = created["id"]
+    for gpu in gpus[:2]:
+        status, op = stack.request(
+            "POST", f"/api/v1/deployments/{deployment_id}/place", {"gpu": gpu}
+        )
+        assert status in (200, 201, 202), op
+    wait_until(
+        lambda: sum(r["ready"] for r in replicas(stack, deployment_id)) == 2,
+        90,
+        what="two container replicas ready",
+    )
+    port, directory = start_gateway(stack, "gateway-docker")
+    try:
+        wait_until(lambda: _answers(port, "/ep-docker/who"), 30, what="the gateway routing")
+        with Caller(port, "/ep-docker/who") as caller:
+            time.sleep(1)
+            moves = zip(sorted(replicas(stack, deployment_id), key=_id), gpus[2:], strict=True)
+            for replica, target in moves:
+                status, op = stack.request(
+                    "POST", f"/api/v1/allocations/{replica['id']}/move", {"gpu": target}
+                )
+                assert status == 202, op
+                assert stack.wait_operation(op["id"], 90)["status"] == "succeeded"
+            time.sleep(1)
+        assert caller.failed == [], caller.failed
+        assert caller.ok > 20, caller.ok
+        wait_until(  # the old copies drained, stopped and gone
+            lambda: {r["gpu"] for r in replicas(stack, deployment_id)} == set(gpus[2:]),
+            30,
+            what="the old copies gone",
+        )
+    finally:
+        stack.terminate("gateway-docker")
+        stack.request("DELETE", f"/api/v1/deployments/{deployment_id}/")
+        shutil.rmtree(directory, ignore_errors=True)
+        stack.allow_workloads()
