@@ -5,6 +5,9 @@
 
 const TABLES = "table.data, table.cap-table";
 const NARROW = window.matchMedia("(max-width: 1100px)");
+// Cells are labelled only while the cards show: the live pages compare a part's HTML with the
+// server's before replacing it, and labels on a wide screen would make every part differ.
+const CARDS = window.matchMedia("(max-width: 760px)");
 
 /** The column headers of a table, one entry per column (a header spanning n columns repeats). */
 function headers(table) {
@@ -47,8 +50,19 @@ function labelPending() {
   pending.clear();
 }
 
+/** Labels every table's cells, or takes the labels away. @param {boolean} on */
+function labelAll(on) {
+  for (const table of document.querySelectorAll(TABLES)) {
+    if (on) label(/** @type {HTMLTableElement} */ (table));
+    else
+      for (const cell of table.querySelectorAll("td[data-label]"))
+        cell.removeAttribute("data-label");
+  }
+}
+
 /** Labels the tables that hold or are ``node`` (a live page drew rows). @param {Node} node */
 function noteChange(node) {
+  if (!CARDS.matches) return;
   const element = node instanceof Element ? node : node.parentElement;
   if (!element) return;
   const table = element.closest(TABLES);
@@ -62,7 +76,8 @@ function noteChange(node) {
   }
 }
 
-for (const table of document.querySelectorAll(TABLES)) label(/** @type {any} */ (table));
+labelAll(CARDS.matches);
+CARDS.addEventListener("change", () => labelAll(CARDS.matches));
 new MutationObserver((records) => {
   for (const record of records) {
     if (record.addedNodes.length) noteChange(record.target);
