@@ -106,7 +106,10 @@ function trayDrawer() {
   };
   button.addEventListener("click", () => {
     showCount();
-    setOpen(!tray.classList.contains("is-open"));
+    const open = !tray.classList.contains("is-open");
+    setOpen(open);
+    // Keyboard and screen-reader users land in the drawer they opened.
+    if (open) /** @type {HTMLElement | null} */ (tray.querySelector(".dep, select"))?.focus();
   });
   document.addEventListener("keydown", (event) => {
     const modal = document.querySelector("dialog[open]");

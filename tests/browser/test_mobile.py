@@ -107,6 +107,7 @@ def test_the_tray_is_a_drawer_and_place_opens_a_dialog_that_fits_on_a_phone(
     assert toggle.get_attribute("aria-expanded") == "false"
     toggle.click()
     assert toggle.get_attribute("aria-expanded") == "true"
+    assert page.evaluate("document.getElementById('tray').contains(document.activeElement)")
     box = tray.bounding_box()
     assert box is not None and box["y"] < PHONE["height"] and box["x"] >= 0
     assert box["x"] + box["width"] <= PHONE["width"]
@@ -118,7 +119,11 @@ def test_the_tray_is_a_drawer_and_place_opens_a_dialog_that_fits_on_a_phone(
     box = dialog.bounding_box()
     assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]
     assert page.evaluate(OVERFLOWING, PHONE["width"]) == []
+    page.keyboard.press("Escape")  # the dialog closes; the drawer stays
+    page.locator("#place-dialog[open]").wait_for(state="detached")
+    assert toggle.get_attribute("aria-expanded") == "true"
     page.keyboard.press("Escape")
+    assert toggle.get_attribute("aria-expanded") == "false" and not tray.is_visible()
     assert session.errors == []
 
 
