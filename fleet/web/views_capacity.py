@@ -1,6 +1,7 @@
-"""The capacity page (/capacity/): what fits now and after reshaping idle MIG instances, MPS and
-whole-GPU room, fragmentation per host, and a "what would fit" form that asks the REST API
-(``GET /api/v1/capacity/?kind=…``), and a repack proposal with its Apply
+"""The capacity page (/capacity/): a GPU product chosen first (``?product=``, or all), a matrix
+of MIG profiles by product (fits now / after reshaping idle instances), a labelled fragmentation
+strip per host, per product MPS and whole-GPU room, and a "what would fit" form that asks the
+REST API (``GET /api/v1/capacity/?kind=…``), and a repack proposal with its Apply
 (``/api/v1/capacity/repack``, ``static/web/repack.js``). Its panel is re-rendered by the server
 after a change."""
 
@@ -22,6 +23,7 @@ from fleet.core.roles import Role
 from fleet.mig import product_by_key
 from fleet.web import selectors
 from fleet.web.access import role_required
+from fleet.web.presenters.capacity_matrix import capacity_matrix
 from fleet.web.views import page_context
 
 
@@ -51,12 +53,28 @@ def _profile_bars(product: ProductPayload) -> list[ProfileBar]:
     ]
 
 
-def panel_context(payload: CapacityPayload) -> dict[str, Any]:
-    """What the panel shows: per product its profiles as bars, and the host heat strip."""
-    products = [{**p, "bars": _profile_bars(p)} for p in payload["products"]]
+def chosen_product(request: HttpRequest, payload: CapacityPayload) -> str:
+    """The product the page shows (``?product=<catalog key>``); "" for all, or an unknown key."""
+    wanted = request.GET.get("product", "")
+    return wanted if any(p["product_key"] == wanted for p in payload["products"]) else ""
+
+
+def panel_context(payload: CapacityPayload, product_key: str = "") -> dict[str, Any]:
+    """What the live parts show: the profile-by-product matrix, the labelled host strip, and
+    per product its profiles as bars (only ``product_key``'s when one is chosen)."""
+    products = [
+        {**p, "bars": _profile_bars(p)}
+        for p in payload["products"]
+        if not product_key or p["product_key"] == product_key
+    ]
     fragmentation = payload["fragmentation"]
-    hosts = [{**h, "heat": round(10 * h["score"])} for h in fragmentation["hosts"]]
+    hosts = [
+        {**h, "heat": round(10 * h["score"]), "percent": round(100 * h["score"])}
+        for h in fragmentation["hosts"]
+    ]
     return {
+        "matrix": capacity_matrix(payload, product_key),
+        "chosen_product": product_key,
         "products": products,
         "fragmentation": fragmentation,
         "hosts": hosts,
@@ -64,10 +82,13 @@ def panel_context(payload: CapacityPayload) -> dict[str, Any]:
     }
 
 
-def _profile_choices(payload: CapacityPayload) -> list[str]:
-    """The MIG profiles the fleet's products offer, for the form (largest first, no repeats)."""
+def _profile_choices(payload: CapacityPayload, product_key: str) -> list[str]:
+    """The MIG profiles the fleet's products (or the chosen one) offer, for the form (largest
+    first, no repeats)."""
     names: list[str] = []
     for product in payload["products"]:
+        if product_key and product["product_key"] != product_key:
+            continue
         catalog = product_by_key(product["product_key"]) if product["product_key"] else None
         listed = [p.name for p in catalog.profiles] if catalog and catalog.mig_capable else []
         names.extend(n for n in listed if n not in names)
@@ -96,10 +117,12 @@ def capacity(request: HttpRequest) -> HttpResponse:
     """What fits now, what would fit after a reshape, and what is stranded; when replicas wait,
     the layout advisor (asked from the page: the solver takes seconds)."""
     payload = fleet_capacity()
+    product_key = chosen_product(request, payload)
     context = {
         **page_context(request, "capacity"),
-        **panel_context(payload),
-        "profile_choices": _profile_choices(payload),
+        **panel_context(payload, product_key),
+        "product_choices": [p for p in payload["products"] if p["product_key"]],
+        "profile_choices": _profile_choices(payload, product_key),
         "repack_products": [p for p in payload["products"] if p["product_key"]],
         "waiting_replicas": waiting_replica_count(),
         "status_counts": status_counts(),
@@ -112,5 +135,7 @@ def capacity(request: HttpRequest) -> HttpResponse:
 @require_GET
 @role_required(Role.MEMBER)
 def capacity_panel(request: HttpRequest) -> HttpResponse:
-    """The page's live panel, re-rendered after a change."""
-    return render(request, "web/fragments/capacity_panel.html", panel_context(fleet_capacity()))
+    """The page's live parts (the matrix and strip, the products), re-rendered after a change."""
+    payload = fleet_capacity()
+    context = panel_context(payload, chosen_product(request, payload))
+    return render(request, "web/fragments/capacity_parts.html", context)

@@ -1,5 +1,6 @@
 // @ts-check
-// The capacity page: the panel is re-rendered by the server after a change (debounced), and the
+// The capacity page: a product is chosen first (a GET form: the page reloads for it); the
+// matrix, the strip and the products are re-rendered by the server after a change (debounced), and the
 // "what would fit" form asks the REST API (GET /api/v1/capacity/?kind=…) and says its answer.
 // When replicas wait, operators ask the layout advisor (GET /api/v1/capacity/advice?product=…,
 // rate-limited: a 429 says when to ask again) for layouts and apply the proposal as a rollout
@@ -70,7 +71,14 @@ async function ask(event) {
   }
 }
 
-const refresh = debounce(() => refreshParts("/ui/capacity", ["#cap-panel"]), 500);
+// The chosen product (?product=) is the server's: the live parts are fetched for it too.
+const refresh = debounce(
+  () => refreshParts(`/ui/capacity${location.search}`, ["#cap-panel", "#cap-products"]),
+  500,
+);
+
+const choose = /** @type {HTMLFormElement} */ (document.getElementById("cap-choose"));
+choose.querySelector("select")?.addEventListener("change", () => choose.requestSubmit());
 
 const adviceForm = /** @type {HTMLFormElement | null} */ (document.getElementById("advice-form"));
 const adviceAnswer = /** @type {HTMLElement | null} */ (document.getElementById("advice-answer"));

@@ -78,20 +78,30 @@ def _open_fleet(session: Session) -> None:
     assert status == 200 and body["results"], "the demo fleet has a deployment in the tray"
     session.page.goto(session.stack.url + "/")
     session.wait_live()
-    session.page.wait_for_selector("#tray .dep")
+    session.page.wait_for_selector("#tray .dep", state="attached")
     # Hosts off screen skip rendering (content-visibility: auto), and axe skips what is not
     # rendered: draw every host so that every GPU card is checked.
     session.page.add_style_tag(content=".host { content-visibility: visible !important; }")
 
 
+def _open_tray(session: Session) -> None:
+    """On a narrow screen the tray is a drawer: open it."""
+    toggle = session.page.locator(".tray-toggle")
+    if toggle.is_visible():
+        toggle.click()
+    session.page.wait_for_selector("#tray .dep")
+
+
 def _open_new_deployment_dialog(session: Session) -> None:
     _open_fleet(session)
+    _open_tray(session)
     session.page.click('[data-action="new-deployment"]')
     session.page.wait_for_selector("#new-dialog[open]")
 
 
 def _open_place_dialog(session: Session) -> None:
     _open_fleet(session)
+    _open_tray(session)
     session.page.locator('#tray .dep [data-action="place"]').first.click()
     session.page.wait_for_selector("#place-dialog[open] #place-targets .target")
 

@@ -37,8 +37,9 @@ def test_the_page_is_accessible_markup(viewer_web, small_fleet):
     for control in ("cap-kind", "cap-profile", "cap-memory", "cap-compute", "cap-gpus"):
         assert f'<label for="{control}"' in html and f'id="{control}"' in html
     assert '<th scope="col">Fits now</th>' in html and '<th scope="row">1g.10gb</th>' in html
-    # The heat strip is decoration; the per-host table says the same in text.
-    assert '<ol class="cap-strip" aria-hidden="true">' in html
+    # The heat strip says each host's share in text; the per-host table has the figures.
+    assert '<ol class="cap-strip" aria-label="Fragmented share of each host' in html
+    assert '<span class="cap-strip-host">h100-x01</span>' in html
     assert '<th scope="row">h100-x01</th>' in html
     assert 'role="status" aria-live="polite"' in html
 
@@ -113,3 +114,56 @@ def test_waiting_replicas_bring_the_advisor_and_operators_may_ask_and_apply_it(
     assert (f'<select id="advice-product" name="product">{offered}' in html) is can_ask
     assert ("Apply as rollout" in html) is can_ask
     assert ("An operator can ask the advisor" in html) is not can_ask
+
+
+def matrix_cell(html: str, profile: str) -> tuple[str, str, str]:
+    cell = re.search(
+        rf'<td class="cap-cell" data-state="(\w+)" data-matrix-profile="{re.escape(profile)}".*?'
+        r'<strong class="cap-now-n">(\d+)</strong> / <span class="cap-later-n">(\d+)</span>',
+        html,
+        re.S,
+    )
+    assert cell is not None, profile
+    return cell.group(1), cell.group(2), cell.group(3)
+
+
+def test_the_matrix_at_the_top_shows_each_products_profiles_now_and_after_a_reshape(
+    viewer_web, small_fleet
+):
+    html = viewer_web.get("/capacity/").content.decode()
+
+    # Above the forms: the product chooser, then the matrix.
+    position = html.index
+    assert position('id="cap-choose"') < position('id="cap-matrix"') < position('id="cap-form"')
+    assert '<th scope="col" data-product="h100-sxm5-80gb">NVIDIA H100 80GB HBM3' in html
+    # The same numbers as the per-product table (the balanced layout of small_fleet).
+    assert matrix_cell(html, "1g.10gb") == ("now", "2", "4")
+    assert matrix_cell(html, "3g.40gb") == ("reshape", "0", "1")
+    assert '<th scope="row">1g \u00b7 more memory</th>' in html  # 1g.20gb
+
+
+def test_choosing_a_product_shows_only_it_and_its_profiles(viewer_web, small_fleet, db):
+    from tests.factories import GpuFactory, HostFactory
+
+    GpuFactory(host=HostFactory(name="a30-x02"), product_key="a30-24gb", product_name="NVIDIA A30")
+    every = viewer_web.get("/capacity/").content.decode()
+    assert '<option value="a30-24gb">NVIDIA A30</option>' in every
+    assert '<option value="1g.6gb">1g.6gb</option>' in every
+
+    html = viewer_web.get("/capacity/?product=h100-sxm5-80gb").content.decode()
+
+    assert '<option value="h100-sxm5-80gb" selected>' in html
+    assert 'data-product="a30-24gb"' not in html
+    assert '<option value="1g.6gb">' not in html and '<option value="1g.10gb">' in html
+    fragment = viewer_web.get("/ui/capacity?product=h100-sxm5-80gb").content.decode()
+    assert 'id="cap-matrix"' in fragment and 'id="cap-products"' in fragment
+    assert 'data-product="a30-24gb"' not in fragment
+
+
+def test_an_unknown_product_shows_every_product(viewer_web, small_fleet):
+    response = viewer_web.get("/capacity/?product=%3Cscript%3E")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert " selected>" not in html.split('id="cap-choose"')[1].split("</form>")[0]
+    assert "<script>" not in html and "%3Cscript" not in html
+    assert matrix_cell(html, "1g.10gb") == ("now", "2", "4")
