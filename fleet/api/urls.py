@@ -16,6 +16,7 @@ from fleet.api.resources.mig import views as mig
 from fleet.api.resources.operations import views as operations
 from fleet.api.resources.partitions import views as partitions
 from fleet.api.resources.policies import views as policies
+from fleet.api.resources.priorities import views as priorities
 from fleet.api.resources.prometheus import views as prometheus
 from fleet.api.resources.rollouts import views as rollouts
 from fleet.api.resources.secrets import views as secrets
@@ -52,6 +53,8 @@ router.register("teams", teams.TeamViewSet, basename="team")
 urlpatterns = [
     path("me", me.me, name="me"),
     path("usage", usage.UsageView.as_view(), name="usage"),
+    path("priorities/", priorities.priorities, name="priorities"),
+    path("priorities/<slug:name>/", priorities.priority, name="priority"),
     path("prometheus/targets", prometheus.targets, name="prometheus-targets"),
     path("capacity/", capacity.capacity, name="capacity"),
     path("capacity/repack", capacity.capacity_repack, name="capacity-repack"),

@@ -76,6 +76,18 @@ class Team(TimeStampedModel):
     quota_mig_compute_slices = models.PositiveIntegerField(null=True, blank=True)
     quota_mps_memory_mib = models.PositiveBigIntegerField(null=True, blank=True)
     quota_mig_profiles = models.JSONField(default=dict, blank=True)
+    # The quota above is the team's *deserved* share (guaranteed). The limit bounds all it may
+    # hold, borrowed replicas included; a kind with no limit is bounded by its deserved share
+    # (no borrowing of that kind), and one with a limit but no deserved share only borrows.
+    # fleet.allocations.borrowing, docs/sharing.md.
+    limit_gpus = models.PositiveIntegerField(null=True, blank=True)
+    limit_mig_compute_slices = models.PositiveIntegerField(null=True, blank=True)
+    limit_mps_memory_mib = models.PositiveBigIntegerField(null=True, blank=True)
+    limit_mig_profiles = models.JSONField(default=dict, blank=True)
+    # Divides the team's use when the queue compares teams: weight 2 counts half its use.
+    over_quota_weight = models.PositiveIntegerField(default=1)
+    # The priority class (its name) of the team's deployments that name none; "": none.
+    default_priority = models.CharField(max_length=32, blank=True, default="")
     # What the team's workloads may do on a host (runtimes, images, users, capabilities, limits,
     # host network), set by admins only; ``{}`` is the restricted default. The rules and their
     # defaults live in fleet.core.policy.
@@ -91,6 +103,22 @@ class Team(TimeStampedModel):
     def has_quota(self) -> bool:
         limits = (self.quota_gpus, self.quota_mig_compute_slices, self.quota_mps_memory_mib)
         return any(limit is not None for limit in limits) or bool(self.quota_mig_profiles)
+
+
+class PriorityClass(models.Model):
+    """One of the ordered priorities admins define (``critical``, ``production``, ``batch``): a
+    higher ``value`` is served first in the queue and yields last within its team. It never lets
+    a team take another team's deserved share. Deployments name it (``Deployment.priority``)."""
+
+    name = models.SlugField(max_length=32, unique=True)
+    value = models.IntegerField(unique=True)
+    description = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        ordering = ["-value"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.value})"
 
 
 def default_team_id() -> int:
