@@ -186,6 +186,9 @@ class Allocation(TimeStampedModel):
     replaces = models.OneToOneField(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="successor"
     )
+    # Placed past its team's deserved share, on capacity no other team's deserved share needed
+    # then (fleet.allocations.borrowing); a move's new copy keeps its copy's mark.
+    borrowed = models.BooleanField(default=False)
 
     objects = AllocationQuerySet.as_manager()
 
@@ -279,6 +282,8 @@ class UsageInterval(models.Model):
     compute_percent = models.PositiveSmallIntegerField(null=True, blank=True)
     # Whole GPUs: 1 per allocation row (a replica of n GPUs has n rows).
     gpu_count = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Its allocation was borrowed (past the team's deserved share): usage splits these hours.
+    borrowed = models.BooleanField(default=False)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
 

@@ -104,6 +104,16 @@ class Team(TimeStampedModel):
         limits = (self.quota_gpus, self.quota_mig_compute_slices, self.quota_mps_memory_mib)
         return any(limit is not None for limit in limits) or bool(self.quota_mig_profiles)
 
+    @property
+    def has_limit(self) -> bool:
+        limits = (self.limit_gpus, self.limit_mig_compute_slices, self.limit_mps_memory_mib)
+        return any(limit is not None for limit in limits) or bool(self.limit_mig_profiles)
+
+    @property
+    def shares_bounded(self) -> bool:
+        """A deserved share or a limit bounds what the team may hold (its places lock its row)."""
+        return self.has_quota or self.has_limit
+
 
 class PriorityClass(models.Model):
     """One of the ordered priorities admins define (``critical``, ``production``, ``batch``): a
