@@ -18,6 +18,7 @@ from fleet.api.resources.partitions import views as partitions
 from fleet.api.resources.policies import views as policies
 from fleet.api.resources.priorities import views as priorities
 from fleet.api.resources.prometheus import views as prometheus
+from fleet.api.resources.queue import views as queue
 from fleet.api.resources.rollouts import views as rollouts
 from fleet.api.resources.secrets import views as secrets
 from fleet.api.resources.teams import views as teams
@@ -55,6 +56,7 @@ urlpatterns = [
     path("usage", usage.UsageView.as_view(), name="usage"),
     path("priorities/", priorities.priorities, name="priorities"),
     path("priorities/<slug:name>/", priorities.priority, name="priority"),
+    path("queue/", queue.queue, name="queue"),
     path("prometheus/targets", prometheus.targets, name="prometheus-targets"),
     path("capacity/", capacity.capacity, name="capacity"),
     path("capacity/repack", capacity.capacity_repack, name="capacity-repack"),
