@@ -61,6 +61,7 @@ __all__ = [
     "quota_of",
     "quota_refusal",
     "quota_refusals",
+    "sharing_of",
     "team_usage",
     "usage_of",
 ]

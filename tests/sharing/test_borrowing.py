@@ -13,6 +13,7 @@ from fleet.allocations.accounting.usage import Window, usage_report
 from fleet.allocations.details import deployment_set_details
 from fleet.allocations.models import Allocation, UsageInterval
 from fleet.allocations.moves import allocation_move
+from fleet.allocations.ownership import deployment_set_team
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.errors import ServiceError
 from fleet.core.teams import team_create, team_quota_set
@@ -155,3 +156,17 @@ def test_the_deployment_page_badges_borrowed_replicas_and_shows_the_priority(cli
     badged = re.findall(r'<tr data-replica="(\d)"(?:(?!</tr>).)*data-borrowed', html, re.S)
     assert badged == ["1"]
     assert "priority batch" in html
+
+
+def test_a_hand_over_is_held_by_the_new_teams_limit_not_its_deserved_share():
+    gpus = whole_gpus(2)
+    d = deployment(team_create(name="old"), "train", 2)
+    place_all(d, gpus)
+    taker = team_with("taker", gpus=1, limit={"gpus": 2})
+    deployment_set_team(deployment_id=d.pk, team_id=taker.pk)
+    d.refresh_from_db()
+    assert d.team_id == taker.pk
+    tight = team_with("tight", gpus=1)
+    with pytest.raises(ServiceError) as refused:
+        deployment_set_team(deployment_id=d.pk, team_id=tight.pk)
+    assert refused.value.code == "quota.exceeded"
