@@ -57,6 +57,7 @@ urlpatterns = [
     path("priorities/", priorities.priorities, name="priorities"),
     path("priorities/<slug:name>/", priorities.priority, name="priority"),
     path("queue/", queue.queue, name="queue"),
+    path("queue/reclaim/<int:deployment_id>", queue.reclaim, name="queue-reclaim"),
     path("prometheus/targets", prometheus.targets, name="prometheus-targets"),
     path("capacity/", capacity.capacity, name="capacity"),
     path("capacity/repack", capacity.capacity_repack, name="capacity-repack"),

@@ -37,3 +37,38 @@ class QueuedReplicaSerializer(serializers.Serializer[Any]):
 class QueueSerializer(serializers.Serializer[Any]):
     half_life_s = serializers.FloatField(help_text="`FLEET_FAIRSHARE_HALF_LIFE_S`.")
     waiting = QueuedReplicaSerializer(many=True, help_text="The first 1000, in order.")
+
+
+class ReclaimMoveSerializer(serializers.Serializer[Any]):
+    allocation = serializers.IntegerField(allow_null=True)
+    deployment = serializers.IntegerField(allow_null=True)
+    replica = serializers.IntegerField(allow_null=True)
+    from_gpu = serializers.IntegerField()
+    to_gpu = serializers.IntegerField(allow_null=True)
+
+
+class ReclaimStopSerializer(serializers.Serializer[Any]):
+    allocation = serializers.IntegerField()
+    deployment = serializers.IntegerField()
+    replica = serializers.IntegerField()
+    team = serializers.IntegerField()
+    gpu = serializers.IntegerField()
+
+
+class ReclaimTargetSerializer(serializers.Serializer[Any]):
+    gpu = serializers.IntegerField()
+    partition = serializers.IntegerField(allow_null=True)
+
+
+class ReclaimPlanSerializer(serializers.Serializer[Any]):
+    action = serializers.ChoiceField(
+        choices=["place", "move", "stop", "none"],
+        help_text="`place`: it fits without touching anyone; `move`: borrowed replicas move "
+        "first (make-before-break); `stop`: borrowed replicas stop (and wait again); `none`: "
+        "nothing would place it, or it is not entitled (nothing is touched).",
+    )
+    code = serializers.CharField(help_text='`reclaim.not_entitled`, or `""`.')
+    reason = serializers.CharField()
+    target = ReclaimTargetSerializer(allow_null=True)
+    moves = ReclaimMoveSerializer(many=True)
+    stops = ReclaimStopSerializer(many=True)
