@@ -10,6 +10,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from fleet.core.priority_models import PriorityClass as PriorityClass  # Django finds it here
+
 
 class TimeStampedModel(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
@@ -76,17 +78,14 @@ class Team(TimeStampedModel):
     quota_mig_compute_slices = models.PositiveIntegerField(null=True, blank=True)
     quota_mps_memory_mib = models.PositiveBigIntegerField(null=True, blank=True)
     quota_mig_profiles = models.JSONField(default=dict, blank=True)
-    # The quota above is the team's *deserved* share (guaranteed). The limit bounds all it may
-    # hold, borrowed replicas included; a kind with no limit is bounded by its deserved share
-    # (no borrowing of that kind), and one with a limit but no deserved share only borrows.
-    # fleet.allocations.borrowing, docs/sharing.md.
+    # The quota above is the deserved share; the limit bounds all it may hold, borrowing
+    # included (fleet.placement.sharing, docs/sharing.md).
     limit_gpus = models.PositiveIntegerField(null=True, blank=True)
     limit_mig_compute_slices = models.PositiveIntegerField(null=True, blank=True)
     limit_mps_memory_mib = models.PositiveBigIntegerField(null=True, blank=True)
     limit_mig_profiles = models.JSONField(default=dict, blank=True)
-    # Divides the team's use when the queue compares teams: weight 2 counts half its use.
+    # The weight divides its use in the queue; the class its deployments naming none take.
     over_quota_weight = models.PositiveIntegerField(default=1)
-    # The priority class (its name) of the team's deployments that name none; "": none.
     default_priority = models.CharField(max_length=32, blank=True, default="")
     # What the team's workloads may do on a host (runtimes, images, users, capabilities, limits,
     # host network), set by admins only; ``{}`` is the restricted default. The rules and their
@@ -110,25 +109,8 @@ class Team(TimeStampedModel):
         return any(limit is not None for limit in limits) or bool(self.limit_mig_profiles)
 
     @property
-    def shares_bounded(self) -> bool:
-        """A deserved share or a limit bounds what the team may hold (its places lock its row)."""
+    def shares_bounded(self) -> bool:  # a deserved share or a limit: its places lock its row
         return self.has_quota or self.has_limit
-
-
-class PriorityClass(models.Model):
-    """One of the ordered priorities admins define (``critical``, ``production``, ``batch``): a
-    higher ``value`` is served first in the queue and yields last within its team. It never lets
-    a team take another team's deserved share. Deployments name it (``Deployment.priority``)."""
-
-    name = models.SlugField(max_length=32, unique=True)
-    value = models.IntegerField(unique=True)
-    description = models.CharField(max_length=200, blank=True, default="")
-
-    class Meta:
-        ordering = ["-value"]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.value})"
 
 
 def default_team_id() -> int:
