@@ -18,6 +18,7 @@ from fleet.allocations.models import Deployment
 from fleet.allocations.services import lock_deployment
 from fleet.core.errors import ServiceError
 from fleet.core.events import publish_changed
+from fleet.core.priorities import priority_checked
 
 
 @transaction.atomic
@@ -27,7 +28,8 @@ def deployment_set_details(*, deployment_id: int, details: Mapping[str, Any]) ->
     Raises:
         NotFound: ``deployment.not_found``.
         Conflict: ``deployment.deleting``.
-        ServiceError: ``deployment.field_unknown`` (not a detail field),
+        ServiceError: ``deployment.field_unknown`` (not a detail field), ``priority.unknown``
+            (``priority`` names no priority class),
             ``deployment.detail_invalid`` (past the model's bounds; ``details.fields`` says why).
     """
     unknown = sorted(str(name)[:64] for name in details if name not in Deployment.DETAIL_FIELDS)
@@ -37,6 +39,8 @@ def deployment_set_details(*, deployment_id: int, details: Mapping[str, Any]) ->
             f"{unknown[0]!r} is not a detail of a deployment.",
             {"fields": unknown[:8], "details": list(Deployment.DETAIL_FIELDS)},
         )
+    if "priority" in details:
+        details = {**details, "priority": priority_checked(details["priority"])}
     deployment = lock_deployment(deployment_id)
     for name, value in details.items():
         setattr(deployment, name, value)

@@ -31,7 +31,7 @@ class Deployment(TimeStampedModel):
     # Its details: fields people read that nothing places, runs or bills by. The API reads and
     # writes them (on create and PATCH) with these fields' own bounds and help text, through
     # fleet.allocations.details; docs/architecture.md, "Adding a field to Deployment".
-    DETAIL_FIELDS: ClassVar[tuple[str, ...]] = ("description",)
+    DETAIL_FIELDS: ClassVar[tuple[str, ...]] = ("description", "priority")
 
     name = models.CharField(max_length=200, unique=True)
     description = models.CharField(
@@ -40,6 +40,14 @@ class Deployment(TimeStampedModel):
         default="",
         help_text="What it is for, in a few words (at most 500 characters); shown under its "
         "name. Every role reads it, as the name.",
+    )
+    priority = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        help_text="Its priority class (`GET /priorities/`): a higher one is served first in the "
+        "queue and yields last within its team, never taking another team's deserved share. "
+        "Empty: its team's `default_priority`.",
     )
     # Who owns it: its team's operators act on it, its team's quota bounds its replicas.
     # Saved without one, it joins the ``default`` team.
@@ -178,6 +186,9 @@ class Allocation(TimeStampedModel):
     replaces = models.OneToOneField(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="successor"
     )
+    # Placed past its team's deserved share, on capacity no other team's deserved share needed
+    # then (fleet.allocations.borrowing); a move's new copy keeps its copy's mark.
+    borrowed = models.BooleanField(default=False)
 
     objects = AllocationQuerySet.as_manager()
 
@@ -271,6 +282,8 @@ class UsageInterval(models.Model):
     compute_percent = models.PositiveSmallIntegerField(null=True, blank=True)
     # Whole GPUs: 1 per allocation row (a replica of n GPUs has n rows).
     gpu_count = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Its allocation was borrowed (past the team's deserved share): usage splits these hours.
+    borrowed = models.BooleanField(default=False)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
 

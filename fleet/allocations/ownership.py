@@ -18,7 +18,7 @@ from fleet.allocations.models import Allocation, Deployment, UsageInterval
 from fleet.allocations.quotas import (
     QuotaExceeded,
     alert_thresholds,
-    quota_of,
+    sharing_of,
     team_usage,
     usage_of,
 )
@@ -57,8 +57,8 @@ def deployment_set_team(
     # Its secret references then name the new team's secrets, which must exist.
     secrets_enforce(team=team, workload=workload_of(deployment))
     held = usage_of(Allocation.objects.placed().filter(deployment=deployment))
-    if team.has_quota:
-        quota, before = quota_of(team), team_usage(team.pk)
+    if team.shares_bounded:  # its cap: the limit where set, else the deserved share
+        quota, before = sharing_of(team).cap(), team_usage(team.pk)
         violations = quota_violations(quota, before, held)
         if violations:
             raise QuotaExceeded(team, f"Handing {deployment.name} to team {team.name}", violations)

@@ -1,10 +1,12 @@
 """Team quotas on the place path: a team's usage, the preview's verdict, and the check that runs
 in the transaction that writes a replica's allocation.
 
-A team with a quota serialises its placements on its row (``select_for_update``), taken after
-the deployment's row and before any host or GPU row (the lock order of every place), so two
-concurrent placements of one team cannot both pass a limit. A team without a quota takes no
-lock: its placements race only on their hosts, as before.
+A team's quota is its deserved share; with a ``limit`` it may hold more, *borrowed*, on
+capacity no other team's deserved share needs now (:mod:`fleet.allocations.borrowing`, the rule
+in :mod:`fleet.placement.sharing`). A team with a quota or a limit serialises its placements on
+its row (``select_for_update``), taken after the deployment's row and before any host or GPU
+row (the lock order of every place), so two concurrent placements of one team cannot both pass
+its cap. A team with neither takes no lock: its placements race only on their hosts, as before.
 
 What counts: the replicas in place (pending or active), not those releasing their slice, and
 the new copies of the team's moves in flight but one. A move's new copy runs beside the copy it
@@ -21,12 +23,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet, Sum
-
-from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
+from fleet.allocations.borrowing import admission
+from fleet.allocations.holdings import (  # quota_of, team_usage, usage_of: re-exported
+    MovingCopy,
+    moving_copies,
+    quota_of,
+    sharing_of,
+    team_usage,
+    usage_of,
+)
+from fleet.allocations.models import Deployment
 from fleet.allocations.selectors import placement_request
 from fleet.core.alerts import QUOTA_EXCEEDED, QUOTA_WARNING, alert_emit
 from fleet.core.errors import RuleViolation
@@ -37,7 +45,6 @@ from fleet.placement.quota import (
     Quota,
     Usage,
     plus,
-    profile_key,
     quota_shares,
     quota_violations,
     replica_demand,
@@ -45,7 +52,19 @@ from fleet.placement.quota import (
 
 logger = logging.getLogger(__name__)
 
-_PLACED = (AllocationState.PENDING, AllocationState.ACTIVE)
+__all__ = [
+    "MovingCopy",
+    "QuotaExceeded",
+    "alert_thresholds",
+    "move_quota_check",
+    "quota_check",
+    "quota_of",
+    "quota_refusal",
+    "quota_refusals",
+    "sharing_of",
+    "team_usage",
+    "usage_of",
+]
 
 
 class QuotaExceeded(RuleViolation):
@@ -66,103 +85,12 @@ class QuotaExceeded(RuleViolation):
         )
 
 
-@dataclass(frozen=True)
-class MovingCopy:
-    """The new copy of one of a team's moves in flight: its replica and its allocations."""
-
-    deployment_id: int
-    name: str
-    replica: int
-    allocation_ids: tuple[int, ...]
-
-    @property
-    def label(self) -> str:
-        return f"{self.name}[{self.replica}]"
-
-
-def quota_of(team: Team) -> Quota:
-    return Quota(
-        gpus=team.quota_gpus,
-        mig_compute_slices=team.quota_mig_compute_slices,
-        mps_memory_mib=team.quota_mps_memory_mib,
-        mig_profiles=dict(team.quota_mig_profiles or {}),
-    )
-
-
-def team_usage(team_id: int, moving: list[MovingCopy] | None = None) -> Usage:
-    """What the team holds against its quota now: its replicas, each counted once, and the new
-    copies of its moves in flight but the first (its one surge replica). ``moving``: the
-    team's :func:`moving_copies`, when read already."""
-    placed = Allocation.objects.placed().filter(deployment__team_id=team_id)
-    held = usage_of(placed)
-    if moving is None:
-        moving = moving_copies(team_id)
-    if len(moving) < 2:
-        return held
-    counted = [pk for copy in moving[1:] for pk in copy.allocation_ids]
-    return plus(held, _summed(placed.filter(pk__in=counted)))
-
-
-def moving_copies(team_id: int) -> list[MovingCopy]:
-    """The new copies of the team's moves in flight (each beside the copy it replaces, still in
-    place), oldest first: the first is the team's surge replica."""
-    rows = (
-        Allocation.objects.placed()
-        .filter(deployment__team_id=team_id, replaces__state__in=_PLACED)
-        .order_by("pk")
-        .values_list("pk", "deployment_id", "deployment__name", "replica")
-    )
-    copies: dict[tuple[int, int], list[Any]] = {}
-    for pk, deployment_id, name, replica in rows:
-        found = copies.setdefault((deployment_id, replica), [name, []])
-        found[1].append(pk)
-    return [
-        MovingCopy(deployment_id, name, replica, tuple(pks))
-        for (deployment_id, replica), (name, pks) in copies.items()
-    ]
-
-
-def usage_of(placed: QuerySet[Allocation]) -> Usage:
-    """What the replicas of these placed allocation rows hold, each counted once (a move's new
-    copy not while the copy it replaces is in place)."""
-    return _summed(placed.exclude(replaces__state__in=_PLACED))
-
-
-def _summed(rows: QuerySet[Allocation]) -> Usage:
-    """What these allocation rows hold (one query for the sums, one for the profiles)."""
-    sums = rows.aggregate(
-        gpus=Count("pk", filter=Q(kind=RequestKind.GPU)),
-        slices=Sum("partition__compute_slices", filter=Q(kind=RequestKind.MIG)),
-        mps=Sum("memory_mib", filter=Q(kind=RequestKind.MPS)),
-    )
-    profiles: dict[str, int] = {}
-    per_profile = (
-        rows.filter(kind=RequestKind.MIG)
-        .values_list("deployment__profile")
-        .annotate(n=Count("pk"))
-        .order_by()
-    )
-    for profile, n in per_profile:
-        key = profile_key(profile)
-        profiles[key] = profiles.get(key, 0) + n
-    return Usage(
-        gpus=sums["gpus"] or 0,
-        mig_compute_slices=sums["slices"] or 0,
-        mps_memory_mib=sums["mps"] or 0,
-        mig_profiles=profiles,
-    )
-
-
 def quota_refusal(deployment: Deployment) -> list[Violation]:
-    """The limits the deployment's next replica would pass now (no lock: the drag preview and
-    auto-placement's early answer; the place service decides under the team's lock)."""
-    team = Team.objects.get(pk=deployment.team_id)
-    quota = quota_of(team)
-    if not quota.bounded:
-        return []
-    return quota_violations(
-        quota, team_usage(team.pk), replica_demand(placement_request(deployment))
-    )
+    """The rules the deployment's next replica would break now: its team's cap (its limit, else
+    its deserved share) or, past its deserved share, borrowing what other teams need (no lock:
+    the drag preview and auto-placement's early answer; the place service decides under the
+    team's lock)."""
+    return quota_refusals([deployment]).get(deployment.pk, [])
 
 
 def quota_refusals(deployments: Iterable[Deployment]) -> dict[int, list[Violation]]:
@@ -173,15 +101,14 @@ def quota_refusals(deployments: Iterable[Deployment]) -> dict[int, list[Violatio
     for deployment in deployments:
         team = teams.get(deployment.team_id) or Team.objects.get(pk=deployment.team_id)
         teams[team.pk] = team
-        if not team.has_quota:
+        if not team.shares_bounded:
             continue
         if team.pk not in usage:
             usage[team.pk] = team_usage(team.pk)
-        found = quota_violations(
-            quota_of(team), usage[team.pk], replica_demand(placement_request(deployment))
-        )
-        if found:
-            refusals[deployment.pk] = found
+        demand = replica_demand(placement_request(deployment))
+        verdict = admission(team, usage[team.pk], demand)
+        if verdict.violations:
+            refusals[deployment.pk] = list(verdict.violations)
     return refusals
 
 
@@ -191,32 +118,36 @@ def quota_check(
     replica: int,
     over_quota_reason: str | None = None,
     requested_by: Any = None,
-) -> None:
-    """Refuse (:class:`QuotaExceeded`) a replica that would pass its team's quota. Call inside
-    the placing transaction, after :func:`lock_deployment` and before any host lock.
+) -> bool:
+    """Refuse (:class:`QuotaExceeded`) a replica past its team's cap (its limit, else its
+    deserved share), or past its deserved share on capacity other teams' deserved shares need
+    now (``quota.borrow_unavailable``); answer whether it is *borrowed* (past the deserved
+    share). Call inside the placing transaction, after :func:`lock_deployment` and before any
+    host lock: the team's row lock makes its limit race-safe.
 
     ``over_quota_reason``: a fault's re-placement, which may pass the quota while the fault
     lasts; it is allowed and recorded as an ``over_quota`` operation, never silently."""
     team = Team.objects.filter(pk=deployment.team_id).first()
-    if team is None or not team.has_quota:
-        return
+    if team is None or not team.shares_bounded:
+        return False
     team = Team.objects.select_for_update().get(pk=team.pk)
-    quota, before = quota_of(team), team_usage(team.pk)
+    before = team_usage(team.pk)
     demand = replica_demand(placement_request(deployment))
-    violations = quota_violations(quota, before, demand)
-    if not violations:
-        alert_thresholds(team, quota, before, plus(before, demand))
-        return
+    verdict = admission(team, before, demand)
+    if verdict.allowed:
+        alert_thresholds(team, sharing_of(team).cap(), before, plus(before, demand))
+        return verdict.borrowed
     if over_quota_reason is None:
-        raise QuotaExceeded(team, f"Placing {deployment.name}[{replica}]", violations)
+        raise QuotaExceeded(team, f"Placing {deployment.name}[{replica}]", list(verdict.violations))
     _record_over_quota(
         team,
         deployment,
         f"{deployment.name}[{replica}] re-placed",
-        violations,
+        list(verdict.violations),
         over_quota_reason,
         requested_by,
     )
+    return verdict.borrowed
 
 
 def move_quota_check(
@@ -238,14 +169,14 @@ def move_quota_check(
     defragmentation), which may pass the quota; it is allowed and recorded as an
     ``over_quota`` operation, never silently."""
     team = Team.objects.filter(pk=deployment.team_id).first()
-    if team is None or not team.has_quota:
+    if team is None or not team.shares_bounded:
         return
     team = Team.objects.select_for_update().get(pk=team.pk)
     moving = moving_copies(team.pk)
     if not moving:
         return  # this move is the team's surge replica
     demand = replica_demand(placement_request(deployment))
-    violations = quota_violations(quota_of(team), team_usage(team.pk, moving), demand)
+    violations = quota_violations(sharing_of(team).cap(), team_usage(team.pk, moving), demand)
     if not violations:
         return
     name = f"{deployment.name}[{replica}]"

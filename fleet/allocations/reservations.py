@@ -39,6 +39,7 @@ def reserve_target(
     conflict: str = "place.conflict",
     replaces: Allocation | Sequence[Allocation] | None = None,
     workload: Any = None,
+    borrowed: bool = False,
 ) -> tuple[Gpu, list[Allocation], int | None, int]:
     """The step every placement shares (a place, a move's new copy): under the target host's
     lock, the engine checks the target on a snapshot of that host (:func:`fleet.placement.check`,
@@ -68,7 +69,13 @@ def reserve_target(
     try:
         with transaction.atomic():
             allocations, created = write_target(
-                deployment, replica, gpu, verdict, replaces=replaces, workload=workload
+                deployment,
+                replica,
+                gpu,
+                verdict,
+                replaces=replaces,
+                workload=workload,
+                borrowed=borrowed,
             )
     except IntegrityError:
         raise Conflict(
@@ -86,11 +93,13 @@ def write_target(
     target: Target,
     replaces: Allocation | Sequence[Allocation] | None = None,
     workload: Any = None,
+    borrowed: bool = False,
 ) -> tuple[list[Allocation], int | None]:
     """The allocations (and the MIG instance) the engine's target names; ``replaces``: the copy
     a move's new one runs beside (a replica of several GPUs: its allocations, in slot order,
     each replaced by the new allocation of its slot); ``workload``: what the copy runs
-    (default: the deployment's workload now)."""
+    (default: the deployment's workload now); ``borrowed``: placed past its team's deserved
+    share (a move's new copy is borrowed when the copy it replaces is)."""
     runs = workload if workload is not None else deployment.workload
     olds = [replaces] if isinstance(replaces, Allocation) else list(replaces or ())
     if deployment.kind == RequestKind.GPU:
@@ -106,6 +115,7 @@ def write_target(
                 slot=slot,
                 replaces=olds[slot] if slot < len(olds) else None,
                 workload=runs,
+                borrowed=borrowed,
             )
             for slot, gpu_id in enumerate(target.gpu_ids)
         ], None
@@ -117,7 +127,10 @@ def write_target(
     else:
         assert target.partition_id is not None  # a MIG or MPS target names its partition
         partition = Partition.objects.get(pk=target.partition_id, gpu=gpu)
-    return [_allocation(deployment, replica, partition, replaces=replaces, workload=runs)], created
+    copy = _allocation(
+        deployment, replica, partition, replaces=replaces, workload=runs, borrowed=borrowed
+    )
+    return [copy], created
 
 
 def _allocation(
@@ -127,6 +140,7 @@ def _allocation(
     slot: int = 0,
     replaces: Allocation | None = None,
     workload: Any = None,
+    borrowed: bool = False,
 ) -> Allocation:
     shared = deployment.kind == RequestKind.MPS
     return Allocation.objects.create(
@@ -140,6 +154,7 @@ def _allocation(
         compute_percent=deployment.max_compute_percent if shared else None,
         replaces=replaces,
         workload=workload,
+        borrowed=borrowed or (replaces is not None and replaces.borrowed),
     )
 
 

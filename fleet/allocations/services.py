@@ -231,7 +231,7 @@ def deployment_place(
         raise ServiceError("place.target_required", "Give exactly one of 'partition' or 'gpu'.")
     deployment = lock_deployment(deployment_id)
     replica = _next_replica(deployment)
-    quota_check(
+    borrowed = quota_check(
         deployment=deployment,
         replica=replica,
         over_quota_reason=over_quota_reason,
@@ -239,12 +239,18 @@ def deployment_place(
     )
     gpu_id = gpu_id if gpu_id is not None else _gpu_of_partition(partition_id)
     gpu, allocations, created, generation = reserve_target(
-        deployment, replica, gpu_id=gpu_id, partition_id=partition_id, start=start
+        deployment,
+        replica,
+        gpu_id=gpu_id,
+        partition_id=partition_id,
+        start=start,
+        borrowed=borrowed,
     )
     target = ", ".join(str(a.partition) for a in allocations)
     operation = operation_record(
         kind=OperationKind.PLACE,
-        summary=f"Placed {deployment.name}[{replica}] on {target}",
+        summary=f"Placed {deployment.name}[{replica}] on {target}"
+        + (" (borrowed)" if borrowed else ""),
         requested_by=requested_by,
         gpu=gpu,
         deployment=deployment,
@@ -254,6 +260,7 @@ def deployment_place(
             "allocations": [a.pk for a in allocations],
             "partitions": [a.partition_id for a in allocations],
             "created_partition": created,
+            "borrowed": borrowed,
         },
     )
     schedule_push(gpu.host_id)

@@ -16,7 +16,9 @@ from fleet.api.resources.mig import views as mig
 from fleet.api.resources.operations import views as operations
 from fleet.api.resources.partitions import views as partitions
 from fleet.api.resources.policies import views as policies
+from fleet.api.resources.priorities import views as priorities
 from fleet.api.resources.prometheus import views as prometheus
+from fleet.api.resources.queue import views as queue
 from fleet.api.resources.rollouts import views as rollouts
 from fleet.api.resources.secrets import views as secrets
 from fleet.api.resources.teams import views as teams
@@ -52,6 +54,10 @@ router.register("teams", teams.TeamViewSet, basename="team")
 urlpatterns = [
     path("me", me.me, name="me"),
     path("usage", usage.UsageView.as_view(), name="usage"),
+    path("priorities/", priorities.priorities, name="priorities"),
+    path("priorities/<slug:name>/", priorities.priority, name="priority"),
+    path("queue/", queue.queue, name="queue"),
+    path("queue/reclaim/<int:deployment_id>", queue.reclaim, name="queue-reclaim"),
     path("prometheus/targets", prometheus.targets, name="prometheus-targets"),
     path("capacity/", capacity.capacity, name="capacity"),
     path("capacity/repack", capacity.capacity_repack, name="capacity-repack"),

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from fleet.allocations.autoplace import deployment_place_all
 from fleet.allocations.models import Allocation, AllocationState, Deployment
-from fleet.allocations.quotas import quota_of, team_usage
+from fleet.allocations.quotas import sharing_of, team_usage
 from fleet.allocations.selectors import fleet_snapshot, placement_request
 from fleet.allocations.services import allocations_evict, lock_deployment
 from fleet.autoscaling.models import Metric, ScalingPolicy, ScalingState
@@ -172,9 +172,10 @@ def _quota_room(deployment: Deployment, placed: int, extra: int) -> tuple[int, l
     """How many of ``extra`` new replicas the team's quota leaves room for (replicas already
     waiting to be placed count first), and the limits the next one would pass."""
     team = Team.objects.filter(pk=deployment.team_id).first()
-    if team is None or not team.has_quota:
+    if team is None or not team.shares_bounded:
         return extra, []
-    quota, usage = quota_of(team), team_usage(team.pk)
+    # Its cap: the limit where one is set (borrowing included), else the deserved share.
+    quota, usage = sharing_of(team).cap(), team_usage(team.pk)
     demand = replica_demand(placement_request(deployment))
     waiting = max(0, deployment.replicas - placed)
     room = 0

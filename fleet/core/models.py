@@ -10,6 +10,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from fleet.core.priority_models import PriorityClass as PriorityClass  # Django finds it here
+
 
 class TimeStampedModel(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
@@ -76,6 +78,15 @@ class Team(TimeStampedModel):
     quota_mig_compute_slices = models.PositiveIntegerField(null=True, blank=True)
     quota_mps_memory_mib = models.PositiveBigIntegerField(null=True, blank=True)
     quota_mig_profiles = models.JSONField(default=dict, blank=True)
+    # The quota above is the deserved share; the limit bounds all it may hold, borrowing
+    # included (fleet.placement.sharing, docs/sharing.md).
+    limit_gpus = models.PositiveIntegerField(null=True, blank=True)
+    limit_mig_compute_slices = models.PositiveIntegerField(null=True, blank=True)
+    limit_mps_memory_mib = models.PositiveBigIntegerField(null=True, blank=True)
+    limit_mig_profiles = models.JSONField(default=dict, blank=True)
+    # The weight divides its use in the queue; the class its deployments naming none take.
+    over_quota_weight = models.PositiveIntegerField(default=1)
+    default_priority = models.CharField(max_length=32, blank=True, default="")
     # What the team's workloads may do on a host (runtimes, images, users, capabilities, limits,
     # host network), set by admins only; ``{}`` is the restricted default. The rules and their
     # defaults live in fleet.core.policy.
@@ -91,6 +102,15 @@ class Team(TimeStampedModel):
     def has_quota(self) -> bool:
         limits = (self.quota_gpus, self.quota_mig_compute_slices, self.quota_mps_memory_mib)
         return any(limit is not None for limit in limits) or bool(self.quota_mig_profiles)
+
+    @property
+    def has_limit(self) -> bool:
+        limits = (self.limit_gpus, self.limit_mig_compute_slices, self.limit_mps_memory_mib)
+        return any(limit is not None for limit in limits) or bool(self.limit_mig_profiles)
+
+    @property
+    def shares_bounded(self) -> bool:  # a deserved share or a limit: its places lock its row
+        return self.has_quota or self.has_limit
 
 
 def default_team_id() -> int:

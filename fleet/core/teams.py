@@ -30,6 +30,7 @@ from fleet.core.models import (
     TeamRole,
 )
 from fleet.core.operations import operation_record
+from fleet.core.priorities import priority_checked
 from fleet.core.roles import Role, role_of
 
 QUOTA_KEYS = ("gpus", "mig_compute_slices", "mps_memory_mib", "mig_profiles")
@@ -151,13 +152,17 @@ def lock_team(team_id: int) -> Team:
 
 @transaction.atomic
 def team_update(*, team_id: int, changes: Mapping[str, Any], requested_by: Any = None) -> Team:
-    """Rename a team (``name``, ``slug``); the ``default`` team keeps its slug."""
+    """Rename a team (``name``, ``slug``; the ``default`` team keeps its slug) or set the
+    priority class of its deployments that name none (``default_priority``; ``""``: none)."""
     team = lock_team(team_id)
-    unknown = sorted(set(changes) - {"name", "slug"})
+    unknown = sorted(set(changes) - {"name", "slug", "default_priority"})
     if unknown:
         raise ServiceError(
-            "team.field_unknown", f"Only 'name' and 'slug' change here, not {unknown[0]!r}."
+            "team.field_unknown",
+            f"Only 'name', 'slug' and 'default_priority' change here, not {unknown[0]!r}.",
         )
+    if "default_priority" in changes:
+        team.default_priority = priority_checked(changes["default_priority"], "default_priority")
     if "name" in changes:
         team.name = _checked_name(changes["name"])
     if "slug" in changes:
@@ -273,26 +278,86 @@ def _checked_profiles(value: Any) -> dict[str, int]:
     return checked
 
 
-@transaction.atomic
-def team_quota_set(*, team_id: int, quota: Any, requested_by: Any = None) -> Team:
-    """Set the limits given (any of ``gpus``, ``mig_compute_slices``, ``mps_memory_mib``,
-    ``mig_profiles``; ``null`` lifts one); limits not given stay. A limit below what the team
-    holds now is taken: nothing is evicted, and new replicas are refused until it fits."""
-    if not isinstance(quota, Mapping):
-        raise ServiceError("malformed_request", "The body must be a JSON object.")
+SHARING_KEYS = ("limit", "over_quota_weight")
+MAX_WEIGHT = 1000
+
+
+def _checked_kinds(quota: Mapping[str, Any], where: str) -> None:
     unknown = sorted(set(quota) - set(QUOTA_KEYS))
     if unknown:
         raise ServiceError(
             "quota.field_unknown",
-            f"Unknown quota {unknown[0]!r}; the quotas are {', '.join(QUOTA_KEYS)}.",
+            f"Unknown {where} {unknown[0]!r}; the kinds are {', '.join(QUOTA_KEYS)}.",
             {"field": unknown[0], "fields": list(QUOTA_KEYS)},
         )
-    team = lock_team(team_id)
+
+
+def _set_kinds(team: Team, prefix: str, quota: Mapping[str, Any]) -> None:
     for key in ("gpus", "mig_compute_slices", "mps_memory_mib"):
         if key in quota:
-            setattr(team, f"quota_{key}", _checked_limit(key, quota[key]))
+            setattr(team, f"{prefix}_{key}", _checked_limit(key, quota[key]))
     if "mig_profiles" in quota:
-        team.quota_mig_profiles = _checked_profiles(quota["mig_profiles"])
+        setattr(team, f"{prefix}_mig_profiles", _checked_profiles(quota["mig_profiles"]))
+
+
+def _set_sharing(team: Team, quota: Mapping[str, Any]) -> None:
+    """``limit`` (an object of the four kinds, those given replace; ``null`` lifts them all)
+    and ``over_quota_weight`` (1 to 1000)."""
+    if "limit" in quota:
+        limit = quota["limit"]
+        if limit is None:
+            limit = dict.fromkeys(QUOTA_KEYS)
+        if not isinstance(limit, Mapping):
+            raise ServiceError(
+                "quota.invalid", "'limit' is an object of limits, or null.", {"field": "limit"}
+            )
+        _checked_kinds(limit, "limit")
+        _set_kinds(team, "limit", limit)
+    if "over_quota_weight" in quota:
+        weight = quota["over_quota_weight"]
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
+            raise ServiceError(
+                "quota.invalid",
+                f"'over_quota_weight' is a whole number from 1 to {MAX_WEIGHT}.",
+                {"field": "over_quota_weight"},
+            )
+        team.over_quota_weight = weight
+
+
+def _limits_cover_deserved(team: Team) -> None:
+    """Refuse (400 ``quota.invalid``) a limit below the deserved share of its kind."""
+    pairs = [
+        (key, getattr(team, f"quota_{key}"), getattr(team, f"limit_{key}"))
+        for key in ("gpus", "mig_compute_slices", "mps_memory_mib")
+    ]
+    limits = team.limit_mig_profiles or {}
+    pairs += [
+        (f"mig_profiles.{p}", n, limits.get(p)) for p, n in (team.quota_mig_profiles or {}).items()
+    ]
+    for key, deserved, limit in pairs:
+        if deserved is not None and limit is not None and limit < deserved:
+            raise ServiceError(
+                "quota.invalid",
+                f"The limit of {key} ({limit}) is below its deserved share ({deserved}).",
+                {"field": f"limit.{key}"},
+            )
+
+
+@transaction.atomic
+def team_quota_set(*, team_id: int, quota: Any, requested_by: Any = None) -> Team:
+    """Set the deserved shares given (any of ``gpus``, ``mig_compute_slices``,
+    ``mps_memory_mib``, ``mig_profiles``; ``null`` lifts one), the ``limit`` of each kind and
+    the ``over_quota_weight``; what is not given stays. A quota below what the team holds now
+    is taken: nothing is evicted, and new replicas are refused until it fits."""
+    if not isinstance(quota, Mapping):
+        raise ServiceError("malformed_request", "The body must be a JSON object.")
+    unknown = sorted(set(quota) - set(QUOTA_KEYS) - set(SHARING_KEYS))
+    if unknown:
+        _checked_kinds({unknown[0]: None}, "quota")
+    team = lock_team(team_id)
+    _set_kinds(team, "quota", quota)
+    _set_sharing(team, quota)
+    _limits_cover_deserved(team)
     team.save()
     operation_record(
         kind=OperationKind.SET_QUOTA,
@@ -304,12 +369,21 @@ def team_quota_set(*, team_id: int, quota: Any, requested_by: Any = None) -> Tea
     return team
 
 
-def quota_as_dict(team: Team) -> dict[str, Any]:
+def _kinds_as_dict(team: Team, prefix: str) -> dict[str, Any]:
     return {
-        "gpus": team.quota_gpus,
-        "mig_compute_slices": team.quota_mig_compute_slices,
-        "mps_memory_mib": team.quota_mps_memory_mib,
-        "mig_profiles": dict(team.quota_mig_profiles or {}),
+        "gpus": getattr(team, f"{prefix}_gpus"),
+        "mig_compute_slices": getattr(team, f"{prefix}_mig_compute_slices"),
+        "mps_memory_mib": getattr(team, f"{prefix}_mps_memory_mib"),
+        "mig_profiles": dict(getattr(team, f"{prefix}_mig_profiles") or {}),
+    }
+
+
+def quota_as_dict(team: Team) -> dict[str, Any]:
+    """The deserved share (the four kinds, as before), its ``limit`` and its weight."""
+    return {
+        **_kinds_as_dict(team, "quota"),
+        "limit": _kinds_as_dict(team, "limit"),
+        "over_quota_weight": team.over_quota_weight,
     }
 
 

@@ -101,6 +101,7 @@ def plan_moves(
     demand: Demand | None = None,
     requests: Mapping[tuple[str, int], PlacementRequest] | None = None,
     demands: Mapping[tuple[str, int], Demand] | None = None,
+    movable: Collection[tuple[str, int]] | None = None,
 ) -> MovePlan:
     """The fewest moves (at most ``max_moves``) after which ``request`` fits somewhere.
 
@@ -111,7 +112,8 @@ def plan_moves(
     needs beside its share, by ``(kind, allocation_id)`` (default: none);
     ``requests``: the moved replicas' requests as their deployments declare them, by
     ``(kind, allocation_id)`` (default: the MIG profile id each holds, which names another
-    profile on another product).
+    profile on another product); ``movable``: the only replicas that may move, by the same
+    key (default: any; idle partitions may always go).
 
     Returns:
         The plan; no moves when the request fits already, ``target`` ``None`` when no plan of at
@@ -124,7 +126,9 @@ def plan_moves(
     for size in range(1, max_moves + 1):
         found: list[tuple[int, int, MovePlan]] = []
         for order, gpu in enumerate(sources):
-            plan = _first_plan(snapshot, gpu, request, size, strategy, demand, requests, demands)
+            plan = _first_plan(
+                snapshot, gpu, request, size, strategy, demand, requests, demands, movable
+            )
             if plan is not None:
                 workload = sum(1 for m in plan.moves if m.occupied)
                 found.append((workload, order, plan))
@@ -214,8 +218,13 @@ def _first_plan(
     demand: Demand | None,
     requests: Mapping[tuple[str, int], PlacementRequest] | None = None,
     demands: Mapping[tuple[str, int], Demand] | None = None,
+    movable: Collection[tuple[str, int]] | None = None,
 ) -> MovePlan | None:
-    allocations = _allocations(gpu)
+    allocations = [
+        a
+        for a in _allocations(gpu)
+        if movable is None or not a.occupied or (a.kind, a.allocation_id) in movable
+    ]
     # Idle partitions first: among sets of one size, the first to work moves the fewest workloads.
     allocations.sort(key=lambda a: a.occupied)
     for chosen in combinations(allocations, size):

@@ -17,3 +17,7 @@ FLEET_REPACK_TIME_LIMIT_SECONDS = env_float("FLEET_REPACK_TIME_LIMIT_SECONDS", 3
 FLEET_ADVICE_MIN_INTERVAL_SECONDS = env_float("FLEET_ADVICE_MIN_INTERVAL_SECONDS", 30.0)
 # How many layout-advisor solves may run at once in one server process (each uses 8 threads).
 FLEET_ADVISOR_CONCURRENCY = env_int("FLEET_ADVISOR_CONCURRENCY", 1)
+# The queue compares teams by their use decayed with this half-life (docs/sharing.md): 7 days.
+FLEET_FAIRSHARE_HALF_LIFE_S = env_float("FLEET_FAIRSHARE_HALF_LIFE_S", 7 * 86400.0)
+# A borrowed replica younger than this is never stopped by a reclaim (moves are fine).
+FLEET_RECLAIM_MIN_RUNTIME_S = env_float("FLEET_RECLAIM_MIN_RUNTIME_S", 600.0)

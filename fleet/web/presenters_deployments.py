@@ -249,6 +249,7 @@ class ReplicaRow:
     restarts: int | None = None
     exit_code: int | None = None
     message: str = ""
+    borrowed: bool = False  # past its team's deserved share (docs/sharing.md)
 
     uptime_s: float | None = None  # since ``started_at``, while the workload is up
 
@@ -348,4 +349,5 @@ def _replica_row(allocation: Allocation, now: datetime) -> ReplicaRow:
         restarts=allocation.restarts,
         exit_code=allocation.exit_code,
         message=allocation.workload_message,
+        borrowed=allocation.borrowed,
     )

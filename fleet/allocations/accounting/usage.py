@@ -17,6 +17,9 @@ Units, per interval clipped to ``[start, end)`` (an open interval ends at ``min(
   uncapped share counting its memory share only (the cap is what it reserved; uncapped clients
   compete for what is left).
 * Whole GPUs: GPU-hours (one row per GPU); GPU-equivalent: 1 per GPU.
+
+Borrowed allocations (past their team's deserved share) add their GPU-equivalent hours to
+``borrowed_gpu_equivalent_hours`` too: the guaranteed hours are the difference.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ UNITS = (
     "mps_compute_percent_hours",
     "gpu_hours",
     "gpu_equivalent_hours",
+    "borrowed_gpu_equivalent_hours",
 )
 
 
@@ -66,6 +70,7 @@ def interval_fields(allocation: Any, started_at: datetime) -> dict[str, Any]:
         "gpu_id": gpu.pk,
         "gpu_memory_mib": gpu.memory_mib,
         "memory_mib": allocation.memory_mib,
+        "borrowed": bool(getattr(allocation, "borrowed", False)),
         "started_at": started_at,
     }
     if allocation.kind == RequestKind.MIG:
@@ -121,6 +126,8 @@ def rates(interval: UsageInterval) -> dict[str, float]:
         count = interval.gpu_count or 1
         out["gpu_hours"] = float(count)
         out["gpu_equivalent_hours"] = float(count)
+    if interval.borrowed:
+        out["borrowed_gpu_equivalent_hours"] = out["gpu_equivalent_hours"]
     return out
 
 

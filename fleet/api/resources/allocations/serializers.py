@@ -107,6 +107,7 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
             "address",
             "ready",
             "replaces",
+            "borrowed",
             "created_at",
         ]
         read_only_fields = fields
@@ -114,7 +115,11 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
             "replaces": {
                 "help_text": "A move's new copy: the allocation it replaces once it runs (null "
                 "otherwise)."
-            }
+            },
+            "borrowed": {
+                "help_text": "Placed past its team's deserved share, on capacity no other "
+                "team's deserved share needed then (docs/sharing.md); a move keeps the mark."
+            },
         }
 
 

@@ -11,6 +11,7 @@ from fleet.core.models import TeamRole
 from fleet.core.teams import (
     MAX_MEMBERS,
     MAX_PROFILES,
+    MAX_WEIGHT,
 )
 
 
@@ -20,7 +21,7 @@ class MemberSerializer(serializers.Serializer[Any]):
     role = serializers.ChoiceField(choices=TeamRole.choices)
 
 
-class QuotaSerializer(serializers.Serializer[Any]):
+class LimitSerializer(serializers.Serializer[Any]):
     gpus = serializers.IntegerField(allow_null=True, required=False, help_text="Whole GPUs.")
     mig_compute_slices = serializers.IntegerField(
         allow_null=True, required=False, help_text="Compute slices of the team's MIG replicas."
@@ -33,6 +34,24 @@ class QuotaSerializer(serializers.Serializer[Any]):
         child=serializers.IntegerField(),
         required=False,
         help_text='Replicas per MIG profile, e.g. `{"1g.10gb": 8}`; profiles not listed: free.',
+    )
+
+
+class QuotaSerializer(LimitSerializer):
+    """The deserved share: the four kinds at the top, as before this model (an old body still
+    sets them), plus the most the team may hold, borrowing included, and its weight."""
+
+    limit = LimitSerializer(
+        required=False,
+        allow_null=True,
+        help_text="The most the team may hold, borrowed replicas included; a kind with no limit "
+        "is capped by its deserved share (no borrowing of it). `null` lifts every limit.",
+    )
+    over_quota_weight = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_WEIGHT,
+        help_text="The queue compares teams by their use divided by this weight (default 1).",
     )
 
 
@@ -51,6 +70,13 @@ class TeamSerializer(serializers.Serializer[Any]):
     quota = QuotaSerializer(read_only=True, help_text="`null`: no limit.")
     usage = UsageSerializer(read_only=True, help_text="What the team's replicas hold now.")
     deployments = serializers.IntegerField(read_only=True)
+    default_priority = serializers.CharField(
+        max_length=32,
+        required=False,
+        allow_blank=True,
+        help_text="The priority class of its deployments that name none (`GET /priorities/`); "
+        '`""`: none.',
+    )
 
 
 class MembersSerializer(serializers.Serializer[Any]):

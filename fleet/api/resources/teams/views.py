@@ -42,6 +42,7 @@ def team_body(team: Team) -> dict[str, Any]:
         "quota": quota_as_dict(team),
         "usage": team_usage(team.pk).as_dict(),
         "deployments": team.deployments.count(),
+        "default_priority": team.default_priority,
     }
 
 
@@ -125,7 +126,9 @@ class TeamViewSet(viewsets.GenericViewSet[Team]):
         request=QuotaSerializer,
         responses={200: TeamSerializer, **error_responses(400, 401, 403, 404, 409)},
         description='Any of `{"gpus": 4, "mig_compute_slices": 14, "mps_memory_mib": 65536, '
-        '"mig_profiles": {"1g.10gb": 8}}`; a limit not given stays, `null` lifts it. '
+        '"mig_profiles": {"1g.10gb": 8}}` (the deserved share), `"limit": {...}` (the same kinds: '
+        'the most it may hold, borrowing included) and `"over_quota_weight": 2`; what is not '
+        "given stays, `null` lifts it; a limit below its deserved share: 400 `quota.invalid`. "
         "Enforced in the transaction that places a replica (place, auto-placement, scale, "
         "rolling update): a replica past a limit is refused with 422 `quota.exceeded`. A "
         "limit below what the team holds evicts nothing. Moves: the team's first move in "

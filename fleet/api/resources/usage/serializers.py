@@ -17,6 +17,10 @@ UNIT_HELP = {
         "GPU-equivalent hours: a MIG slice's share of its GPU's compute slices, an MPS share's "
         "larger of memory and compute share (uncapped: its memory share), a whole GPU 1."
     ),
+    "borrowed_gpu_equivalent_hours": (
+        "The part of `gpu_equivalent_hours` held by borrowed replicas (past their team's "
+        "deserved share); the rest is guaranteed."
+    ),
 }
 
 
@@ -45,6 +49,9 @@ class UsageUnitsSerializer(serializers.Serializer[Any]):
     )
     gpu_hours = serializers.FloatField(help_text=UNIT_HELP["gpu_hours"])
     gpu_equivalent_hours = serializers.FloatField(help_text=UNIT_HELP["gpu_equivalent_hours"])
+    borrowed_gpu_equivalent_hours = serializers.FloatField(
+        help_text=UNIT_HELP["borrowed_gpu_equivalent_hours"]
+    )
 
 
 class UsageGroupSerializer(serializers.Serializer[Any]):

@@ -1,0 +1,168 @@
+"""The reclaim plan: how a team gets its deserved share back from borrowers, least harm first.
+
+Stdlib only; ``now`` is passed in. For one claimant replica (a team within its deserved share,
+waiting), in this order:
+
+1. **place** it without touching anyone, if it fits;
+2. **move** borrowed replicas out of its way (make-before-break moves: the borrower keeps its
+   running replicas), the fewest moves first (:func:`fleet.placement.defrag.plan_moves`
+   restricted to borrowed replicas);
+3. only then **stop** borrowed replicas: on one host, the lowest priority first and, within a
+   priority, the most recently started first, never one younger than ``min_runtime_s``; the
+   host needing the fewest stops wins.
+
+The whole plan is simulated first: when even stopping every eligible borrowed replica would not
+place the claimant, the plan is ``none`` and nothing is touched (no eviction without a net gain).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from fleet.placement.defrag import DEFAULT_MAX_MOVES, Move, plan_moves
+from fleet.placement.fit import Target, rank
+from fleet.placement.snapshot import (
+    Demand,
+    FleetSnapshot,
+    GpuState,
+    PlacementRequest,
+    WholeGpuRequest,
+)
+
+Action = Literal["place", "move", "stop", "none"]
+
+
+@dataclass(frozen=True)
+class Borrowed:
+    """A borrowed replica that a reclaim may move or stop.
+
+    Attributes:
+        key: ``("mig", partition id)``, ``("mps", allocation id)`` or ``("gpu", gpu id)``, as
+            :class:`fleet.placement.defrag.Move` names what it moves.
+        gpu_id: the GPU it holds.
+        priority: its priority value (the lower goes first).
+        started_s: when it started (the same clock as ``now_s``).
+    """
+
+    key: tuple[str, int]
+    gpu_id: int
+    priority: int
+    started_s: float
+
+
+@dataclass(frozen=True)
+class ReclaimPlan:
+    """What to do for the claimant: ``place`` it at ``target`` now, ``move`` (``moves`` then
+    place at ``target``), ``stop`` (``stops`` then place at ``target``), or ``none``."""
+
+    action: Action
+    target: Target | None = None
+    moves: tuple[Move, ...] = ()
+    stops: tuple[Borrowed, ...] = ()
+    reason: str = ""
+
+
+def _without(gpu: GpuState, key: tuple[str, int]) -> GpuState:
+    kind, ident = key
+    if kind == "gpu":
+        return replace(gpu, taken=False)
+    if kind == "mig":
+        return replace(gpu, partitions=tuple(p for p in gpu.partitions if p.id != ident))
+    ids = gpu.mps_reservation_ids or tuple(range(len(gpu.mps_reservations)))
+    keep = [k for k, i in enumerate(ids) if i != ident]
+    return replace(
+        gpu,
+        mps_reservations=tuple(gpu.mps_reservations[k] for k in keep),
+        mps_reservation_ids=tuple(ids[k] for k in keep) if gpu.mps_reservation_ids else (),
+    )
+
+
+def _stopped(snapshot: FleetSnapshot, stops: Sequence[Borrowed]) -> FleetSnapshot:
+    gpus: dict[int, GpuState] = {}
+    for b in stops:
+        found = gpus.get(b.gpu_id) or snapshot.gpu(b.gpu_id)
+        if found is not None:
+            gpus[b.gpu_id] = _without(found, b.key)
+    return snapshot.with_changes(gpus=gpus.values())
+
+
+def stop_order(
+    borrowed: Collection[Borrowed], now_s: float, min_runtime_s: float
+) -> list[Borrowed]:
+    """The borrowed replicas that may be stopped, in the order they are: the lowest priority
+    first, then the most recently started; none younger than ``min_runtime_s``."""
+    eligible = [b for b in borrowed if now_s - b.started_s >= min_runtime_s]
+    return sorted(eligible, key=lambda b: (b.priority, -b.started_s, b.key))
+
+
+def _stops_on_host(
+    snapshot: FleetSnapshot,
+    request: PlacementRequest,
+    demand: Demand | None,
+    ordered: list[Borrowed],
+) -> tuple[tuple[Borrowed, ...], Target] | None:
+    """The fewest of ``ordered`` (one host's, in stop order) whose stop places the claimant."""
+    for n in range(1, len(ordered) + 1):
+        best = rank(_stopped(snapshot, ordered[:n]), request, demand=demand).best
+        if best is not None:
+            return tuple(ordered[:n]), best
+    return None
+
+
+def reclaim_plan(
+    snapshot: FleetSnapshot,
+    request: PlacementRequest,
+    *,
+    borrowed: Collection[Borrowed],
+    now_s: float,
+    min_runtime_s: float,
+    demand: Demand | None = None,
+    requests: Mapping[tuple[str, int], PlacementRequest] | None = None,
+    demands: Mapping[tuple[str, int], Demand] | None = None,
+    max_moves: int = DEFAULT_MAX_MOVES,
+) -> ReclaimPlan:
+    """The least harmful plan that places the claimant (``request``), simulated whole.
+
+    Args:
+        borrowed: the borrowed replicas of other teams that a reclaim may touch.
+        requests, demands: the borrowed replicas' own requests and demands, by key (as
+            :func:`plan_moves` takes them).
+    """
+    best = rank(snapshot, request, demand=demand).best
+    if best is not None:
+        return ReclaimPlan("place", best)
+    keys = {b.key for b in borrowed}
+    if keys and not isinstance(request, WholeGpuRequest):
+        moved = plan_moves(
+            snapshot,
+            request,
+            max_moves=max_moves,
+            demand=demand,
+            requests=requests,
+            demands=demands,
+            movable=keys,
+        )
+        if moved.target is not None:
+            return ReclaimPlan("move", moved.target, moved.moves)
+    by_host: dict[int, list[Borrowed]] = {}
+    for b in stop_order(borrowed, now_s, min_runtime_s):
+        gpu = snapshot.gpu(b.gpu_id)
+        if gpu is not None:
+            by_host.setdefault(gpu.host_id, []).append(b)
+    found = [
+        plan
+        for ordered in by_host.values()
+        if (plan := _stops_on_host(snapshot, request, demand, ordered)) is not None
+    ]
+    if found:
+        stops, target = min(
+            found, key=lambda p: (len(p[0]), [(b.priority, -b.started_s) for b in p[0]])
+        )
+        return ReclaimPlan("stop", target, stops=stops)
+    return ReclaimPlan(
+        "none",
+        reason="No net gain: even stopping every borrowed replica that may be stopped would "
+        "not place it; nothing is touched.",
+    )
