@@ -194,9 +194,9 @@ def install() -> Iterator[Install]:
 class Client:
     """HTTPS through the proxy, trusting Caddy's own CA, with a cookie jar."""
 
-    def __init__(self, base: str, cafile: Path) -> None:
+    def __init__(self, base: str, cafile: Path | None = None) -> None:
         self.base = base
-        context = ssl.create_default_context(cafile=str(cafile))
+        context = ssl.create_default_context(cafile=None if cafile is None else str(cafile))
         self.jar = http.cookiejar.CookieJar()
         self.opener = urllib.request.build_opener(
             urllib.request.HTTPSHandler(context=context),
