@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NODE_BIN := node_modules/.bin
 NODE_STAMP := node_modules/.package-lock.json
 
-.PHONY: run test test-production test-fast check check-deploy format lint bench clean
+.PHONY: run test test-production test-fast check check-deploy check-image format lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,12 @@ format: $(STAMP) $(NODE_STAMP)
 ## deploy/caddy/Caddyfile (Debian's systemd, nginx and caddy packages; .ci/run installs them)
 check-deploy:
 	deploy/check.sh
+
+## check-image: build the container image (deploy/container/Containerfile) on a Debian base made
+## here with debootstrap (cached in /var/cache/fleet-ci) and smoke-test its web and worker
+## against PostgreSQL and Redis (tests/deploy/test_image.py); root and dockerd
+check-image: $(STAMP)
+	deploy/container/check.sh
 
 clean:
 	rm -rf $(VENV) node_modules var site .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -14,7 +14,7 @@ import django_stubs_ext
 
 # The mode first: it checks FLEET_MODE and the secrets before any other setting is read.
 from fleet.settings.mode import *  # noqa: F403
-from fleet.settings.mode import BASE_DIR, DATABASE_URL, FLEET_DATA_DIR, PRODUCTION
+from fleet.settings.mode import ASSETS_DIR, DATABASE_URL, FLEET_DATA_DIR, PRODUCTION
 
 # isort: split
 from fleet.settings.agents import *  # noqa: F403
@@ -73,7 +73,7 @@ ASGI_APPLICATION = "fleet.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [ASSETS_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -111,7 +111,7 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [ASSETS_DIR / "static"]
 STATIC_ROOT = FLEET_DATA_DIR / "static"
 # WhiteNoise serves static files in every mode; outside production it reads them from the apps
 # directly, so the embedded mode needs no collectstatic.

@@ -16,6 +16,13 @@ from fleet.settings.env import env, env_bool, env_list, require
 from fleet.settings.secret_key import embedded_secret_key, embedded_secrets_key, fernet_keys
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
+# The dashboard's templates/ and static/: beside the fleet package in a checkout, in
+# fleet/assets/ once installed from a wheel (setup.py copies them there).
+ASSETS_DIR = (
+    BASE_DIR
+    if (BASE_DIR / "templates").is_dir()
+    else Path(__file__).resolve().parent.parent / "assets"
+)
 
 FLEET_MODE = env("FLEET_MODE", "embedded")
 if FLEET_MODE not in {"embedded", "production"}:
