@@ -49,6 +49,7 @@ def test_an_endpoint_is_set_on_create_shown_with_its_url_changed_and_removed(ope
         "port": "metrics",
         "path_prefix": None,
         "hostname": "qwen.fleet.example",
+        "drain_s": 5,
         "url": "http://qwen.fleet.example:8080/",
     }
     removed = operator_client.patch(path, {"endpoint": None}, format="json")

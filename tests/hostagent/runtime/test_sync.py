@@ -56,9 +56,10 @@ def test_a_placed_replica_runs_on_its_mig_slice_and_an_eviction_stops_it(host, r
     host.apply(desired(host.gpu, 1, [allocation(7, replica_workload(host.kind, stop_grace_s=3))]))
     wait_for(lambda: host.state(7) == "running")
     mig = host.mig_uuid(5, 0)
-    out = wait_for(lambda: (text := output_of(host, 7)) and "device=" in text and text)
-    assert f"device={mig}" in out and f"NVIDIA_VISIBLE_DEVICES={mig}" in out
-    assert "FLEET_ALLOCATION_ID=7" in out and "FLEET_DEPLOYMENT=qwen-7b" in out
+    expected = (f"device={mig}", f"NVIDIA_VISIBLE_DEVICES={mig}", "FLEET_ALLOCATION_ID=7")
+    expected += ("FLEET_DEPLOYMENT=qwen-7b",)
+    # The workload writes its lines one by one: wait for all of them, not only the first.
+    wait_for(lambda: (text := output_of(host, 7)) and all(e in text for e in expected))
     if host.kind == "container":
         docker_host = request.getfixturevalue("docker_host")
         running = host.supervisor._replicas[7].running
