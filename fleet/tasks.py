@@ -160,6 +160,10 @@ def prune_alert_deliveries() -> int:
 def sso_ldap_sync() -> dict[str, int]:
     """Beat: LDAP users gone from the directory lose their tokens; the others' roles follow
     their groups (a no-op unless LDAP sign-in is configured)."""
+    from django.conf import settings
+
+    if not settings.FLEET_LDAP_ENABLED:
+        return {"synced": 0, "disabled": 0, "errors": 0}  # python-ldap may not be installed
     from fleet.core.sso.ldap import ldap_users_sync
 
     return ldap_users_sync()

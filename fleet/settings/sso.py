@@ -12,9 +12,9 @@ from fleet.core.sso.mapping import GroupMapError, group_map_parse
 from fleet.settings.env import env, env_bool, env_int
 
 AUTHENTICATION_BACKENDS = [
-    # Each SSO backend answers None until it is configured, so the list never changes.
+    # The OIDC backend answers None until it is configured; the LDAP one is listed only when
+    # LDAP is (below): python-ldap is an optional, compiled dependency (``fleet[ldap]``).
     "fleet.core.sso.local.LocalBackend",
-    "fleet.core.sso.ldap.LdapBackend",
     "fleet.core.sso.oidc.OidcBackend",
 ]
 
@@ -63,7 +63,15 @@ LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
 
 FLEET_LDAP_ENABLED = bool(env("FLEET_LDAP_SERVER_URI", ""))
 if FLEET_LDAP_ENABLED:
-    from fleet.core.sso.ldap_config import ldap_settings
+    try:
+        from fleet.core.sso.ldap_config import ldap_settings
+    except ImportError as error:
+        raise ImproperlyConfigured(
+            f"FLEET_LDAP_SERVER_URI is set but LDAP sign-in is not installed ({error}): "
+            "pip install 'fleet[ldap]' (it compiles python-ldap: apt-get install gcc "
+            "python3-dev libldap2-dev libsasl2-dev)"
+        ) from None
+    AUTHENTICATION_BACKENDS.insert(1, "fleet.core.sso.ldap.LdapBackend")
 
     if not env("FLEET_LDAP_USER_SEARCH_BASE", ""):
         raise ImproperlyConfigured(

@@ -37,6 +37,9 @@ def ldap_on(settings: Any, directory: Directory, group_map: None) -> Directory:
     from fleet.core.sso.ldap_config import ldap_settings
 
     settings.FLEET_LDAP_ENABLED = True
+    backends = list(settings.AUTHENTICATION_BACKENDS)
+    backends.insert(1, "fleet.core.sso.ldap.LdapBackend")  # as fleet.settings.sso does
+    settings.AUTHENTICATION_BACKENDS = backends
     for name, value in ldap_settings(
         server_uri=directory.uri,
         bind_dn=ROOT_DN,
