@@ -164,7 +164,10 @@ class AgentConsumer(HostTokenConsumer):
             await self._refuse(refusal, raw)
             return
         self.received += 1
-        presence().seen(self.host_id, self.host_created, self.channel_name)
+        if message["type"] != "hello":
+            # A hello marks the host seen once it is accepted (agent_hello): an agent this
+            # server refuses (fleet.agents.versions) must not look alive for a moment.
+            presence().seen(self.host_id, self.host_created, self.channel_name)
         if self.received % REJOIN_EVERY_MESSAGES == 0:
             await self.channel_layer.group_add(agent_group(self.host_id), self.channel_name)
         if message["type"] == "telemetry":
@@ -244,6 +247,8 @@ class AgentConsumer(HostTokenConsumer):
             self.closing = True
             await self.close(code=CLOSE_WRONG_HOST)
             return
+        if message["type"] == "hello" and self.host_id is not None:
+            presence().seen(self.host_id, self.host_created, self.channel_name)  # accepted
         if behind:
             await self._send_desired()
         if message["type"] == "hello":
