@@ -26,7 +26,13 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from fleet.allocations.autoplace import deployment_autoplace
-from fleet.allocations.models import Allocation, AllocationState, Deployment, WorkloadState
+from fleet.allocations.models import (
+    FAILED_STATES,
+    Allocation,
+    AllocationState,
+    Deployment,
+    WorkloadState,
+)
 from fleet.allocations.moves import allocation_move_anywhere
 from fleet.allocations.quotas import QuotaExceeded
 from fleet.allocations.rollouts import RolloutStep
@@ -37,7 +43,6 @@ from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import RUNNING
 from fleet.core.secrets import secret_decrypt
 from fleet.workflows.engine import WAIT, Outcome, Run, Workflow, deadline_of, workflow_run
-from fleet.workflows.moves import FAILED_STATES
 
 logger = logging.getLogger(__name__)
 
