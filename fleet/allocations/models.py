@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q
 
 from fleet.core.models import Team, TimeStampedModel, default_team_id
+from fleet.core.units import format_mib
 from fleet.inventory.models import Gpu
 from fleet.partitioning.models import Partition
 from hostagent.protocol import default_workload
@@ -135,6 +136,10 @@ class WorkloadState(models.TextChoices):
     EXITED = "exited", "Exited"
     FAILED = "failed", "Failed"
     CRASHLOOP = "crashloop", "Crash loop"
+
+
+# A copy in one of these has given up: it does not run, and will not without a new start.
+FAILED_STATES = frozenset({WorkloadState.FAILED, WorkloadState.CRASHLOOP, WorkloadState.EXITED})
 
 
 class AllocationQuerySet(models.QuerySet["Allocation"]):
@@ -304,3 +309,16 @@ class UsageInterval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_name}[{self.replica}] {self.kind} from {self.started_at}"
+
+
+def describe_request(deployment: Deployment) -> str:
+    """What one replica of the deployment asks for, in words: ``MIG 1g.10gb``,
+    ``MPS 2 GiB \u00b7 10% SM``, ``2 whole GPUs`` (the dashboard's cards, the audit trail)."""
+    if deployment.kind == RequestKind.MIG:
+        return f"MIG {deployment.profile}"
+    if deployment.kind == RequestKind.MPS:
+        memory = format_mib(deployment.memory_mib or 0)
+        cap = f" · {deployment.max_compute_percent}% SM" if deployment.max_compute_percent else ""
+        return f"MPS {memory}{cap}"
+    count = deployment.gpu_count or 1
+    return f"{count} whole GPU{'s' if count != 1 else ''}"

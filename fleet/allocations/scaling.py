@@ -1,5 +1,5 @@
 """Changing a deployment after its creation: its replica count, or its workload (a rolling
-update: :mod:`fleet.allocations.rollouts`).
+update: :mod:`fleet.allocations.deployment_rollouts`).
 
 Scaling up adds replicas that wait in the tray, unless the deployment is auto-placed (created
 with ``auto``): then the engine places them at once with the default strategy, all or none, as it
@@ -19,9 +19,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet.allocations.autoplace import deployment_autoplace
+from fleet.allocations.deployment_rollouts import deployment_rollout_start
 from fleet.allocations.models import Deployment
 from fleet.allocations.ownership import deployment_set_team
-from fleet.allocations.rollouts import deployment_roll
 from fleet.allocations.services import allocations_evict, lock_deployment
 from fleet.core.errors import ServiceError
 from fleet.core.models import Operation, OperationKind, OperationStatus
@@ -103,7 +103,7 @@ def deployment_update(
                 f"'rollout' takes {', '.join(sorted(ROLLOUT_FIELDS))}.",
                 {"fields": sorted(ROLLOUT_FIELDS)},
             )
-        return deployment_roll(
+        return deployment_rollout_start(
             deployment_id=deployment_id,
             workload=changes["workload"],
             max_surge=settings.get("max_surge", 1),

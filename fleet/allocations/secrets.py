@@ -16,8 +16,8 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from fleet.allocations.deployment_rollouts import deployment_rollout_start
 from fleet.allocations.models import Allocation, Deployment
-from fleet.allocations.rollouts import deployment_roll
 from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.models import OperationKind, OperationStatus, Team, TeamSecret
 from fleet.core.operations import operation_record
@@ -151,14 +151,14 @@ def team_secret_set(*, team_id: int, name: Any, value: Any, requested_by: Any = 
 
 def team_secret_roll(*, team_id: int, name: str, requested_by: Any = None) -> SecretRoll:
     """Start a rolling update of every deployment of the team that refers to secret ``name``
-    (:func:`fleet.allocations.rollouts.deployment_roll` with ``restart``: the same workload,
-    new copies that start with the secret's current value). Each is its own transaction, after
-    the new value was committed; one that cannot roll now (a rollout runs, its team's policy
-    refuses it) is skipped and said why."""
+    (:func:`~fleet.allocations.deployment_rollouts.deployment_rollout_start` with ``restart``:
+    the same workload, new copies that start with the secret's current value). Each is its own
+    transaction, after the new value was committed; one that cannot roll now (a rollout runs,
+    its team's policy refuses it) is skipped and said why."""
     result = SecretRoll()
     for deployment in deployments_referring(team_id, name):
         try:
-            operation = deployment_roll(
+            operation = deployment_rollout_start(
                 deployment_id=deployment.pk,
                 workload=deployment.workload,
                 restart=True,

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from fleet.allocations.models import Allocation, Deployment, RequestKind
+from fleet.allocations.models import Allocation, Deployment, RequestKind, describe_request
 from fleet.allocations.quotas import quota_check
 from fleet.allocations.reservations import reserve_target
 from fleet.allocations.workloads import allocations_release, workload_from_input
@@ -137,7 +137,9 @@ def deployment_create(
     )
     operation_record(
         kind=OperationKind.CREATE_DEPLOYMENT,
-        summary=f"Created deployment {name} ({describe_request(deployment)})",
+        summary=(
+            f"Created deployment {name} ({describe_request(deployment)} x{deployment.replicas})"
+        ),
         requested_by=requested_by,
         deployment=deployment,
         status="succeeded",
@@ -152,17 +154,6 @@ def deployment_create(
         },
     )
     return deployment
-
-
-def describe_request(deployment: Deployment) -> str:
-    if deployment.kind == RequestKind.MIG:
-        return f"MIG {deployment.profile} x{deployment.replicas}"
-    if deployment.kind == RequestKind.MPS:
-        cap = (
-            f", {deployment.max_compute_percent}% compute" if deployment.max_compute_percent else ""
-        )
-        return f"MPS {deployment.memory_mib} MiB{cap} x{deployment.replicas}"
-    return f"{deployment.gpu_count} GPU(s) x{deployment.replicas}"
 
 
 def request_payload(deployment: Deployment) -> dict[str, Any]:

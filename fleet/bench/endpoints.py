@@ -39,7 +39,7 @@ from fleet.bench.endpoint_changes import KINDS, Scenario
 from fleet.bench.options import Options
 from fleet.bench.processes import free_port, terminate, wait_until
 from fleet.bench.replay import TRACE, load_trace, replay
-from fleet.bench.stack import BIN, ROOT, Stack
+from fleet.bench.stack import ROOT, Stack
 
 PRODUCT_KEY = "h100-sxm5-80gb"
 SERVER = Path(__file__).resolve().with_name("token_server.py")
@@ -134,16 +134,8 @@ def run_endpoints_bench(options: EndpointOptions) -> dict[str, Any]:
     try:
         stack.start()
         stack.start_servers()
-        stack.spawn(
-            "worker", [str(BIN / "celery"), "-A", "fleet", "worker", "--pool=solo", "-l", "warning"]
-        )
-        stack.spawn(
-            "beat",
-            [
-                str(BIN / "celery"), "-A", "fleet", "beat", "-l", "warning",
-                "-s", str(workdir / "beat-schedule"),
-            ],
-        )  # fmt: skip
+        stack.start_worker()
+        stack.start_beat()
         token = stack.run_python(
             "manage.py", "create_api_token", "bench-admin", "--role", "admin"
         ).strip()

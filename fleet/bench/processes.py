@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
 import signal
@@ -22,15 +23,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# What a poll may meet before the thing it waits for exists: a server not listening yet
+# (``URLError``, ``ConnectionError``: both ``OSError``), an answer without the key or row yet.
+TRANSIENT: tuple[type[BaseException], ...] = (OSError, KeyError, IndexError)
+
+
 def wait_until(
     predicate: Callable[[], Any],
-    timeout: float,
-    what: str,
+    timeout: float = 30.0,
+    what: str = "",
     *,
     every: float = 0.2,
-    transient: tuple[type[BaseException], ...] = (OSError,),
+    transient: tuple[type[BaseException], ...] = TRANSIENT,
 ) -> Any:
-    """Poll ``predicate`` until it returns something truthy (which is returned).
+    """Poll ``predicate`` until it returns something truthy (which is returned); an exception
+    in ``transient`` is only "not yet". The one polling loop of the benchmarks and the tests.
 
     Raises:
         AssertionError: after ``timeout`` seconds, naming ``what`` and the last outcome.
@@ -46,21 +53,53 @@ def wait_until(
             if last:
                 return last
         time.sleep(every)
+    what = what or getattr(predicate, "__qualname__", repr(predicate))
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}: last={last!r}")
 
 
 def terminate(
-    process: subprocess.Popen[bytes], timeout: float = 15, sig: int = signal.SIGTERM
+    process: subprocess.Popen[Any],
+    timeout: float = 15,
+    sig: int = signal.SIGTERM,
+    *,
+    group: bool = False,
 ) -> None:
-    """Stop a child process: ``sig`` first, a kill if it does not exit in ``timeout`` seconds."""
-    if process.poll() is not None:
+    """Stop a child process: ``sig`` first, a kill if it does not exit in ``timeout`` seconds
+    (``group``: to its whole process group, which it leads: what it started goes with it)."""
+    if process.poll() is not None and not group:
         return
-    process.send_signal(sig)
+
+    def send(signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(process.pid, signum)
+            else:
+                process.send_signal(signum)
+
+    send(sig)
     try:
         process.wait(timeout)
     except subprocess.TimeoutExpired:
-        process.kill()
+        send(signal.SIGKILL)
         process.wait(5)
+
+
+def terminate_all(
+    processes: list[subprocess.Popen[Any]], timeout: float = 15, sig: int = signal.SIGTERM
+) -> None:
+    """Stop child processes together: ``sig`` to each, then up to ``timeout`` seconds for all
+    of them to exit, a kill for those that did not."""
+    running = [p for p in processes if p.poll() is None]
+    for process in running:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(sig)
+    deadline = time.monotonic() + timeout
+    for process in running:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
 
 
 def redis_command(port: int) -> list[str]:

@@ -37,7 +37,7 @@ from typing import Any
 from fleet.bench.api import Api
 from fleet.bench.options import Options
 from fleet.bench.processes import terminate, wait_until
-from fleet.bench.stack import BIN, ROOT, Stack
+from fleet.bench.stack import ROOT, Stack
 
 PRODUCT_KEY = "h100-sxm5-80gb"
 SEVEN_1G = {"mode": "mig", "instances": [{"profile": "1g.10gb", "start": s} for s in range(7)]}
@@ -71,16 +71,8 @@ def run_rollout_bench(options: RolloutOptions) -> dict[str, Any]:
     try:
         stack.start()
         stack.start_servers()
-        stack.spawn(
-            "worker", [str(BIN / "celery"), "-A", "fleet", "worker", "--pool=solo", "-l", "warning"]
-        )
-        stack.spawn(
-            "beat",
-            [
-                str(BIN / "celery"), "-A", "fleet", "beat", "-l", "warning",
-                "-s", str(workdir / "beat-schedule"),
-            ],
-        )  # fmt: skip
+        stack.start_worker()
+        stack.start_beat()
         token = stack.run_python(
             "manage.py", "create_api_token", "bench-admin", "--role", "admin"
         ).strip()

@@ -189,7 +189,7 @@ class OperationKind(models.TextChoices):
     MASS_OFFLINE = "mass_offline", "Mass offline"
     MOVE = "move", "Move replica"
     SCALE = "scale", "Scale deployment"
-    ROLLOUT = "rollout", "Rolling update"
+    DEPLOYMENT_ROLLOUT = "rollout", "Rolling update"
     DEFRAG = "defrag", "Defragment"
     LAYOUT_ROLLOUT = "layout_rollout", "Layout rollout"
     CORDON_HOST = "cordon_host", "Cordon host"

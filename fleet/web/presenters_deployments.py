@@ -14,11 +14,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
+from fleet.allocations.models import (
+    FAILED_STATES,
+    Allocation,
+    AllocationState,
+    Deployment,
+    RequestKind,
+    describe_request,
+)
 from fleet.allocations.models import WorkloadState as Ws
 from fleet.allocations.states import DeploymentStatus, deployment_status
 from fleet.autoscaling.presenters import autoscaling_panel
-from fleet.web.presenters import FAILING_STATES, TrayFit, describe_request, format_mib
+from fleet.web.presenters import TrayFit, format_mib
 
 # Where a workload runs (or stops) and its start time means an uptime.
 _UP_STATES = frozenset({Ws.STARTING, Ws.RUNNING, Ws.STOPPING})
@@ -174,7 +181,7 @@ def deployment_row(
         placed=len(replicas),
         running=len(running),
         applying=len({a.replica for a in placed if a.state == AllocationState.PENDING}),
-        failing=len({a.replica for a in placed if a.workload_state in FAILING_STATES}),
+        failing=len({a.replica for a in placed if a.workload_state in FAILED_STATES}),
         fit=fit,
     )
     return DeploymentRow(

@@ -1,5 +1,5 @@
 """The rolling update workflow: a deployment's new workload reaches its replicas a few at a
-time, once :func:`fleet.allocations.rollouts.deployment_roll` saved it.
+time, once :func:`fleet.allocations.deployment_rollouts.deployment_rollout_start` saved it.
 
 Each replica gets a new copy running the new version on the engine's best target (a move, make
 before break), at most ``max_surge`` at once; its old copy stops only once the new one runs. A
@@ -26,10 +26,16 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from fleet.allocations.autoplace import deployment_autoplace
-from fleet.allocations.models import Allocation, AllocationState, Deployment, WorkloadState
+from fleet.allocations.deployment_rollouts import RolloutStep
+from fleet.allocations.models import (
+    FAILED_STATES,
+    Allocation,
+    AllocationState,
+    Deployment,
+    WorkloadState,
+)
 from fleet.allocations.moves import allocation_move_anywhere
 from fleet.allocations.quotas import QuotaExceeded
-from fleet.allocations.rollouts import RolloutStep
 from fleet.allocations.services import deployment_evict
 from fleet.allocations.workloads import runtime_of
 from fleet.core.errors import ServiceError
@@ -37,13 +43,12 @@ from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import RUNNING
 from fleet.core.secrets import secret_decrypt
 from fleet.workflows.engine import WAIT, Outcome, Run, Workflow, deadline_of, workflow_run
-from fleet.workflows.moves import FAILED_STATES
 
 logger = logging.getLogger(__name__)
 
 
 class DeploymentRollout(Workflow):
-    kind = OperationKind.ROLLOUT
+    kind = OperationKind.DEPLOYMENT_ROLLOUT
     steps = {
         RolloutStep.ROLLING: "Rolling out the new workload",
         RolloutStep.ROLLING_BACK: "Rolling back to the previous workload",
@@ -83,7 +88,7 @@ class DeploymentRollout(Workflow):
 WORKFLOW = DeploymentRollout()
 
 
-def rollout_advance(*, operation_id: int) -> str:
+def deployment_rollout_advance(*, operation_id: int) -> str:
     """Move the rollout on as far as it can go now: ``wait``, ``done`` or ``failed``."""
     return workflow_run(WORKFLOW, operation_id)
 

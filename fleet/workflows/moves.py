@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from fleet.allocations.models import AllocationState, WorkloadState
+from fleet.allocations.models import FAILED_STATES, AllocationState, WorkloadState
 from fleet.allocations.move_copies import (
     copy_ids,
     copy_promote,
@@ -24,9 +24,6 @@ from fleet.allocations.moves import UNRUN_NOTE, MoveStep
 from fleet.allocations.services import lock_deployment
 from fleet.core.models import OperationKind
 from fleet.workflows.engine import WAIT, Outcome, Run, Workflow, workflow_run
-
-# The new copy gave up: the move cannot succeed any more.
-FAILED_STATES = frozenset({WorkloadState.FAILED, WorkloadState.CRASHLOOP, WorkloadState.EXITED})
 
 
 class Move(Workflow):

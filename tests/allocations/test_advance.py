@@ -9,8 +9,7 @@ import pytest
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import operation_record
 from fleet.tasks import advance_operation
-from fleet.workflows.registry import BY_KIND
-from fleet.workflows.registry import workflow_advance as operation_advance
+from fleet.workflows.registry import BY_KIND, workflow_advance
 
 pytestmark = pytest.mark.django_db
 
@@ -19,8 +18,8 @@ def test_an_operation_that_does_not_advance_or_is_gone_is_left_alone():
     placed = operation_record(
         kind=OperationKind.PLACE, summary="placed", status=OperationStatus.SUCCEEDED
     )
-    assert operation_advance(operation_id=placed.pk) is None
-    assert operation_advance(operation_id=placed.pk + 1000) is None
+    assert workflow_advance(operation_id=placed.pk) is None
+    assert workflow_advance(operation_id=placed.pk + 1000) is None
     assert Operation.objects.get(pk=placed.pk).status == OperationStatus.SUCCEEDED
 
 

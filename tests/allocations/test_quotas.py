@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 
 from fleet.allocations.autoplace import deployment_create_placed, deployment_place_all
+from fleet.allocations.deployment_rollouts import deployment_rollout_start
 from fleet.allocations.maintenance import host_drain
 from fleet.allocations.models import Allocation
 from fleet.allocations.moves import allocation_move
 from fleet.allocations.quotas import QuotaExceeded, quota_refusal, team_usage
-from fleet.allocations.rollouts import deployment_roll
 from fleet.allocations.scaling import deployment_scale
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.models import Operation, OperationKind
@@ -23,7 +23,7 @@ from fleet.inventory.models import Gpu
 from fleet.mps import MpsPolicy
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from fleet.placement.quota import Usage
-from fleet.workflows.deployment_rollouts import rollout_advance
+from fleet.workflows.deployment_rollouts import deployment_rollout_advance
 from fleet.workflows.health import replace_allocations
 from fleet.workflows.host_drain import host_drain_advance
 from fleet.workflows.moves import move_advance
@@ -373,22 +373,22 @@ def test_a_host_drain_moves_past_the_quota_on_the_record(team):
 def test_a_rolling_update_at_the_quota_surges_one_replica_at_a_time(team, settings):
     settings.FLEET_ROLLOUT_MIN_READY_SECONDS = 0
     d, _, olds = team_at_quota(team, gpus=4, quota_gpus=2, replicas=2)
-    rollout = deployment_roll(
+    rollout = deployment_rollout_start(
         deployment_id=d.pk, workload={**PROCESS, "command": ["/opt/serve", "--v2"]}, max_surge=2
     )
 
-    assert rollout_advance(operation_id=rollout.pk) == "wait"
+    assert deployment_rollout_advance(operation_id=rollout.pk) == "wait"
     (first,) = Allocation.objects.filter(deployment=d, replaces__isnull=False)
     rollout.refresh_from_db()
     assert "surge replica is in use" in rollout.payload["waiting_for"]
     assert rollout.payload["pending"] == [1]  # waits, does not fail
 
     finish(Operation.objects.get(kind=OperationKind.MOVE, payload__to_allocation=first.pk))
-    rollout_advance(operation_id=rollout.pk)
+    deployment_rollout_advance(operation_id=rollout.pk)
     (second,) = Allocation.objects.filter(deployment=d, replaces__isnull=False)
     assert second.replica == 1
     finish(Operation.objects.get(kind=OperationKind.MOVE, payload__to_allocation=second.pk))
-    assert rollout_advance(operation_id=rollout.pk) == "done"
+    assert deployment_rollout_advance(operation_id=rollout.pk) == "done"
     rollout.refresh_from_db()
     assert rollout.status == "succeeded", rollout.payload
     placed = Allocation.objects.placed().filter(deployment=d)

@@ -10,15 +10,15 @@ import pytest
 
 from fleet.agents.documents import host_desired_state
 from fleet.agents.messages import handle_message
+from fleet.allocations.deployment_rollouts import deployment_rollout_start
 from fleet.allocations.models import Allocation, AllocationState, Deployment
-from fleet.allocations.rollouts import deployment_roll
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.errors import Conflict, ServiceError
 from fleet.core.models import Operation, OperationStatus
 from fleet.inventory.models import Host
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
-from fleet.workflows.deployment_rollouts import rollout_advance
+from fleet.workflows.deployment_rollouts import deployment_rollout_advance
 from tests.factories import GpuFactory, HostFactory, allow_process
 
 pytestmark = pytest.mark.django_db
@@ -124,8 +124,8 @@ def _commands(host) -> dict[int, list[str]]:
 def test_a_rollout_updates_one_replica_at_a_time_without_dropping_any(host):
     deployment = _deployment(host)
     old = _copies(deployment)
-    operation = deployment_roll(deployment_id=deployment.pk, workload=V2)
-    assert rollout_advance(operation_id=operation.pk) == "wait"
+    operation = deployment_rollout_start(deployment_id=deployment.pk, workload=V2)
+    assert deployment_rollout_advance(operation_id=operation.pk) == "wait"
     first = _new_copy(deployment)  # max_surge 1: one new copy at a time
     assert _commands(host)[first] == V2["command"]
     assert all(_commands(host)[pk] == V1["command"] for pk in old)
@@ -147,8 +147,8 @@ def test_a_rollout_updates_one_replica_at_a_time_without_dropping_any(host):
 
 def test_a_new_version_that_fails_rolls_the_updated_replicas_back(host):
     deployment = _deployment(host)
-    operation = deployment_roll(deployment_id=deployment.pk, workload=V2)
-    rollout_advance(operation_id=operation.pk)
+    operation = deployment_rollout_start(deployment_id=deployment.pk, workload=V2)
+    deployment_rollout_advance(operation_id=operation.pk)
     _report(host, {_new_copy(deployment): "running"})  # replica 0 runs v2
     broken = _new_copy(deployment)
     _report(host, {broken: "failed"})  # replica 1's v2 fails: stop and roll back replica 0
@@ -171,8 +171,8 @@ def test_a_new_version_that_fails_rolls_the_updated_replicas_back(host):
 def test_without_room_for_a_new_copy_the_rollout_fails_and_changes_nothing(full_host):
     host = full_host
     deployment = _deployment(host, replicas=7)  # every slice taken
-    operation = deployment_roll(deployment_id=deployment.pk, workload=V2)
-    assert rollout_advance(operation_id=operation.pk) == "failed"
+    operation = deployment_rollout_start(deployment_id=deployment.pk, workload=V2)
+    assert deployment_rollout_advance(operation_id=operation.pk) == "failed"
     operation.refresh_from_db()
     assert "no room for a new copy of replica 0" in operation.reason
     assert Deployment.objects.get(pk=deployment.pk).workload["command"] == V1["command"]
@@ -183,8 +183,10 @@ def test_max_unavailable_lets_a_replica_without_room_stop_and_start(full_host):
     host = full_host
     deployment = _deployment(host, replicas=7)
     first = Allocation.objects.get(deployment=deployment, replica=0).pk
-    operation = deployment_roll(deployment_id=deployment.pk, workload=V2, max_unavailable=1)
-    assert rollout_advance(operation_id=operation.pk) == "wait"
+    operation = deployment_rollout_start(
+        deployment_id=deployment.pk, workload=V2, max_unavailable=1
+    )
+    assert deployment_rollout_advance(operation_id=operation.pk) == "wait"
     assert Allocation.objects.get(pk=first).state == AllocationState.RELEASING  # stopping
     assert _running(deployment) == 6
     _report(host, {first: "none"})  # it stopped: its slice is free, replica 0 goes there on v2
@@ -198,14 +200,14 @@ def test_max_unavailable_lets_a_replica_without_room_stop_and_start(full_host):
 
 def test_one_rollout_at_a_time_and_the_same_workload_changes_nothing(host):
     deployment = _deployment(host)
-    same = deployment_roll(deployment_id=deployment.pk, workload=V1)
+    same = deployment_rollout_start(deployment_id=deployment.pk, workload=V1)
     assert same.status == OperationStatus.SUCCEEDED and "already run" in same.reason
-    deployment_roll(deployment_id=deployment.pk, workload=V2)
+    deployment_rollout_start(deployment_id=deployment.pk, workload=V2)
     with pytest.raises(Conflict) as busy:
-        deployment_roll(deployment_id=deployment.pk, workload=V1)
+        deployment_rollout_start(deployment_id=deployment.pk, workload=V1)
     assert busy.value.code == "rollout.in_progress"
     with pytest.raises(ServiceError) as bad:
-        deployment_roll(deployment_id=deployment.pk, workload=V1, max_surge=0)
+        deployment_rollout_start(deployment_id=deployment.pk, workload=V1, max_surge=0)
     assert bad.value.code == "rollout.invalid"
     assert Operation.objects.filter(kind="rollout").count() == 2
 
@@ -222,15 +224,15 @@ def _probation_over(operation: Operation) -> None:
 
 def test_a_new_copy_counts_only_once_it_has_stayed_running_for_min_ready_s(host):
     deployment = _deployment(host, replicas=1)
-    operation = deployment_roll(deployment_id=deployment.pk, workload=V2, min_ready_s=30)
-    rollout_advance(operation_id=operation.pk)
+    operation = deployment_rollout_start(deployment_id=deployment.pk, workload=V2, min_ready_s=30)
+    deployment_rollout_advance(operation_id=operation.pk)
     copy = _new_copy(deployment)
     _report(host, {copy: "running"})  # the move is done; the copy is on probation
     operation.refresh_from_db()
     assert operation.status == OperationStatus.DISPATCHED
     assert operation.payload["updated"] == [] and operation.payload["min_ready_s"] == 30
     _probation_over(operation)
-    assert rollout_advance(operation_id=operation.pk) == "done"
+    assert deployment_rollout_advance(operation_id=operation.pk) == "done"
     operation.refresh_from_db()
     assert operation.status == OperationStatus.SUCCEEDED and operation.payload["updated"] == [0]
 
@@ -239,8 +241,8 @@ def test_a_version_that_starts_then_crashes_fails_the_rollout_and_rolls_back(hos
     """Issue 22, defect 3: a command that exits at once was reported running for a moment, the
     rollout was marked succeeded and the deployment ended with nothing running."""
     deployment = _deployment(host, replicas=2)
-    operation = deployment_roll(deployment_id=deployment.pk, workload=V2, min_ready_s=10)
-    rollout_advance(operation_id=operation.pk)
+    operation = deployment_rollout_start(deployment_id=deployment.pk, workload=V2, min_ready_s=10)
+    deployment_rollout_advance(operation_id=operation.pk)
     copy = _new_copy(deployment)
     _report(host, {copy: "running"})
     _report(host, {copy: "exited"})  # v2 ran for a moment, then exited
@@ -258,7 +260,7 @@ def test_a_version_that_starts_then_crashes_fails_the_rollout_and_rolls_back(hos
 
 def test_min_ready_s_is_bounded():
     with pytest.raises(ServiceError) as refused:
-        deployment_roll(deployment_id=1, workload=V2, min_ready_s=-1)
+        deployment_rollout_start(deployment_id=1, workload=V2, min_ready_s=-1)
     assert refused.value.code == "rollout.invalid"
 
 
@@ -269,7 +271,7 @@ def test_a_rollout_whose_deployment_is_gone_ends_and_blocks_no_other(host):
     from fleet.workflows.registry import workflows_advance as rollouts_advance
 
     deployment = _deployment(host)
-    operation = deployment_roll(deployment_id=deployment.pk, workload=V2)
+    operation = deployment_rollout_start(deployment_id=deployment.pk, workload=V2)
     Allocation.objects.filter(deployment=deployment).delete()
     Deployment.objects.filter(pk=deployment.pk).delete()
 

@@ -8,15 +8,15 @@ import json
 
 import pytest
 
+from fleet.allocations.deployment_rollouts import deployment_rollout_start
 from fleet.allocations.models import Allocation, Deployment
-from fleet.allocations.rollouts import deployment_roll
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.errors import RuleViolation
 from fleet.core.models import Operation, OperationStatus
 from fleet.core.secrets import value_digest
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
-from fleet.workflows.deployment_rollouts import rollout_advance
+from fleet.workflows.deployment_rollouts import deployment_rollout_advance
 from tests.allocations.test_rollouts import _copies, _new_copy, _report
 from tests.factories import GpuFactory, HostFactory, allow_process
 
@@ -62,13 +62,13 @@ def _audit() -> str:
 def test_a_rollout_shows_digests_of_env_values_and_forgets_the_sealed_previous_at_the_end(host):
     deployment = _deployment(host)
 
-    operation = deployment_roll(deployment_id=deployment.pk, workload=V2)
+    operation = deployment_rollout_start(deployment_id=deployment.pk, workload=V2)
 
     assert operation.payload["previous"]["env"] == {"DB_PASSWORD": value_digest("s3cr3t-v1")}
     assert operation.payload["workload"]["env"] == {"DB_PASSWORD": value_digest("s3cr3t-v2")}
     assert "sealed_previous" in operation.payload
     assert "s3cr3t" not in _audit()
-    rollout_advance(operation_id=operation.pk)
+    deployment_rollout_advance(operation_id=operation.pk)
     _report(host, {_new_copy(deployment): "running"})
     _report(host, {_new_copy(deployment): "running"})
     operation.refresh_from_db()
@@ -79,8 +79,8 @@ def test_a_rollout_shows_digests_of_env_values_and_forgets_the_sealed_previous_a
 
 def test_a_rollback_gives_the_deployment_and_its_replicas_their_previous_values_back(host):
     deployment = _deployment(host)
-    operation = deployment_roll(deployment_id=deployment.pk, workload=V2)
-    rollout_advance(operation_id=operation.pk)
+    operation = deployment_rollout_start(deployment_id=deployment.pk, workload=V2)
+    deployment_rollout_advance(operation_id=operation.pk)
     _report(host, {_new_copy(deployment): "running"})  # replica 0 runs v2
 
     _report(host, {_new_copy(deployment): "failed"})  # replica 1's v2 fails: roll back
@@ -98,7 +98,7 @@ def test_a_rollout_to_a_secret_the_team_does_not_have_is_refused(host):
     with_ref = {**V1, "env": {"HF_TOKEN": {"secret": "missing"}}}
 
     with pytest.raises(RuleViolation) as refused:
-        deployment_roll(deployment_id=deployment.pk, workload=with_ref)
+        deployment_rollout_start(deployment_id=deployment.pk, workload=with_ref)
 
     assert refused.value.code == "secret.not_found"
     assert Deployment.objects.get(pk=deployment.pk).workload["env"] == V1["env"]

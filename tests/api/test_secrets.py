@@ -222,7 +222,7 @@ def test_a_new_value_with_roll_starts_a_rolling_update_of_each_deployment_using_
     (started,) = answer.json()["rollouts"]
     assert started["deployment"] == user.json()["id"]
     rollout = Operation.objects.get(pk=started["operation"])
-    assert rollout.kind == OperationKind.ROLLOUT and rollout.status == "dispatched"
+    assert rollout.kind == OperationKind.DEPLOYMENT_ROLLOUT and rollout.status == "dispatched"
     assert rollout.payload["workload"]["env"] == {
         "HF_TOKEN": {"secret": "hf-token"},
         "DB": value_digest(PLAIN),

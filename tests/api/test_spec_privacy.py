@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
+from fleet.allocations.deployment_rollouts import deployment_rollout_start
 from fleet.allocations.models import Allocation, Deployment
-from fleet.allocations.rollouts import deployment_roll
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.models import OperationKind, OperationStatus, Team, TeamMembership
 from fleet.core.operations import operation_record
@@ -56,7 +56,7 @@ def two_teams() -> dict[str, Any]:
         team_id=beta.pk,
     )
     deployment_place(deployment_id=deployment.pk, gpu_id=gpu.pk)
-    deployment_roll(
+    deployment_rollout_start(
         deployment_id=deployment.pk, workload={**workload, "env": {"DB_PASSWORD": "s3cr3t-beta-v2"}}
     )
     return {"alpha": alpha, "beta": beta, "d": deployment, "a": Allocation.objects.first()}

@@ -11,26 +11,18 @@ Screenshots go to ``artifacts/screenshots/`` (or ``FLEET_SCREENSHOT_DIR``).
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fleet.bench.processes import free_port, wait_until
+from fleet.bench.stack import ROOT, Stack
 from tests.sso.oidc_provider import sso_env
 
-ROOT = Path(__file__).resolve().parents[2]
+__all__ = ["ROOT", "Session", "Stack", "free_port"]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -64,117 +56,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Stack:
-    url: str
-    passwords: dict[str, str]  # each demo account has its own
-    data_dir: Path
-    env: dict[str, str]
-    process: subprocess.Popen[str]
-    log_path: Path
-
-    def api(self, method: str, path: str, token: str, body: Any = None) -> tuple[int, Any]:
-        """Call the REST API as automation does (token auth), outside any browser."""
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            self.url + path,
-            data=data,
-            method=method,
-            headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                raw = response.read()
-                return response.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as error:
-            raw = error.read()
-            return error.code, json.loads(raw) if raw else None
-
-    def manage(self, *args: str) -> str:
-        """Run a management command against the stack's database."""
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        return done.stdout.strip()
-
-
-def _wait_for_http(url: str, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.3)
-    raise RuntimeError(f"{url} did not answer in time")
-
-
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """``manage.py demo`` on a free port: the ASGI server, its embedded scheduler and the
-    simulated agents (one process group, stopped together)."""
-    data_dir = tmp_path_factory.mktemp("fleet-data")
-    port = free_port()
+    """``manage.py demo`` on a free port (:class:`fleet.bench.stack.Stack`'s embedded mode): the
+    ASGI server, its embedded scheduler and the simulated agents (one process group, stopped
+    together)."""
     env = {
-        **os.environ,
-        "FLEET_DATA_DIR": str(data_dir),
-        "DJANGO_SETTINGS_MODULE": "fleet.settings.base",
-        "PYTHONUNBUFFERED": "1",
         "FLEET_IMAGE_PINNING": "false",  # the tests' images are made up: no registry is asked
         "FLEET_GATEWAY_URL": "http://gateway.test:8080",  # endpoints' URLs (no gateway runs)
         # Single sign-on through tests/sso's provider, which test_sso starts on this port
         # when it runs (discovery is lazy: nothing asks the provider before).
         **sso_env(free_port()),
     }
-    env.pop("FLEET_DATABASE_URL", None)
-    env.pop("FLEET_REDIS_URL", None)
-    log_path = data_dir / "server.log"
-    log = log_path.open("w")
-    process = subprocess.Popen(
-        [sys.executable, "manage.py", "demo", "--addr", f"127.0.0.1:{port}", "--no-gateway"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-        start_new_session=True,
-    )
-    passwords: dict[str, str] = {}
-    deadline = time.monotonic() + 120
-    assert process.stdout is not None
-    while time.monotonic() < deadline and len(passwords) < 3:
-        line = process.stdout.readline()
-        if not line:
-            break
-        found = re.search(r"(admin|operator|viewer)\s+password: (\S+)", line)
-        if found:
-            passwords[found.group(1)] = found.group(2)
-    if len(passwords) < 3:
-        os.killpg(process.pid, signal.SIGTERM)
-        raise RuntimeError(f"demo printed no password for every account; see {log_path}")
-    url = f"http://127.0.0.1:{port}"
-    _wait_for_http(url + "/healthz", deadline)
-    running = Stack(url, passwords, data_dir, env, process, log_path)
+    running = Stack(tmp_path_factory.mktemp("fleet-demo"), env=env)
     try:
-        yield running
+        yield running.start_demo("--no-gateway")
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-        log.close()
+        running.stop()
 
 
 @pytest.fixture(scope="session")
@@ -185,17 +83,17 @@ def admin_token(stack: Stack) -> str:
 @pytest.fixture(scope="session")
 def settled_fleet(stack: Stack, admin_token: str) -> Stack:
     """Wait until every demo host's agent has applied its desired state."""
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
+
+    def applied() -> bool:
         _, hosts = stack.api("GET", "/api/v1/hosts/?limit=500", admin_token)
         rows = hosts["results"] if isinstance(hosts, dict) else hosts
-        if rows and all(
+        return bool(rows) and all(
             h["status"] == "ready" and h["applied_generation"] >= h["desired_generation"]
             for h in rows
-        ):
-            return stack
-        time.sleep(0.5)
-    raise RuntimeError("the demo agents did not apply their desired state in time")
+        )
+
+    wait_until(applied, 90, "the demo agents applying their desired state", every=0.5)
+    return stack
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -8,24 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.stack import Stack
+from tests.e2e.stack import launched
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    database_url = os.environ.get("FLEET_DATABASE_URL", "")
-    if not database_url.startswith("postgres"):
-        pytest.skip(
-            "end-to-end tests need PostgreSQL: set FLEET_DATABASE_URL (and FLEET_REDIS_URL)"
-        )
-    if not shutil.which("redis-server"):
-        pytest.skip("end-to-end tests start their own Redis: redis-server is not installed")
-    running = Stack(tmp_path_factory.mktemp("stack"), database_url)
-    try:
-        running.start()
+    with launched(tmp_path_factory.mktemp("stack")) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ def test_an_applied_advice_rollout_lets_the_waiting_replicas_run(stack: Stack) -
         assert stack.wait_operation(op["id"])["status"] == "succeeded"
     for gpu in gpus:
         wait_until(lambda g=gpu: stack.converged(g["id"]), 20, what="the MIG layouts")
-    selector = {"hosts": [agent.host_id]}  # type: ignore[attr-defined]
+    selector = {"hosts": [agent.host_id]}
     status, chat = stack.request(
         "POST",
         "/api/v1/deployments/",

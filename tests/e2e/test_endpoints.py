@@ -153,7 +153,7 @@ def test_a_caller_sees_no_failed_request_while_every_replica_moves_and_rolls_out
             log = stack.log("gateway")[-3000:]
             raise AssertionError(f"{exc}; the gateway's log:\n{log}") from None
         with Caller(port, "/ep-model/who") as caller:
-            time.sleep(1)
+            time.sleep(1)  # traffic before the changes: a window of calls, not a wait
             moves = zip(sorted(replicas(stack, deployment_id), key=_id), gpus[2:], strict=True)
             for replica, target in moves:
                 status, op = stack.request(
@@ -172,7 +172,7 @@ def test_a_caller_sees_no_failed_request_while_every_replica_moves_and_rolls_out
             assert status == 202, op
             done = stack.wait_operation(op["id"], 90)
             assert done["status"] == "succeeded", str(done)[:4000]
-            time.sleep(1)
+            time.sleep(1)  # and after them
         assert caller.failed == [], caller.failed
         assert caller.ok > 50, caller.ok
         rows = replicas(stack, deployment_id)

@@ -40,6 +40,11 @@ def gpu(stack: Stack, gpu_id: int) -> dict:
     return dict(stack.get(f"/api/v1/gpus/{gpu_id}/"))
 
 
+def xid_events(stack: Stack, gpu_id: int, xid: int) -> int:
+    rows = stack.get(f"/api/v1/events/?kind=xid&gpu={gpu_id}&limit=500")["results"]
+    return sum(1 for row in rows if row["xid"] == xid)
+
+
 def replica_gpu(stack: Stack, deployment: dict) -> int | None:
     rows = stack.get(f"/api/v1/allocations/?deployment={deployment['id']}")["results"]
     return rows[0]["gpu"] if rows else None
@@ -98,8 +103,13 @@ def test_an_application_xid_leaves_the_gpu_alone(fleet):
     current, index = where_is_the_replica(stack, deployment, gpus)
     if index < 0:
         pytest.skip("the replica is on node-b")
+    before = xid_events(stack, current, 31)
     agent.fault(fault="xid", xid=13, gpu=index)
-    time.sleep(3)
+    agent.fault(fault="xid", xid=31, gpu=index)  # another application Xid: the barrier
+    # The server stores each event of a host's socket and acts on it before the next, in the
+    # order the agent sent them: once the Xid 31 is stored, the Xid 13 was acted on.
+    wait_until(lambda: xid_events(stack, current, 31) > before, 30, what="the Xid 31 stored")
+    assert xid_events(stack, current, 13) >= 1
     assert gpu(stack, current)["health"] == "healthy"
     assert replica_gpu(stack, deployment) == current
 

@@ -27,7 +27,7 @@ def _mig_host(stack: Stack, name: str) -> tuple[int, dict]:
     assert status == 202, op
     assert stack.wait_operation(op["id"])["status"] == "succeeded"
     wait_until(lambda: stack.converged(gpu["id"]), 20, what=f"{name}'s MIG layout")
-    return int(agent.host_id), gpu  # type: ignore[attr-defined]
+    return int(agent.host_id), gpu
 
 
 def test_a_host_drain_never_drops_the_running_count_and_ends_in_maintenance(stack, tmp_path):

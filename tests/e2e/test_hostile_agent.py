@@ -170,7 +170,7 @@ def test_a_hostile_agent_for_20_s_costs_the_honest_hosts_nothing(fleet, stack: S
         page = urllib.request.Request(stack.url + "/", headers={"Cookie": cookie})
         with urllib.request.urlopen(page, timeout=10) as response:
             pages.append(response.status)
-        time.sleep(1.0)
+        time.sleep(1.0)  # one sample a second while the attack runs (a rate, not a wait)
     attacker.join()
     refused = _refused(stack)
     result = {

@@ -49,7 +49,7 @@ def observed(stack: Stack, gpu_id: int) -> list[tuple[int, int]]:
 
 def test_a_rollout_pauses_on_a_busy_gpu_and_resume_finishes_it(fleet):
     stack, agent, gpus = fleet
-    body = {"selector": {"hosts": [agent.host_id]}, "layout": SEVEN, "max_unavailable": 1}  # type: ignore[attr-defined]
+    body = {"selector": {"hosts": [agent.host_id]}, "layout": SEVEN, "max_unavailable": 1}
     status, dry = stack.request("POST", "/api/v1/rollouts/", {**body, "dry_run": True})
     assert status == 200 and [g["gpu"] for g in dry["gpus"]] == [g["id"] for g in gpus], dry
 

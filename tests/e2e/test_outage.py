@@ -9,14 +9,12 @@ replicas in place then is the mass-offline guard (every host went quiet together
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from typing import Any
 
 import pytest
 
-from tests.e2e.stack import Agent, Stack, wait_until
+from tests.e2e.stack import Agent, Stack, launched, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -35,18 +33,9 @@ MIG_LAYOUT = {
 
 @pytest.fixture(scope="module")
 def outage_stack(tmp_path_factory):
-    database_url = os.environ.get("FLEET_DATABASE_URL", "")
-    if not database_url.startswith("postgres"):
-        pytest.skip("end-to-end tests need PostgreSQL: set FLEET_DATABASE_URL")
-    if not shutil.which("redis-server"):
-        pytest.skip("end-to-end tests start their own Redis: redis-server is not installed")
-    running = Stack(tmp_path_factory.mktemp("outage"), database_url)
-    running.env["FLEET_EVICT_OFFLINE_AFTER_SECONDS"] = str(GRACE_S)
-    try:
-        running.start()
+    evict = {"FLEET_EVICT_OFFLINE_AFTER_SECONDS": str(GRACE_S)}
+    with launched(tmp_path_factory.mktemp("outage"), env=evict) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture(scope="module")

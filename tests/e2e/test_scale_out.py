@@ -5,29 +5,20 @@ other's changes."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 
 import pytest
 from websockets.sync.client import connect
 
-from tests.e2e.stack import Stack, wait_until
+from tests.e2e.stack import launched, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 
 @pytest.fixture(scope="module")
 def two_of_everything(tmp_path_factory):
-    database_url = os.environ.get("FLEET_DATABASE_URL", "")
-    if not database_url.startswith("postgres") or not shutil.which("redis-server"):
-        pytest.skip("needs PostgreSQL (FLEET_DATABASE_URL) and redis-server")
-    stack = Stack(tmp_path_factory.mktemp("scale-out"), database_url, servers=2, workers=2)
-    try:
-        stack.start()
+    with launched(tmp_path_factory.mktemp("scale-out"), servers=2, workers=2) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 def frames(ws, seconds: float):

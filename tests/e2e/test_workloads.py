@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from fleet.bench.image import ensure_image
+from hostagent.protocol.workloads import RESTART_BACKOFF_S
 from tests.e2e.stack import NOBODY, Agent, Stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -232,7 +233,9 @@ def test_a_failing_workload_is_restarted_then_reported_in_a_crash_loop(fleet):
     placed = place(stack, once, partition=partition(stack, gpus["h100"]["id"], "1g.10gb", 3)["id"])
     exited = wait_state(stack, placed["id"], "exited")
     assert exited["exit_code"] == 7 and exited["restarts"] == 0
-    time.sleep(3)
+    # Real timing, not a barrier: a restart would come after the first backoff (1 s), and
+    # nothing observable marks "the supervisor decided not to": three backoffs, then look.
+    time.sleep(3 * RESTART_BACKOFF_S[0])
     assert allocation(stack, placed["id"])["workload_state"] == "exited"  # never restarted
     for deployment_id in (crash, once):
         evict(stack, deployment_id)
@@ -275,7 +278,7 @@ def test_an_agent_killed_with_sigkill_adopts_every_workload_exactly_once(fleet, 
     time.sleep(1)
     agent.start(runtime="docker")
     wait_until(
-        lambda: stack.get(f"/api/v1/hosts/{agent.host_id}/")["status"] == "ready",  # type: ignore[attr-defined]
+        lambda: stack.get(f"/api/v1/hosts/{agent.host_id}/")["status"] == "ready",
         30,
         what="the agent back",
     )

@@ -11,12 +11,12 @@ from fleet.agents.delivery import agent_ack
 from fleet.agents.discovery import agent_hello
 from fleet.agents.documents import host_desired_state
 from fleet.agents.enrollment import host_issue_token
+from fleet.allocations.deployment_rollouts import deployment_rollout_start
 from fleet.allocations.drain import gpu_drain
 from fleet.allocations.layout_rollouts import Selector, layout_rollout_start
 from fleet.allocations.maintenance import host_drain
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.moves import allocation_move
-from fleet.allocations.rollouts import deployment_roll
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.models import Operation
 from fleet.inventory.models import Gpu, Host
@@ -181,7 +181,9 @@ def rollout_world(capture) -> World:
             _report(allocation.gpu, allocation.pk, state)
 
     return World(
-        lambda: deployment_roll(deployment_id=old.deployment_id, workload=new, min_ready_s=0),
+        lambda: deployment_rollout_start(
+            deployment_id=old.deployment_id, workload=new, min_ready_s=0
+        ),
         sync,
     )
 

@@ -41,9 +41,7 @@ def run_runtime_bench(options: RuntimeOptions) -> dict[str, Any]:
     try:
         stack.start()
         stack.start_servers()
-        stack.spawn(
-            "worker", [str(BIN / "celery"), "-A", "fleet", "worker", "--pool=solo", "-l", "warning"]
-        )
+        stack.start_worker()
         token = stack.run_python(
             "manage.py", "create_api_token", "bench-admin", "--role", "admin"
         ).strip()

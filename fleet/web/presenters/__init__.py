@@ -9,12 +9,10 @@ fragment the live updates fetch. One module per thing shown; this package re-exp
 from __future__ import annotations
 
 from fleet.web.presenters.deployment_cards import (
-    FAILING_STATES,
     DeploymentCard,
     TrayFit,
     TraySection,
     deployment_card,
-    describe_request,
     tray_sections,
 )
 from fleet.web.presenters.fleet import FleetSummary, HostGroup, fleet_summary, host_groups
@@ -37,7 +35,6 @@ from fleet.web.presenters.gpu_cards import (
 from fleet.web.presenters.partitions import PartitionRow, partition_rows
 
 __all__ = [
-    "FAILING_STATES",
     "NA_TITLE",
     "UNHEALTHY",
     "AllocationView",
@@ -51,7 +48,6 @@ __all__ = [
     "TrayFit",
     "TraySection",
     "deployment_card",
-    "describe_request",
     "fleet_summary",
     "format_mib",
     "format_mib_pair",

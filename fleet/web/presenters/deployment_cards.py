@@ -6,9 +6,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from fleet.allocations.models import AllocationState, Deployment, RequestKind
+from fleet.allocations.models import (
+    FAILED_STATES,
+    AllocationState,
+    Deployment,
+    describe_request,
+)
 from fleet.allocations.states import DeploymentStatus, deployment_status
-from fleet.web.presenters.formats import format_mib
 
 
 @dataclass(frozen=True)
@@ -104,20 +108,6 @@ class DeploymentCard:
         return hashlib.blake2s(state.encode(), digest_size=6).hexdigest()
 
 
-def describe_request(deployment: Deployment) -> str:
-    if deployment.kind == RequestKind.MIG:
-        return f"MIG {deployment.profile}"
-    if deployment.kind == RequestKind.MPS:
-        memory = format_mib(deployment.memory_mib or 0)
-        cap = f" · {deployment.max_compute_percent}% SM" if deployment.max_compute_percent else ""
-        return f"MPS {memory}{cap}"
-    count = deployment.gpu_count or 1
-    return f"{count} whole GPU{'s' if count != 1 else ''}"
-
-
-FAILING_STATES = frozenset({"failed", "crashloop", "exited"})
-
-
 def deployment_card(deployment: Deployment) -> DeploymentCard:
     held = list(deployment.allocations.all())
     allocations = [a for a in held if a.state != AllocationState.RELEASING]
@@ -139,7 +129,7 @@ def deployment_card(deployment: Deployment) -> DeploymentCard:
         runtime=runtime,
         running=len({a.replica for a in allocations if a.workload_state == "running"}),
         stopping=len(held) - len(allocations),
-        failing=len({a.replica for a in allocations if a.workload_state in FAILING_STATES}),
+        failing=len({a.replica for a in allocations if a.workload_state in FAILED_STATES}),
         deleting=deployment.deleting,
         team_id=deployment.team_id,
         team=deployment.team.slug,

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleet.core.units import format_mib
+
+__all__ = ["format_mib"]  # where the dashboard's modules find it
+
 NA_TITLE = "Not available (NVML reports no utilisation for MIG instances on this GPU)"
 
 
@@ -27,17 +31,6 @@ def utilization_value(raw: Any) -> float | None:
         except ValueError:
             return None
     return number(raw)
-
-
-def format_mib(mib: float | None) -> str:
-    if mib is None:
-        return "n/a"
-    gib = float(mib) / 1024
-    if gib >= 100:
-        return f"{gib:.0f} GiB"
-    if gib >= 1:
-        return f"{gib:.1f} GiB".replace(".0 GiB", " GiB")
-    return f"{float(mib):.0f} MiB"
 
 
 def format_mib_pair(used: float | None, total: float) -> str:

@@ -197,7 +197,7 @@ class DeploymentViewSet(
                 if changes or not (details or {"endpoint", "autoscaling"} & set(request.data))
                 else None
             )
-        if operation is not None and operation.kind == OperationKind.ROLLOUT:
+        if operation is not None and operation.kind == OperationKind.DEPLOYMENT_ROLLOUT:
             return Response(OperationSerializer(operation).data, status=status.HTTP_202_ACCEPTED)
         return Response(DeploymentSerializer(self.get_queryset().get(pk=deployment_id)).data)
 

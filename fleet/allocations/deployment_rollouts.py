@@ -14,7 +14,7 @@ fails the rollout. As ``progressDeadlineSeconds``: a copy that is not ready for 
 ``timeout_s`` of its move fails it too.
 
 One ``rollout`` operation carries it all in its ``payload``: this module starts it
-(:func:`deployment_roll`), and the rolling update workflow
+(:func:`deployment_rollout_start`), and the rolling update workflow
 (:mod:`fleet.workflows.deployment_rollouts`) moves it on. The payload is part of
 the audit trail that every viewer reads, forever: its ``previous`` and ``workload`` show each env
 value as a digest (:func:`fleet.core.secrets.workload_digested`), and the previous workload a
@@ -125,7 +125,7 @@ def _pin_entry(stored: Any, workload: protocol.Workload) -> dict[str, Any]:
 
 
 @transaction.atomic
-def deployment_roll(
+def deployment_rollout_start(
     *,
     deployment_id: int,
     workload: Any,
@@ -154,7 +154,7 @@ def deployment_roll(
     )
     secrets_enforce(team=deployment.team, workload=checked)
     operation_refuse_running(
-        OperationKind.ROLLOUT,
+        OperationKind.DEPLOYMENT_ROLLOUT,
         "rollout.in_progress",
         f"{deployment.name} is already rolling out (operation {{operation}}); wait for it.",
         deployment=deployment,
@@ -162,7 +162,7 @@ def deployment_roll(
     previous = workload_of(deployment)
     if checked == previous and not restart:
         return operation_record(
-            kind=OperationKind.ROLLOUT,
+            kind=OperationKind.DEPLOYMENT_ROLLOUT,
             summary=f"Rolling update of {deployment.name}: nothing to change",
             requested_by=requested_by,
             deployment=deployment,
@@ -176,7 +176,7 @@ def deployment_roll(
     replicas = sorted(set(copies.values_list("replica", flat=True)))
     now = timezone.now()
     operation = operation_record(
-        kind=OperationKind.ROLLOUT,
+        kind=OperationKind.DEPLOYMENT_ROLLOUT,
         summary=f"Rolling update of {deployment.name}: {len(replicas)} replica(s)",
         requested_by=requested_by,
         deployment=deployment,
