@@ -8,6 +8,7 @@ import { move } from "./move.js";
 import { place } from "./place.js";
 import { showPolicy } from "./policy.js";
 import { hostsBox, trayBox } from "./state.js";
+import { confirmAction } from "../confirm.js";
 import { reasonText } from "../names.js";
 import { describeTarget, fitNote, loadTargets, refusalList } from "./targets.js";
 
@@ -125,10 +126,27 @@ function fallbackRows(choose, verb) {
   return rows;
 }
 
+/** "3 running replicas stop" (or how many placed ones are released). @param {HTMLElement} dep */
+function evictImpact(dep) {
+  const running = Number(
+    /** @type {HTMLElement | null} */ (dep.querySelector("[data-running]"))?.dataset.running || 0,
+  );
+  const placed = Number(dep.dataset.placed || 0);
+  const what = running
+    ? `${running} running replica${running === 1 ? " stops" : "s stop"}`
+    : `${placed} placed replica${placed === 1 ? " is" : "s are"} released`;
+  return `${what}; ${dep.dataset.name} waits in the tray to be placed again.`;
+}
+
 /** @param {HTMLElement} dep */
 async function evict(dep) {
   const name = dep.dataset.name;
-  if (!confirm(`Evict every replica of ${name}? Its workloads stop.`)) return;
+  const sure = await confirmAction({
+    title: `Evict ${name}?`,
+    impact: evictImpact(dep),
+    action: "Evict",
+  });
+  if (!sure) return;
   const result = await api("POST", `/api/v1/deployments/${dep.dataset.deployment}/evict`, {});
   if (!result.ok) {
     toastError(result, `Could not evict ${name}`);
