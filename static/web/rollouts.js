@@ -3,6 +3,7 @@
 // resume or abort a rollout through the REST API.
 import { api, debounce, refreshOnChanges, refreshRows, toast, toastError } from "./core.js";
 import { confirmAction } from "./confirm.js";
+import "./rollout_form.js";
 
 const body = /** @type {HTMLElement} */ (document.getElementById("rollouts-body"));
 
