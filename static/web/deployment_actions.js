@@ -3,6 +3,7 @@
 // its Apply, handing it to another team, and deleting it. Each calls the REST API and follows the operation it starts.
 import { api, el, followWithToasts, toast, toastError } from "./core.js";
 import { confirmAction } from "./confirm.js";
+import { WORKLOAD_FIELDS, fillWorkload, syncWorkload, workloadBody } from "./workload_form.js";
 import { gpuName, learnGpuNames } from "./names.js";
 
 const section = document.getElementById("dep-actions");
@@ -21,18 +22,37 @@ function wireRollout() {
   if (!form) return;
   const error = /** @type {HTMLElement} */ (document.getElementById("rollout-error"));
   const textarea = /** @type {HTMLTextAreaElement} */ (form.elements.namedItem("workload"));
+  // The fields start as the deployment runs now; the JSON view stays for those who want it.
+  /** @type {Object<string, unknown>} */
+  let current = {};
+  try {
+    current = textarea.value ? JSON.parse(textarea.value) : {};
+  } catch {
+    current = {};
+  }
+  fillWorkload(form, current);
+  // What the fields do not cover (the API's other workload keys) is kept as it is.
+  const kept = Object.fromEntries(
+    Object.entries(current || {}).filter(([key]) => !WORKLOAD_FIELDS.includes(key)),
+  );
+  form.addEventListener("change", () => syncWorkload(form));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     error.hidden = true;
     textarea.removeAttribute("aria-invalid");
+    const json = /** @type {HTMLDetailsElement} */ (document.getElementById("rollout-json"));
     let workload;
-    try {
-      workload = JSON.parse(textarea.value);
-    } catch (e) {
-      error.textContent = `The workload is not valid JSON: ${/** @type {Error} */ (e).message}`;
-      error.hidden = false;
-      textarea.setAttribute("aria-invalid", "true");
-      return;
+    if (json.open) {
+      try {
+        workload = JSON.parse(textarea.value);
+      } catch (e) {
+        error.textContent = `The workload is not valid JSON: ${/** @type {Error} */ (e).message}`;
+        error.hidden = false;
+        textarea.setAttribute("aria-invalid", "true");
+        return;
+      }
+    } else {
+      workload = { ...kept, ...(workloadBody(new FormData(form)) || { runtime: "none" }) };
     }
     const data = new FormData(form);
     const rollout = {

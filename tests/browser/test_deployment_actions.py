@@ -56,9 +56,12 @@ def test_a_rolling_update_from_the_deployment_page(new_session: Any) -> None:
         )
         page.goto(f"{session.stack.url}/deployments/{deployment_id}/")
         session.wait_live()
-        textarea = page.locator("#rollout-workload")
-        workload = json.loads(textarea.input_value())
-        textarea.fill(json.dumps({**workload, "command": ["/bin/sleep", "3601"]}))
+        # Issue 27 item 9: the New-deployment dialog's workload fields, filled as it runs now.
+        form = page.locator("#rollout-form")
+        assert form.locator('select[name="runtime"]').input_value() == "process"
+        command = form.locator('input[name="command"]')
+        assert command.input_value() == "/bin/sleep 3600"
+        command.fill("/bin/sleep 3601")
         page.locator('#rollout-form button[type="submit"]').click()
 
         def updated() -> bool:
@@ -71,6 +74,10 @@ def test_a_rolling_update_from_the_deployment_page(new_session: Any) -> None:
 
         _wait(updated, 40, "the replica on the new version")
         # A bad workload is refused with the API's words, and changes nothing.
+        # The JSON view stays, for those who want it.
+        page.get_by_text("JSON view").click()
+        textarea = page.locator("#rollout-workload")
+        assert json.loads(textarea.input_value())["runtime"] == "process"
         textarea.fill('{"runtime": "process"}')
         page.locator('#rollout-form button[type="submit"]').click()
         error = page.locator("#rollout-error")
