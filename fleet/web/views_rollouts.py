@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET
 from fleet.core.models import Operation, OperationKind
 from fleet.core.operations import RUNNING
 from fleet.core.roles import Role
+from fleet.inventory.models import Gpu
 from fleet.web.access import role_required
 from fleet.web.views import page_context
 
@@ -69,7 +70,12 @@ def _rows() -> list[RolloutRow]:
 
 @role_required(Role.MEMBER)
 def rollouts(request: HttpRequest) -> HttpResponse:
-    context = {**page_context(request, "rollouts"), "rows": _rows()}
+    products = Gpu.objects.filter(mig_capable=True).values_list("product_name", flat=True)
+    context = {
+        **page_context(request, "rollouts"),
+        "rows": _rows(),
+        "products": sorted(set(products)),  # the New rollout form's choice of MIG products
+    }
     return render(request, "web/rollouts.html", context)
 
 

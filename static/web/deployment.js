@@ -2,6 +2,7 @@
 // One deployment: its head, replicas, events and operations re-rendered by the server after a
 // change, and the replica count (operators) changed through the REST API.
 import { api, debounce, refreshOnChanges, refreshParts, toast } from "./core.js";
+import { confirmAction } from "./confirm.js";
 import { placeAll, wirePlacing } from "./placing.js";
 
 const page = /** @type {HTMLElement} */ (document.getElementById("deployment-page"));
@@ -63,8 +64,9 @@ refreshOnChanges((c) => {
 /**
  * Scaling down stops the newest replicas: say how many, and how many of them run, first.
  * @param {number} wanted
+ * @returns {Promise<boolean>}
  */
-function confirmScaleDown(wanted) {
+async function confirmScaleDown(wanted) {
   const leaving = [...document.querySelectorAll("#dep-replicas tr[data-replica]")].filter(
     (row) =>
       Number(/** @type {HTMLElement} */ (row).dataset.replica) >= wanted &&
@@ -77,11 +79,23 @@ function confirmScaleDown(wanted) {
       .filter((row) => row.querySelector('[data-workload="running"]'))
       .map((row) => /** @type {HTMLElement} */ (row).dataset.replica),
   );
-  return confirm(
-    `Scale to ${wanted}: ${replicas.size} placed replica(s) stop` +
-      (running.size ? `, ${running.size} of them running` : "") +
-      ". Their slices are freed once their workloads have stopped.",
-  );
+  const stop = running.size
+    ? `${plural(running.size, "running replica stops", "running replicas stop")}`
+    : `${plural(replicas.size, "placed replica stops", "placed replicas stop")}`;
+  const also =
+    running.size && replicas.size > running.size
+      ? ` (and ${plural(replicas.size - running.size, "placed one", "placed ones")} not running yet)`
+      : "";
+  return confirmAction({
+    title: `Scale ${page.dataset.name || "this deployment"} down to ${wanted}?`,
+    impact: `${stop}${also}. ${replicas.size === 1 ? "Its slice is" : "Their slices are"} freed once ${replicas.size === 1 ? "its workload has" : "their workloads have"} stopped.`,
+    action: `Scale to ${wanted}`,
+  });
+}
+
+/** "1 thing" or "3 things". @param {number} n @param {string} one @param {string} many */
+function plural(n, one, many) {
+  return `${n} ${n === 1 ? one : many}`;
 }
 
 const form = /** @type {HTMLFormElement | null} */ (document.getElementById("scale-form"));
@@ -94,7 +108,8 @@ if (form) {
     const raw = input.value.trim();
     // The server judges the value (and says why it refuses): send what was typed.
     const replicas = /^-?\d+$/.test(raw) ? Number(raw) : raw;
-    if (typeof replicas === "number" && replicas >= 1 && !confirmScaleDown(replicas)) return;
+    if (typeof replicas === "number" && replicas >= 1 && !(await confirmScaleDown(replicas)))
+      return;
     button.disabled = true;
     error.hidden = true;
     input.removeAttribute("aria-invalid");

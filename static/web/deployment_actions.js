@@ -2,6 +2,8 @@
 // A deployment's operator actions: a rolling update to a new workload, the defrag proposal and
 // its Apply, handing it to another team, and deleting it. Each calls the REST API and follows the operation it starts.
 import { api, el, followWithToasts, toast, toastError } from "./core.js";
+import { confirmAction } from "./confirm.js";
+import { WORKLOAD_FIELDS, fillWorkload, syncWorkload, workloadBody } from "./workload_form.js";
 import { gpuName, learnGpuNames } from "./names.js";
 
 const section = document.getElementById("dep-actions");
@@ -20,18 +22,37 @@ function wireRollout() {
   if (!form) return;
   const error = /** @type {HTMLElement} */ (document.getElementById("rollout-error"));
   const textarea = /** @type {HTMLTextAreaElement} */ (form.elements.namedItem("workload"));
+  // The fields start as the deployment runs now; the JSON view stays for those who want it.
+  /** @type {Object<string, unknown>} */
+  let current = {};
+  try {
+    current = textarea.value ? JSON.parse(textarea.value) : {};
+  } catch {
+    current = {};
+  }
+  fillWorkload(form, current);
+  // What the fields do not cover (the API's other workload keys) is kept as it is.
+  const kept = Object.fromEntries(
+    Object.entries(current || {}).filter(([key]) => !WORKLOAD_FIELDS.includes(key)),
+  );
+  form.addEventListener("change", () => syncWorkload(form));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     error.hidden = true;
     textarea.removeAttribute("aria-invalid");
+    const json = /** @type {HTMLDetailsElement} */ (document.getElementById("rollout-json"));
     let workload;
-    try {
-      workload = JSON.parse(textarea.value);
-    } catch (e) {
-      error.textContent = `The workload is not valid JSON: ${/** @type {Error} */ (e).message}`;
-      error.hidden = false;
-      textarea.setAttribute("aria-invalid", "true");
-      return;
+    if (json.open) {
+      try {
+        workload = JSON.parse(textarea.value);
+      } catch (e) {
+        error.textContent = `The workload is not valid JSON: ${/** @type {Error} */ (e).message}`;
+        error.hidden = false;
+        textarea.setAttribute("aria-invalid", "true");
+        return;
+      }
+    } else {
+      workload = { ...kept, ...(workloadBody(new FormData(form)) || { runtime: "none" }) };
     }
     const data = new FormData(form);
     const rollout = {
@@ -123,8 +144,12 @@ function wireHandoff() {
     event.preventDefault();
     const select = /** @type {HTMLSelectElement} */ (form.elements.namedItem("team"));
     const team = select.selectedOptions[0]?.textContent || "";
-    if (!confirm(`Hand ${name} to team ${team}? Its usage is billed to ${team} from now on.`))
-      return;
+    const sure = await confirmAction({
+      title: `Hand ${name} to team ${team}?`,
+      impact: `Its usage is billed to ${team} from now on, and ${team}'s members manage it.`,
+      action: `Hand to ${team}`,
+    });
+    if (!sure) return;
     const result = await api("PATCH", `/api/v1/deployments/${deploymentId}/`, {
       team: Number(select.value),
     });
@@ -141,7 +166,22 @@ function wireDelete() {
   const button = /** @type {HTMLButtonElement | null} */ (document.getElementById("dep-delete"));
   if (!button) return;
   button.addEventListener("click", async () => {
-    if (!confirm(`Delete ${name}? Every replica stops; the audit trail stays.`)) return;
+    const replicas = document.querySelectorAll("#dep-replicas tr[data-replica]").length;
+    const running = new Set(
+      [...document.querySelectorAll("#dep-replicas tr[data-replica]")]
+        .filter((row) => row.querySelector('[data-workload="running"]'))
+        .map((row) => /** @type {HTMLElement} */ (row).dataset.replica),
+    ).size;
+    const sure = await confirmAction({
+      title: `Delete ${name}?`,
+      impact:
+        (running
+          ? `${running} running replica${running === 1 ? " stops" : "s stop"}`
+          : `Its ${replicas} replica${replicas === 1 ? "" : "s"} go${replicas === 1 ? "es" : ""}`) +
+        " and their slices are freed. The audit trail stays.",
+      action: "Delete",
+    });
+    if (!sure) return;
     const result = await api("DELETE", `/api/v1/deployments/${deploymentId}/`);
     if (!result.ok) {
       toastError(result, `Could not delete ${name}`);

@@ -2,6 +2,7 @@
 // The MIG layout editor: pick profiles into free placements, presets, instant validation by the
 // server's MIG rules (POST /mig/validate), MPS inside instances, a drain warning, and Apply with
 // live progress. The MPS limits, operation statuses and drain steps come from the page config.
+import { confirmAction } from "./confirm.js";
 import {
   api,
   canOperate,
@@ -559,12 +560,12 @@ $("apply").addEventListener("click", async () => {
 
 $("drain-apply").addEventListener("click", async () => {
   const lost = busyLosses().flatMap((l) => l.busy);
-  if (
-    !confirm(
-      `Drain this GPU? ${lost.join(", ")} will be moved to other capacity (or stopped if none fits), then the new layout is applied.`,
-    )
-  )
-    return;
+  const sure = await confirmAction({
+    title: "Drain this GPU?",
+    impact: `${lost.length} busy partition${lost.length === 1 ? " moves" : "s move"} to other capacity (${lost.join(", ")}), or stop${lost.length === 1 ? "s" : ""} if none fits; then the new layout is applied.`,
+    action: "Drain and apply",
+  });
+  if (!sure) return;
   const result = await api("POST", `/api/v1/gpus/${gpuId}/drain`, { layout: layoutBody() });
   if (!result.ok) {
     toastError(result, "Drain refused");

@@ -3,6 +3,7 @@
 // a change; cordon, uncordon, drain (now or at a time) and labels (operators) and the
 // reservation (admins) through the REST API, the API's message shown when it refuses.
 import { api, debounce, refreshOnChanges, refreshParts, toast } from "./core.js";
+import { confirmAction } from "./confirm.js";
 
 const page = /** @type {HTMLElement} */ (document.getElementById("host-page"));
 const hostId = Number(page.dataset.host);
@@ -33,6 +34,25 @@ function showError(result) {
   error.hidden = false;
 }
 
+/**
+ * The drain's impact, from the GPU table: how many replicas move (or stop, with force).
+ * @param {boolean} force @param {string} [when]
+ */
+function confirmDrain(force, when) {
+  const replicas = [...document.querySelectorAll("#host-gpu-table tr[data-replicas]")]
+    .map((row) => Number(/** @type {HTMLElement} */ (row).dataset.replicas) || 0)
+    .reduce((a, b) => a + b, 0);
+  const what = replicas
+    ? `${replicas} replica${replicas === 1 ? " moves" : "s move"} to other hosts` +
+      (force ? "; any that fit nowhere stop" : "; any that fit nowhere keep the drain waiting")
+    : "No replica runs here: the host is emptied and cordoned";
+  return confirmAction({
+    title: when ? `Drain this host at ${when}?` : "Drain this host?",
+    impact: `${what}. New replicas are not placed here until it is uncordoned.`,
+    action: when ? "Schedule drain" : "Drain",
+  });
+}
+
 async function act(action, body) {
   showError(null);
   const result = await api("POST", `/api/v1/hosts/${hostId}/${action}`, body);
@@ -53,7 +73,11 @@ if (actions) {
     const button = /** @type {HTMLElement} */ (event.target).closest("button[data-action]");
     if (!button) return;
     const action = /** @type {HTMLElement} */ (button).dataset.action || "";
-    act(action, action === "drain" ? { force: force.checked } : undefined);
+    if (action === "drain") {
+      confirmDrain(force.checked).then((sure) => sure && act(action, { force: force.checked }));
+      return;
+    }
+    act(action, undefined);
   });
 }
 
@@ -72,7 +96,10 @@ if (scheduleForm) {
     }
     input.removeAttribute("aria-invalid");
     const force = /** @type {HTMLInputElement | null} */ (document.getElementById("drain-force"));
-    act("drain", { at: when.toISOString(), force: Boolean(force && force.checked) });
+    const forced = Boolean(force && force.checked);
+    confirmDrain(forced, when.toLocaleString()).then(
+      (sure) => sure && act("drain", { at: when.toISOString(), force: forced }),
+    );
   });
 }
 

@@ -2,6 +2,8 @@
 // The layout rollouts page: rows re-rendered by the server when an operation changes; operators
 // resume or abort a rollout through the REST API.
 import { api, debounce, refreshOnChanges, refreshRows, toast, toastError } from "./core.js";
+import { confirmAction } from "./confirm.js";
+import "./rollout_form.js";
 
 const body = /** @type {HTMLElement} */ (document.getElementById("rollouts-body"));
 
@@ -16,7 +18,12 @@ body.addEventListener("click", async (event) => {
   const action = button.dataset.action;
   if (
     action === "abort" &&
-    !confirm(`Abort rollout ${id}? Drains under way finish; no new one starts.`)
+    !(await confirmAction({
+      title: `Abort rollout ${id}?`,
+      impact:
+        "Drains under way finish; no new GPU is drained. GPUs already changed keep their new layout.",
+      action: "Abort rollout",
+    }))
   )
     return;
   const result = await api("POST", `/api/v1/rollouts/${id}/${action}`, {});

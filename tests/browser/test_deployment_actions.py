@@ -56,9 +56,12 @@ def test_a_rolling_update_from_the_deployment_page(new_session: Any) -> None:
         )
         page.goto(f"{session.stack.url}/deployments/{deployment_id}/")
         session.wait_live()
-        textarea = page.locator("#rollout-workload")
-        workload = json.loads(textarea.input_value())
-        textarea.fill(json.dumps({**workload, "command": ["/bin/sleep", "3601"]}))
+        # Issue 27 item 9: the New-deployment dialog's workload fields, filled as it runs now.
+        form = page.locator("#rollout-form")
+        assert form.locator('select[name="runtime"]').input_value() == "process"
+        command = form.locator('input[name="command"]')
+        assert command.input_value() == "/bin/sleep 3600"
+        command.fill("/bin/sleep 3601")
         page.locator('#rollout-form button[type="submit"]').click()
 
         def updated() -> bool:
@@ -71,6 +74,10 @@ def test_a_rolling_update_from_the_deployment_page(new_session: Any) -> None:
 
         _wait(updated, 40, "the replica on the new version")
         # A bad workload is refused with the API's words, and changes nothing.
+        # The JSON view stays, for those who want it.
+        page.get_by_text("JSON view").click()
+        textarea = page.locator("#rollout-workload")
+        assert json.loads(textarea.input_value())["runtime"] == "process"
         textarea.fill('{"runtime": "process"}')
         page.locator('#rollout-form button[type="submit"]').click()
         error = page.locator("#rollout-error")
@@ -91,8 +98,10 @@ def test_the_defrag_proposal_and_delete_from_the_deployment_page(new_session: An
     plan = page.locator("#defrag-plan")
     plan.locator("p, ol").first.wait_for(timeout=10_000)
     assert plan.inner_text().strip()
-    page.on("dialog", lambda dialog: dialog.accept())
     page.locator("#dep-delete").click()
+    confirm = page.get_by_role("alertdialog", name="Delete delete-me?")
+    assert "The audit trail stays" in confirm.inner_text()
+    confirm.get_by_role("button", name="Delete", exact=True).click()
     page.wait_for_url(f"{session.stack.url}/deployments/?deleted=delete-me", timeout=15_000)
     session.wait_live()
     assert "delete-me is being deleted" in page.locator("#deleted-note").inner_text()
@@ -131,10 +140,10 @@ def test_an_operator_hands_a_deployment_to_another_team_from_its_page(new_sessio
         page.goto(f"{session.stack.url}/deployments/{deployment_id}/")
         session.wait_live()
         page.locator("#handoff-team").select_option(label="handoff-research")
-        page.on("dialog", lambda dialog: dialog.accept())
+        page.locator('#handoff-form button[type="submit"]').click()
         # Handed over, the page reloads: its heading, filters and actions follow the team.
         with page.expect_navigation(timeout=15_000):
-            page.locator('#handoff-form button[type="submit"]').click()
+            page.get_by_role("button", name="Hand to handoff-research").click()
         session.wait_live()
         status, body = session.api("GET", f"/api/v1/deployments/{deployment_id}/")
         assert status == 200 and body["team_slug"] == "handoff-research", body

@@ -7,6 +7,7 @@ Run: ``.venv/bin/pytest tests/browser/test_deployments.py -m browser -p no:cache
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -123,22 +124,18 @@ def test_scaling_down_asks_first_and_says_how_many_running_replicas_stop(
         "() => document.querySelectorAll('#replicas [data-workload=\"running\"]').length === 2",
         timeout=30_000,
     )
-    asked: list[str] = []
-
-    def dismiss(dialog: Any) -> None:
-        asked.append(dialog.message)
-        dialog.dismiss()
-
-    page.once("dialog", dismiss)
     page.get_by_label("Replicas wanted").fill("1")
     page.get_by_role("button", name="Scale", exact=True).click()
-    page.wait_for_timeout(500)  # a request, were one sent, would have left by now
-    assert asked and "1 placed replica(s) stop, 1 of them running" in asked[0], asked
+    # One confirm dialog states the impact; Cancel has the focus, Escape sends nothing.
+    confirm = page.get_by_role("alertdialog", name=re.compile("down to 1"))
+    assert "1 running replica stops" in confirm.inner_text()
+    page.keyboard.press("Escape")
+    confirm.wait_for(state="detached")
     status, body = session.api("GET", f"/api/v1/deployments/{worker['id']}/")
     assert status == 200 and body["replicas"] == 2  # dismissed: nothing changed
 
-    page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Scale", exact=True).click()
+    page.get_by_role("alertdialog").get_by_role("button", name="Scale to 1").click()
     page.wait_for_function(
         "() => document.querySelector('[data-wanted]')?.textContent.trim() === '1'",
         timeout=15_000,

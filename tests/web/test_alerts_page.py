@@ -32,3 +32,14 @@ def test_admins_see_the_webhooks_and_deliveries_but_never_a_secret(admin_user):
 def test_operators_get_no_alerts_page_and_no_menu_entry(operator_web):
     assert operator_web.get("/alerts/").status_code == 403
     assert 'href="/alerts/"' not in operator_web.get("/operations/").content.decode()
+
+
+def test_admins_get_a_new_webhook_form_with_every_event_and_format(admin_user):
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get("/alerts/").content.decode()
+    assert 'id="webhook-form"' in page
+    for event in alerts.EVENTS:
+        assert f'name="events" value="{event}"' in page
+    assert '<option value="alertmanager">' in page
+    assert "POST /api/v1/alerts/webhooks/" in page  # the JSON way stays documented

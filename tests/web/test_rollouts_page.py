@@ -43,3 +43,15 @@ def test_operators_resume_a_paused_rollout_and_see_why_it_paused(operator_web):
 
 def test_the_page_needs_a_login(client):
     assert client.get("/rollouts/").status_code in (302, 403)
+
+
+def test_operators_get_a_new_rollout_form_offering_the_mig_products(operator_web, viewer_web):
+    from tests.factories import GpuFactory
+
+    gpu = GpuFactory(product_key="a30-24gb")
+    GpuFactory(product_key="h100-sxm5-80gb", mig_capable=False)
+    html = operator_web.get("/rollouts/").content.decode()
+    assert 'id="rollout-new"' in html
+    assert f"<option>{gpu.product_name}</option>" in html
+    assert html.count("<option>") == 1  # a GPU that cannot take MIG is not offered
+    assert 'id="rollout-new"' not in viewer_web.get("/rollouts/").content.decode()

@@ -8,6 +8,10 @@ import { move } from "./move.js";
 import { place } from "./place.js";
 import { showPolicy } from "./policy.js";
 import { hostsBox, trayBox } from "./state.js";
+import { confirmAction } from "../confirm.js";
+import { splitArgs, syncWorkload, workloadBody } from "../workload_form.js";
+
+export { splitArgs };
 import { reasonText } from "../names.js";
 import { describeTarget, fitNote, loadTargets, refusalList } from "./targets.js";
 
@@ -125,10 +129,27 @@ function fallbackRows(choose, verb) {
   return rows;
 }
 
+/** "3 running replicas stop" (or how many placed ones are released). @param {HTMLElement} dep */
+function evictImpact(dep) {
+  const running = Number(
+    /** @type {HTMLElement | null} */ (dep.querySelector("[data-running]"))?.dataset.running || 0,
+  );
+  const placed = Number(dep.dataset.placed || 0);
+  const what = running
+    ? `${running} running replica${running === 1 ? " stops" : "s stop"}`
+    : `${placed} placed replica${placed === 1 ? " is" : "s are"} released`;
+  return `${what}; ${dep.dataset.name} waits in the tray to be placed again.`;
+}
+
 /** @param {HTMLElement} dep */
 async function evict(dep) {
   const name = dep.dataset.name;
-  if (!confirm(`Evict every replica of ${name}? Its workloads stop.`)) return;
+  const sure = await confirmAction({
+    title: `Evict ${name}?`,
+    impact: evictImpact(dep),
+    action: "Evict",
+  });
+  if (!sure) return;
   const result = await api("POST", `/api/v1/deployments/${dep.dataset.deployment}/evict`, {});
   if (!result.ok) {
     toastError(result, `Could not evict ${name}`);
@@ -189,58 +210,7 @@ function syncKind() {
     newForm.querySelectorAll("[data-for]")
   ))
     label.hidden = label.dataset.for !== kind;
-  const runtime = String(data.get("runtime") || "none");
-  for (const el of /** @type {NodeListOf<HTMLElement>} */ (
-    newForm.querySelectorAll("[data-runtime]")
-  ))
-    el.hidden = !(el.dataset.runtime || "").split(" ").includes(runtime);
-  const health = String(data.get("health") || "");
-  for (const el of /** @type {NodeListOf<HTMLElement>} */ (
-    newForm.querySelectorAll("[data-health]")
-  ))
-    el.hidden = !health || !(el.dataset.health || "").split(" ").includes(health);
-}
-
-/** Arguments as a shell would split them: spaces separate, quotes ('…' or "…") group.
- * @param {string} text @returns {string[]} */
-export function splitArgs(text) {
-  const args = [];
-  const pattern = /"((?:[^"\\]|\\.)*)"|'([^']*)'|(\S+)/g;
-  for (const m of text.matchAll(pattern))
-    args.push(m[1] !== undefined ? m[1].replace(/\\(.)/g, "$1") : (m[2] ?? m[3]));
-  return args;
-}
-
-/** @param {FormData} data @returns {Object<string, unknown> | undefined} */
-function workloadBody(data) {
-  const runtime = String(data.get("runtime") || "none");
-  if (runtime === "none") return undefined;
-  /** @type {Object<string, unknown>} */
-  const workload = { runtime, command: splitArgs(String(data.get("command") || "")) };
-  if (runtime === "container") workload.image = String(data.get("image") || "").trim();
-  if (runtime === "process") {
-    if (data.get("cwd")) workload.cwd = String(data.get("cwd")).trim();
-    if (data.get("user")) workload.user = String(data.get("user")).trim();
-  }
-  /** @type {Object<string, string>} */
-  const env = {};
-  for (const line of String(data.get("env") || "").split("\n")) {
-    const at = line.indexOf("=");
-    if (line.trim() && at > 0) env[line.slice(0, at).trim()] = line.slice(at + 1);
-    else if (line.trim()) env[line.trim()] = "";
-  }
-  workload.env = env;
-  workload.restart = data.get("restart") || "always";
-  workload.stop_grace_s = Number(data.get("stop_grace_s") || 30);
-  const health = String(data.get("health") || "");
-  if (health === "http")
-    workload.health = {
-      http: { port: Number(data.get("health_port")), path: String(data.get("health_path") || "/") },
-    };
-  if (health === "tcp") workload.health = { tcp: { port: Number(data.get("health_port")) } };
-  if (health === "exec")
-    workload.health = { exec: { command: splitArgs(String(data.get("health_command") || "")) } };
-  return workload;
+  syncWorkload(newForm);
 }
 
 /** "field.sub: message" for every error in a nested DRF error object.
