@@ -5,11 +5,11 @@ The model: each replica serves at most ``concurrency`` requests at once; a reque
 first free slot (one queue, first come first served: the balancer's ``leastconn`` with perfect
 knowledge, so slightly optimistic) and then takes its service time
 (:func:`fleet.bench.autoscale_trace.service_s`). Every ``evaluate_every_s`` the policy's rule
-(:func:`fleet.autoscaling.rule.decide`, the code the beat runs) sees the requests in flight and
-queued over the ready replicas; a scale-out's replicas serve after ``lag``; a scale-in takes
-replicas out at once (they finish what they hold). The SLO is the simulated static peak's p99
-x 2, as in the measured run. The tolerated lag is the longest one that keeps 99 % of requests
-within it.
+(:func:`fleet.autoscaling.rule.decide`, the code the beat runs, with its scale-in stabilization)
+sees the requests in flight and queued over the ready replicas; a scale-out's replicas serve
+after ``lag``; a scale-in takes replicas out at once (they finish what they hold). The SLO is
+the simulated static peak's p99 x 2, as in the measured run. The tolerated lag is the longest
+one that keeps 99 % of requests within it.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def simulate(
     next_eval = evaluate_every_s
     last_out = last_in = None
     count = start
+    wanted: list[tuple[float, int]] = []  # (when, desired): the scale-in stabilization
 
     def serve(now: float) -> None:
         nonlocal slots_free, head
@@ -77,6 +78,8 @@ def simulate(
         while limits is not None and next_eval <= at and next_eval < trace.seconds + 60:
             advance(next_eval)
             in_flight = len(busy) + len(queue) - head
+            window = limits.scale_in_cooldown_s
+            recent = [d for t, d in wanted if t >= next_eval - window]
             decision = decide(
                 limits,
                 Observation(
@@ -85,8 +88,14 @@ def simulate(
                     value=float(in_flight),
                     since_scale_out_s=None if last_out is None else next_eval - last_out,
                     since_scale_in_s=None if last_in is None else next_eval - last_in,
+                    recent_desired=max(recent, default=None),
                 ),
             )
+            if decision.desired is not None:
+                wanted = [
+                    *(w for w in wanted if w[0] >= next_eval - window),
+                    (next_eval, decision.desired),
+                ]
             if decision.action == "out":
                 pending.extend([next_eval + lag_s] * (decision.replicas - count))
                 count, last_out = decision.replicas, next_eval
