@@ -76,7 +76,7 @@ def mode_result(
     return {
         "requests": len(outcomes),
         "failed": sum(1 for o in outcomes if not o.ok),
-        "errors": sorted({o.error or str(o.status) for o in outcomes if not o.ok})[:5],
+        "errors": sorted({f"{o.status} {o.error}".strip() for o in outcomes if not o.ok})[:5],
         "failed_at_s": sorted({int(o.sent_at - origin) for o in outcomes if not o.ok})[:40],
         "p50_ms": _round(percentile(latencies, 50)),
         "p99_ms": _round(percentile(latencies, 99)),
