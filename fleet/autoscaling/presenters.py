@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from fleet.allocations.models import Deployment
+from fleet.autoscaling.history import HistoryChart, history_chart, history_of
 from fleet.autoscaling.models import Metric, ScalingPolicy, ScalingState
 
 UNITS = {
@@ -73,3 +74,13 @@ def autoscaling_panel(deployment: Deployment) -> AutoscalingPanel | None:
         scale_in_cooldown_s=policy.scale_in_cooldown_s,
         activation_timeout_s=policy.activation_timeout_s,
     )
+
+
+def autoscaling_chart(
+    deployment: Deployment, panel: AutoscalingPanel | None
+) -> HistoryChart | None:
+    """Its page's chart: the replica count over the last hour against the metric and the target
+    (:mod:`fleet.autoscaling.history`); ``None`` when it has no policy."""
+    if panel is None:
+        return None
+    return history_chart(history_of(deployment.pk), target=panel.target, most=panel.max)

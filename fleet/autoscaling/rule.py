@@ -11,6 +11,10 @@
   replica is ready;
 * **scale-out is fast, scale-in slow**: a scale-out waits ``scale_out_cooldown_s`` after the last
   scale-out; a scale-in waits ``scale_in_cooldown_s`` after the last scaling either way;
+* **scale-in is stabilised** (the HPA's scale-down stabilization window): it goes no lower than
+  the most replicas the rule wanted over the last ``scale_in_cooldown_s`` (``recent_desired``),
+  so one quiet reading between two bursts does not take away the replicas the next burst needs
+  (``bench_autoscale`` on the code trace went from 16 replicas to 1 and back within 2 s);
 * a count outside ``[min, max]`` (the policy changed) is brought back at once;
 * **scale to zero** (``min`` 0, a balancer metric): no traffic for the scale-in cooldown takes
   the last replica away; at zero, any request (the balancer counts it while it holds it, see
@@ -54,6 +58,9 @@ class Observation:
     additive: bool = True
     since_scale_out_s: float | None = None
     since_scale_in_s: float | None = None
+    # The most replicas the rule wanted (before the bounds) over the last scale_in_cooldown_s;
+    # None: not known (scale-in then follows this reading alone).
+    recent_desired: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,14 @@ def decide(limits: Limits, obs: Observation) -> Decision:
         )
         if not _elapsed(since, limits.scale_in_cooldown_s):
             return hold(f"scale-in cooldown ({limits.scale_in_cooldown_s:g} s)")
+        if obs.recent_desired is not None:
+            floor = min(limits.max, max(limits.min, obs.recent_desired))
+            if floor >= now:
+                return hold(
+                    f"scale-in stabilization: {obs.recent_desired} replica(s) wanted in the last "
+                    f"{limits.scale_in_cooldown_s:g} s"
+                )
+            bounded = max(bounded, floor)
         return Decision("in", bounded, "below the target", per_replica, desired)
     if desired > now:
         return hold(f"at the policy's maximum of {limits.max}")

@@ -32,6 +32,7 @@ from fleet.allocations.models import Allocation, AllocationState, Deployment
 from fleet.allocations.quotas import sharing_of, team_usage
 from fleet.allocations.selectors import fleet_snapshot, placement_request
 from fleet.allocations.services import allocations_evict, lock_deployment
+from fleet.autoscaling.history import history_record, recent_desired
 from fleet.autoscaling.models import Metric, ScalingPolicy, ScalingState
 from fleet.autoscaling.rule import Decision, Limits, Observation, decide
 from fleet.autoscaling.selectors import Replicas, metric_value, replicas_of
@@ -122,6 +123,7 @@ def autoscale_evaluate(*, deployment_id: int, now: datetime | None = None) -> De
         additive=policy.metric != Metric.GPU_UTILIZATION,
         since_scale_out_s=_since(policy.last_scale_out_at, now),
         since_scale_in_s=_since(policy.last_scale_in_at, now),
+        recent_desired=recent_desired(deployment_id, now.timestamp() - policy.scale_in_cooldown_s),
     )
     decision = decide(_limits(policy), observed)
     state: str = ScalingState.STEADY
@@ -141,6 +143,14 @@ def autoscale_evaluate(*, deployment_id: int, now: datetime | None = None) -> De
     policy.value = decision.per_replica
     policy.evaluated_at = now
     policy.save()
+    history_record(
+        deployment_id=deployment.pk,
+        at=now.timestamp(),
+        replicas=deployment.replicas,
+        ready=len(replicas.ready),
+        value=decision.per_replica,
+        desired=decision.desired,
+    )
     if decision.action != "hold":
         publish_changed("deployment", [deployment.pk])
     return decision

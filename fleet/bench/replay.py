@@ -124,7 +124,7 @@ class Replayer:
                 if connection is None:
                     connection = _Connection(*await asyncio.open_connection(host, port))
                 connection.writer.write(request)
-                status, headers = await asyncio.wait_for(
+                status, headers, body = await asyncio.wait_for(
                     self._answer(connection.reader), self.timeout_s
                 )
             except (
@@ -141,7 +141,10 @@ class Replayer:
                     self.stale_retries += 1
                     continue
                 break
-            outcome.status, outcome.error = status, ""
+            # An error status keeps the start of its body: whose error it was (the balancer's
+            # page, the activator's JSON, the workload's).
+            outcome.status = status
+            outcome.error = "" if status < 400 else body[:120].decode("latin-1")
             outcome.service_ms = _float(headers.get("x-service-ms"))
             outcome.replica = headers.get("x-replica", "")
             if headers.get("connection", "").lower() == "close":
@@ -153,7 +156,7 @@ class Replayer:
         self.outcomes.append(outcome)
 
     @staticmethod
-    async def _answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    async def _answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
         head = await reader.readuntil(b"\r\n\r\n")
         if len(head) > MAX_HEADER_BYTES:
             raise ValueError("answer headers too long")
@@ -167,8 +170,8 @@ class Replayer:
             if sep:
                 headers[name.strip().lower()] = value.strip()
         length = int(headers.get("content-length", "0"))
-        await reader.readexactly(length)
-        return int(parts[1]), headers
+        body = await reader.readexactly(length)
+        return int(parts[1]), headers, body
 
 
 def replay(targets: Sequence[tuple[str, int, str]], arrivals: Sequence[Arrival]) -> Replayer:

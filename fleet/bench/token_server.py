@@ -4,7 +4,9 @@ request's token counts, standard library only (run as a file by any ``python3``,
 ``GET /generate?context=C&generated=G`` sleeps ``(C + G) / TOKENS_PER_MS`` milliseconds (1 ms per
 10 tokens) and answers ``200`` with a small JSON body; ``X-Service-Ms`` says how long the handler
 took and ``X-Replica`` which copy answered. ``GET /health`` answers at once. HTTP/1.1 with
-keep-alive, one thread per connection.
+keep-alive, one thread per connection. ``CONCURRENCY`` (environment, default 0: no limit) bounds
+how many ``/generate`` requests it serves at once, as a model server's batch does: the others
+wait in its queue (``X-Service-Ms`` counts the wait).
 
 On SIGTERM it stops accepting connections, closes the idle ones, lets every request in flight
 finish (its answer says ``Connection: close``) and exits 0: what a model server that is stopped
@@ -31,6 +33,8 @@ TOKENS_PER_MS = 10.0
 MAX_SERVICE_S = 30.0
 VERSION = os.environ.get("VERSION", "1")
 REPLICA = f"{socket.gethostname()}:{os.getpid()}"
+CONCURRENCY = int(os.environ.get("CONCURRENCY", "0") or 0)
+SLOTS = threading.BoundedSemaphore(CONCURRENCY) if CONCURRENCY > 0 else None
 
 
 class Server(ThreadingHTTPServer):
@@ -107,7 +111,12 @@ class Handler(BaseHTTPRequestHandler):
             self._answer(400, {"code": "bad_tokens"}, started)
             return
         tokens = max(0, context) + max(0, generated)
-        time.sleep(min(tokens / TOKENS_PER_MS / 1000.0, MAX_SERVICE_S))
+        service_s = min(tokens / TOKENS_PER_MS / 1000.0, MAX_SERVICE_S)
+        if SLOTS is None:
+            time.sleep(service_s)
+        else:
+            with SLOTS:
+                time.sleep(service_s)
         self._answer(200, {"tokens": tokens, "version": VERSION, "replica": REPLICA}, started)
 
     def _answer(self, status: int, body: dict[str, object], started: float) -> None:

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET
 from fleet.allocations.models import Deployment
 from fleet.allocations.scaling import MAX_REPLICAS, MIN_REPLICAS
 from fleet.autoscaling.models import Metric
-from fleet.autoscaling.presenters import autoscaling_panel
+from fleet.autoscaling.presenters import autoscaling_chart, autoscaling_panel
 from fleet.core.models import Team
 from fleet.core.roles import Role, role_of
 from fleet.core.teams import can_operate_team, can_see_spec, operated_teams
@@ -71,6 +71,7 @@ def _deployment_or_404(deployment_id: int) -> Deployment:
 
 def detail_context(deployment: Deployment, *, sees_spec: bool) -> dict[str, Any]:
     rows = presenters.replica_rows(deployment, now=timezone.now())
+    autoscaling = autoscaling_panel(deployment)
     row = presenters.deployment_row(
         deployment, sees_spec=sees_spec, fit=unplaced_fits([deployment]).get(deployment.pk)
     )
@@ -85,7 +86,8 @@ def detail_context(deployment: Deployment, *, sees_spec: bool) -> dict[str, Any]
         "events": selectors.deployment_events(deployment),
         "endpoint": (endpoint := endpoint_panel(deployment)),
         "traffic_charts": traffic_charts(deployment.pk) if endpoint else None,
-        "autoscaling": autoscaling_panel(deployment),
+        "autoscaling": autoscaling,
+        "autoscaling_chart": autoscaling_chart(deployment, autoscaling),
     }
 
 

@@ -97,3 +97,17 @@ def test_scale_to_zero_and_back_on_the_first_requests():
     assert (woken.action, woken.replicas) == ("out", 4)
     assert decide(zero, Observation(0, 0, 0.2)).replicas == 1
     assert decide(zero, Observation(0, 0, 900.0)).replicas == 8
+
+
+def test_scale_in_goes_no_lower_than_the_most_wanted_over_the_scale_in_window():
+    """The HPA's scale-down stabilization: one quiet reading between two bursts does not take
+    away the replicas the next burst needs."""
+    quiet = {"since_scale_out_s": 400, "since_scale_in_s": 400}
+    assert at(8, 0.5, **quiet).replicas == 1  # no window known: this reading alone
+    d = at(8, 0.5, recent_desired=6, **quiet)
+    assert (d.action, d.replicas) == ("in", 6)
+    d = at(8, 0.5, recent_desired=9, **quiet)  # wanted more than it has: it stays
+    assert d.action == "hold" and "stabilization" in d.reason
+    assert at(8, 0.5, recent_desired=0, **quiet).replicas == 1  # still bounded by min
+    # Scale-out does not look back.
+    assert at(2, 40.0, recent_desired=2).replicas == 8

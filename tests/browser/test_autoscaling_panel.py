@@ -1,7 +1,7 @@
 """Autoscaling on the deployment page, in a real browser against ``manage.py demo`` (issue 24):
 an operator turns it on with the form, a refusal names what to change, the panel shows the
-policy and the last evaluation's state, the deployments list marks the deployment, and Turn off
-removes it."""
+policy, the last evaluation's state and the chart of the replicas against the metric and the
+target, the deployments list marks the deployment, and Turn off removes it."""
 
 from __future__ import annotations
 
@@ -53,6 +53,12 @@ def test_an_operator_turns_autoscaling_on_and_off_from_the_page(new_session: Any
         panel = page.locator("#dep-autoscaling")
         expect(panel).to_contain_text("1\u20133 replicas", timeout=15_000)  # an en dash
         assert "Target 4 req/s per replica" in panel.inner_text()
+        # The chart: the replica count over time against the metric and the target (dashed).
+        chart = panel.locator("#autoscaling-chart")
+        expect(chart).to_be_visible()
+        label = chart.locator("svg").nth(1).get_attribute("aria-label") or ""
+        assert "against the target of 4" in label
+        assert chart.locator("line.as-target").count() == 1
         status, body = session.api("GET", f"/api/v1/deployments/{created['id']}/")
         assert body["autoscaling"]["target"] == {"requests_per_replica_per_s": 4.0}
         page.goto(f"{session.stack.url}/deployments/")

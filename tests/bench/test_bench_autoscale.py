@@ -1,0 +1,117 @@
+"""``bench_autoscale``'s pure parts (issue 24): the static modes' sizes from the trace's minutes,
+the sharpened burst, the lag model driven by the autoscaler's own rule, the SLO and the goals.
+The benchmark itself starts a whole stack for minutes: it is run by hand (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from fleet.autoscaling.rule import Limits
+from fleet.bench.autoscale_lag import simulate
+from fleet.bench.autoscale_report import report
+from fleet.bench.autoscale_trace import Trace, service_s, sharpened, static_sizes, window_loads
+from fleet.bench.replay import Arrival, percentile
+
+
+def _trace() -> Trace:
+    """60 s of replay for 600 s of trace (x10, a trace minute is 6 s): 1 request/s of 100 ms,
+    with a burst of 20 requests/s between 30 and 36 s."""
+    arrivals = [Arrival(float(t), 500, 500) for t in range(60)]
+    arrivals += [Arrival(30.0 + i / 20.0, 500, 500) for i in range(120)]
+    return Trace("test", sorted(arrivals, key=lambda a: a.at_s), 60.0, 600.0)
+
+
+def test_the_static_modes_are_sized_from_the_trace_minutes() -> None:
+    trace = _trace()
+    assert service_s(trace.arrivals[0]) == pytest.approx(0.1)
+    assert trace.factor == 10.0 and trace.minute_s == 6.0
+    loads = window_loads(trace.arrivals, trace.minute_s, trace.seconds)
+    assert len(loads) == 10
+    assert loads[5] == pytest.approx((6 + 120) * 0.1 / 6)  # the burst's minute: 2.1 in flight
+    assert loads[0] == pytest.approx(0.1)
+    assert static_sizes(trace, target=0.5) == {"static_peak": 5, "static_median": 1}
+
+
+def test_sharpening_doubles_the_busiest_30_trace_seconds() -> None:
+    trace = _trace()
+    sharp, at = sharpened(trace)
+    assert sharp.sharpened and 30.0 <= at < 36.0
+    window = 30.0 / trace.factor
+    inside = [a for a in sharp.arrivals if at <= a.at_s < at + window]
+    before = [a for a in trace.arrivals if at <= a.at_s < at + window]
+    assert len(inside) == 2 * len(before)
+    assert len(sharp.arrivals) == len(trace.arrivals) + len(before)
+
+
+def test_the_lag_model_scales_with_the_rule_and_a_longer_lag_costs_latency() -> None:
+    trace = _trace()
+    static = simulate(trace, concurrency=1, start=1)
+    assert len(static) == len(trace.arrivals)
+    assert min(static) == pytest.approx(100.0)  # alone, a request takes its service time
+    limits = Limits(min=1, max=8, target=0.5, scale_out_cooldown_s=1, scale_in_cooldown_s=5)
+    quick = simulate(trace, concurrency=1, start=1, limits=limits, lag_s=0.0)
+    slow = simulate(trace, concurrency=1, start=1, limits=limits, lag_s=5.0)
+    assert max(quick) < max(static)
+    assert max(quick) < max(slow)
+
+
+def _mode(latencies: list[float], seconds: float, failed: int = 0) -> dict[str, Any]:
+    return {
+        "requests": len(latencies),
+        "failed": failed,
+        "p99_ms": percentile(latencies, 99),
+        "replica_seconds": seconds,
+        "gpu_equivalent_hours": seconds / 3600,
+        "_latencies": latencies,
+        "_failed": [n < failed for n in range(len(latencies))],
+    }
+
+
+def test_the_slo_is_twice_static_peaks_p99_and_the_goals_follow() -> None:
+    result = report(
+        {
+            "static_peak": _mode([100.0] * 99 + [200.0], 1000.0),
+            "static_median": _mode([100.0] * 90 + [900.0] * 10, 300.0),
+            "autoscale": _mode([100.0] * 100, 600.0),
+        },
+        setup={"trace": "code", "compression": 10.0},
+        lag_model={"tolerated_lag_s": 2.0},
+    )
+    assert result["slo_ms"] == 200.0
+    assert result["static_median"]["over_slo"] == 10
+    assert result["static_median"]["over_slo_percent"] == 10.0
+    assert result["autoscale"]["over_slo"] == 0
+    assert result["autoscale"]["gpu_equivalent_hours_trace_time"] == pytest.approx(1.6667)
+    assert result["saving_vs_static_peak"] == 0.4
+    assert result["goals"] == {
+        "autoscale_saves_35_percent": True,
+        "autoscale_within_slo_99_percent": True,
+        "autoscale_0_failed": True,
+        "static_median_misses_slo": True,
+    }
+    assert result["goal_met"] is True
+    failing = report(
+        {"static_peak": _mode([100.0] * 100, 1000.0), "autoscale": _mode([100.0] * 100, 900, 1)},
+        setup={"trace": "conv", "compression": 10.0},
+        lag_model={},
+    )
+    assert failing["goals"]["autoscale_saves_35_percent"] is False
+    assert failing["goals"]["autoscale_0_failed"] is False
+    assert failing["goal_met"] is False
+
+
+def test_the_command_refuses_bad_options_before_starting_anything() -> None:
+    for args, message in (
+        (["--modes", "autoscale,static_peak"], "static_peak runs first"),
+        (["--modes", "surge"], "unknown"),
+        (["--seconds", "2"], "--seconds"),
+        (["--target", "9"], "--target"),
+        (["--database-url", "sqlite://"], "needs PostgreSQL"),
+    ):
+        with pytest.raises(CommandError, match=message):
+            call_command("bench_autoscale", *args, stdout=SimpleNamespace(write=print))
