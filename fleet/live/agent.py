@@ -84,6 +84,9 @@ class AgentConsumer(HostTokenConsumer):
     opened_at = 0.0
     received = 0
     coalesced = 0
+    # Its hello spoke a protocol this server does not serve: what follows it is not read (the
+    # hello itself is recorded and answered, then the socket closes).
+    unsupported = False
     guard: AgentGuard
     _resyncing: asyncio.Task[None] | None = None
     _controller: asyncio.Task[None] | None = None
@@ -152,7 +155,7 @@ class AgentConsumer(HostTokenConsumer):
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         raw = text_data if text_data is not None else bytes_data
-        if self.host_id is None or self.closing or not raw:
+        if self.host_id is None or self.closing or self.unsupported or not raw:
             return
         try:
             message = self.guard.admit(raw)
@@ -164,6 +167,10 @@ class AgentConsumer(HostTokenConsumer):
             await self._refuse(refusal, raw)
             return
         self.received += 1
+        if message["type"] == "hello" and protocol.protocol_support(message["protocol"]) != (
+            "supported"
+        ):
+            self.unsupported = True  # the ticks sent right after it must not look alive
         if message["type"] != "hello":
             # A hello marks the host seen once it is accepted (agent_hello): an agent this
             # server refuses (fleet.agents.versions) must not look alive for a moment.

@@ -4,6 +4,8 @@ to upgrade, recorded on the host, shown on its page and raised as an alert once.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 
@@ -99,13 +101,18 @@ def test_the_socket_says_why_then_closes_with_the_unsupported_protocol_code():
     async def scenario():
         communicator = await connect(token)
         assert (await communicator.connect())[0]
+        agent = SimAgent(["h100-sxm5-80gb"])
         await communicator.send_json_to(hello(protocol.PROTOCOL_VERSION - 2))
+        # An agent sends its ticks right after its hello, before any answer: not read.
+        await communicator.send_json_to(agent.telemetry())
+        await communicator.send_json_to(agent.telemetry())
         error = await communicator.receive_json_from(timeout=5)
         assert error["type"] == "error" and error["code"] == "agent.protocol_unsupported"
         assert "upgrade the agent" in error["message"]
         closed = await communicator.receive_output(timeout=5)
         assert closed == {"type": "websocket.close", "code": protocol.CLOSE_UNSUPPORTED_PROTOCOL}
-        status = await sync_to_async(lambda: Host.objects.get(pk=host.pk).status)()
-        assert status == "offline"
+        await asyncio.sleep(1.5)  # past the presence writer's flush (about once a second)
+        seen = await sync_to_async(lambda: Host.objects.get(pk=host.pk))()
+        assert (seen.status, seen.last_seen_at) == ("offline", None)
 
     async_to_sync(scenario)()

@@ -387,6 +387,8 @@ def test_a_team_container_runs_restricted_and_cannot_ask_for_root(
             status, body = stack.request(
                 "GET", f"/api/v1/allocations/{replica['id']}/logs?tail=50", token=a["token"]
             )
+            if status == 409 and body["code"] == "logs.agent_unreachable":
+                return None  # the socket's marker, refreshed every few seconds, lagged (CI load)
             assert status == 200, body
             lines = [line for line in body["lines"] if not line.startswith("fleet: ")]
             return lines if any(line.startswith("docker-sock=") for line in lines) else None
