@@ -69,6 +69,9 @@ class HostSerializer(serializers.ModelSerializer[Host]):
             },
         }
 
+    def get_agent_problem(self, obj: Host) -> str:
+        return agent_problem(obj)
+
     @extend_schema_field(
         serializers.ListField(
             child=serializers.CharField(),
@@ -77,9 +80,6 @@ class HostSerializer(serializers.ModelSerializer[Host]):
             "team's. Set with `PUT /hosts/{id}/reservation` (admins).",
         )
     )
-    def get_agent_problem(self, obj: Host) -> str:
-        return agent_problem(obj)
-
     def get_reserved_for(self, obj: Host) -> list[str]:
         return sorted(team.slug for team in obj.reserved_for.all())
 
