@@ -9,6 +9,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from fleet.bench.stack_agent import Agent, remove_containers
 TERMINAL = ("succeeded", "failed", "expired")
 
 
-class StackApi:
+class StackApi(ABC):
     """The REST client half of the stack (mixed into :class:`~fleet.bench.stack.Stack`)."""
 
     workdir: Path
@@ -28,8 +29,9 @@ class StackApi:
     admin_token: str | None
     workload_policy: dict[str, Any] | None
 
-    def manage(self, *args: str, timeout: float = 120) -> str:  # pragma: no cover - Stack's
-        raise NotImplementedError
+    @abstractmethod
+    def manage(self, *args: str, timeout: float = 120) -> str:
+        """``manage.py ARGS`` against the running stack's settings (:class:`Stack` runs it)."""
 
     # -- tokens and users ---------------------------------------------------------------
 
