@@ -21,7 +21,6 @@ the usage module counts it (replica-seconds, GPU-equivalent hours), the scale ev
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -45,14 +44,13 @@ from fleet.bench.autoscale_trace import (
     sharpened,
     static_sizes,
 )
-from fleet.bench.endpoints import Agents, _servers_in, workload
+from fleet.bench.endpoints import Agents, _servers_in, seeded_fleet, workload
 from fleet.bench.options import Options
 from fleet.bench.processes import free_port, wait_until
 from fleet.bench.replay import replay
-from fleet.bench.stack import BIN, Stack
+from fleet.bench.stack import Stack
 
 MODES = ("static_peak", "static_median", "autoscale")
-PRODUCT_KEY = "h100-sxm5-80gb"
 SCALE_OUT_COOLDOWN_S = 30.0  # the policy's, in trace time
 SCALE_IN_COOLDOWN_S = 300.0
 
@@ -195,37 +193,7 @@ def run_autoscale_bench(options: AutoscaleOptions) -> dict[str, Any]:
     agents: Agents | None = None
     load = os.getloadavg()
     try:
-        stack.start()
-        stack.start_servers()
-        stack.spawn(
-            "worker", [str(BIN / "celery"), "-A", "fleet", "worker", "--pool=solo", "-l", "warning"]
-        )
-        stack.spawn(
-            "beat",
-            [
-                str(BIN / "celery"), "-A", "fleet", "beat", "-l", "warning",
-                "-s", str(workdir / "beat-schedule"),
-            ],
-        )  # fmt: skip
-        token = stack.run_python(
-            "manage.py", "create_api_token", "bench-admin", "--role", "admin"
-        ).strip()
-        api = Api(stack.urls[0], token)
-        api.allow_workloads()
-        run = uuid.uuid4().hex[:8]
-        seeded = workdir / "seeded.json"
-        stack.run_python(
-            "-m", "fleet.bench.seed", "setup", str(options.hosts), str(options.gpus_per_host),
-            PRODUCT_KEY, run, str(seeded),
-        )  # fmt: skip
-        agents = Agents(stack, workdir, json.loads(seeded.read_text()), run)
-        for host in agents.configs:
-            agents.start(host)
-        wait_until(
-            lambda: api.ok("GET", "/api/v1/hosts/?status=ready&limit=1")["count"] == options.hosts,
-            120,
-            "every host ready",
-        )
+        api, agents = seeded_fleet(stack, workdir, options.hosts, options.gpus_per_host)
         gateway = free_port()
         stack.spawn(
             "gateway",

@@ -123,6 +123,41 @@ class Agents:
         self.processes.clear()
 
 
+def seeded_fleet(stack: Stack, workdir: Path, hosts: int, gpus_per_host: int) -> tuple[Api, Agents]:
+    """Start ``stack`` (its servers, a worker, beat), an admin's API with workloads allowed, and
+    ``hosts`` simulated hosts of ``gpus_per_host`` GPUs seeded and reporting ready: what
+    ``bench_endpoints`` and ``bench_autoscale`` both stand on. Stops the agents it started when
+    the hosts do not come up."""
+    stack.start()
+    stack.start_servers()
+    stack.start_worker()
+    stack.start_beat()
+    token = stack.run_python(
+        "manage.py", "create_api_token", "bench-admin", "--role", "admin"
+    ).strip()
+    api = Api(stack.urls[0], token)
+    api.allow_workloads()
+    run = uuid.uuid4().hex[:8]
+    seeded_path = workdir / "seeded.json"
+    stack.run_python(
+        "-m", "fleet.bench.seed", "setup", str(hosts), str(gpus_per_host),
+        PRODUCT_KEY, run, str(seeded_path),
+    )  # fmt: skip
+    agents = Agents(stack, workdir, json.loads(seeded_path.read_text()), run)
+    try:
+        for host in agents.configs:
+            agents.start(host)
+        wait_until(
+            lambda: api.ok("GET", "/api/v1/hosts/?status=ready&limit=1")["count"] == hosts,
+            120,
+            "every host ready",
+        )
+    except BaseException:
+        agents.stop()
+        raise
+    return api, agents
+
+
 def run_endpoints_bench(options: EndpointOptions) -> dict[str, Any]:
     arrivals = load_trace(options.trace, options.seconds, options.requests)
     workdir = options.workdir or Path(tempfile.mkdtemp(prefix="fleet-bench-ep-"))
@@ -132,29 +167,7 @@ def run_endpoints_bench(options: EndpointOptions) -> dict[str, Any]:
     agents: Agents | None = None
     load = os.getloadavg()
     try:
-        stack.start()
-        stack.start_servers()
-        stack.start_worker()
-        stack.start_beat()
-        token = stack.run_python(
-            "manage.py", "create_api_token", "bench-admin", "--role", "admin"
-        ).strip()
-        api = Api(stack.urls[0], token)
-        api.allow_workloads()
-        run = uuid.uuid4().hex[:8]
-        seeded_path = workdir / "seeded.json"
-        stack.run_python(
-            "-m", "fleet.bench.seed", "setup", str(options.hosts), str(options.gpus_per_host),
-            PRODUCT_KEY, run, str(seeded_path),
-        )  # fmt: skip
-        agents = Agents(stack, workdir, json.loads(seeded_path.read_text()), run)
-        for host in agents.configs:
-            agents.start(host)
-        wait_until(
-            lambda: api.ok("GET", "/api/v1/hosts/?status=ready&limit=1")["count"] == options.hosts,
-            120,
-            "every host ready",
-        )
+        api, agents = seeded_fleet(stack, workdir, options.hosts, options.gpus_per_host)
         deployment = api.ok(
             "POST",
             "/api/v1/deployments/",
