@@ -107,6 +107,27 @@ def start_gateway(stack: Stack, name: str) -> tuple[int, Path]:
     return port, directory
 
 
+def deployed_on(
+    stack: Stack, body: dict[str, Any], gpus: list[int], *, ready_within_s: float
+) -> int:
+    """The deployment ``body`` created and one replica placed on each of ``gpus``, every one
+    ready (running, its health check passing); its id."""
+    status, created = stack.request("POST", "/api/v1/deployments/", body)
+    assert status == 201, created
+    deployment_id = int(created["id"])
+    for gpu in gpus:
+        status, op = stack.request(
+            "POST", f"/api/v1/deployments/{deployment_id}/place", {"gpu": gpu}
+        )
+        assert status in (200, 201, 202), op
+    wait_until(
+        lambda: sum(r["ready"] for r in replicas(stack, deployment_id)) == len(gpus),
+        ready_within_s,
+        what=f"{len(gpus)} replicas of {body['name']} ready",
+    )
+    return deployment_id
+
+
 def replicas(stack: Stack, deployment_id: int) -> list[dict[str, Any]]:
     return list(stack.get(f"/api/v1/allocations/?deployment={deployment_id}")["results"])
 
@@ -132,19 +153,7 @@ def test_a_caller_sees_no_failed_request_while_every_replica_moves_and_rolls_out
         # A short drain: the copies still leave the balancers before they stop, quickly.
         "endpoint": {"path_prefix": "/ep-model", "drain_s": 1},
     }
-    status, created = stack.request("POST", "/api/v1/deployments/", body)
-    assert status == 201, created
-    deployment_id = created["id"]
-    for gpu in gpus[:2]:
-        status, op = stack.request(
-            "POST", f"/api/v1/deployments/{deployment_id}/place", {"gpu": gpu}
-        )
-        assert status in (200, 201, 202), op
-    wait_until(
-        lambda: sum(r["ready"] for r in replicas(stack, deployment_id)) == 2,
-        60,
-        what="two replicas ready",
-    )
+    deployment_id = deployed_on(stack, body, gpus[:2], ready_within_s=60)
     port, directory = start_gateway(stack, "gateway")
     try:
         try:
@@ -244,19 +253,7 @@ def test_a_caller_sees_no_failed_request_while_docker_replicas_move(
         "workload": container_server(image, "1"),
         "endpoint": {"path_prefix": "/ep-docker", "drain_s": 1},
     }
-    status, created = stack.request("POST", "/api/v1/deployments/", body)
-    assert status == 201, created
-    deployment_id = created["id"]
-    for gpu in gpus[:2]:
-        status, op = stack.request(
-            "POST", f"/api/v1/deployments/{deployment_id}/place", {"gpu": gpu}
-        )
-        assert status in (200, 201, 202), op
-    wait_until(
-        lambda: sum(r["ready"] for r in replicas(stack, deployment_id)) == 2,
-        90,
-        what="two container replicas ready",
-    )
+    deployment_id = deployed_on(stack, body, gpus[:2], ready_within_s=90)
     port, directory = start_gateway(stack, "gateway-docker")
     try:
         wait_until(lambda: _answers(port, "/ep-docker/who"), 30, what="the gateway routing")
