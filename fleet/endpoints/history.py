@@ -18,6 +18,8 @@ from fleet.endpoints.models import Traffic, TrafficPoint
 POINT_S = 10
 KEEP = timedelta(hours=1)
 WINDOWS_S: dict[str, int] = {"5m": 300, "15m": 900, "1h": 3600}
+# The bucket each gateway (in this process) last dropped the points past KEEP in.
+_purged: dict[str, datetime] = {}
 _FIELDS = [
     "requests_per_s",
     "errors_per_s",
@@ -67,7 +69,7 @@ def _point(gateway: str, deployment_id: int, ts: datetime, rows: list[Traffic]) 
 
 def history_record(gateway: str, rows: Iterable[Traffic], now: datetime) -> None:
     """This tick's readings of one gateway as this bucket's points (the last tick of a bucket
-    wins), and the points past :data:`KEEP` gone. Two queries."""
+    wins), and, once a bucket, the points past :data:`KEEP` gone. One query a tick."""
     by_deployment: dict[int, list[Traffic]] = defaultdict(list)
     for row in rows:
         by_deployment[row.deployment_id].append(row)
@@ -79,7 +81,9 @@ def history_record(gateway: str, rows: Iterable[Traffic], now: datetime) -> None
         unique_fields=["gateway", "deployment_id", "ts"],
         update_fields=_FIELDS,
     )
-    TrafficPoint.objects.filter(ts__lt=now - KEEP).delete()
+    if _purged.get(gateway) != ts:  # once per bucket, not at every tick
+        TrafficPoint.objects.filter(ts__lt=now - KEEP).delete()
+        _purged[gateway] = ts
 
 
 def deployment_history(

@@ -42,6 +42,7 @@ from fleet.core.errors import ServiceError
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.core.operations import RUNNING
 from fleet.core.secrets import secret_decrypt
+from fleet.inventory.models import HostStatus
 from fleet.workflows.engine import WAIT, Outcome, Run, Workflow, deadline_of, workflow_run
 
 logger = logging.getLogger(__name__)
@@ -288,7 +289,10 @@ def _start(deployment: Deployment, run: Run, payload: dict[str, Any]) -> None:
             }
             down += 1
             continue
-        if Allocation.objects.filter(state=AllocationState.RELEASING).exists():
+        freeing = Allocation.objects.filter(state=AllocationState.RELEASING).exclude(
+            gpu__host__status=HostStatus.OFFLINE  # a silent host frees nothing soon
+        )
+        if freeing.exists():
             # Copies stopping (draining, then their stop grace) free their slices soon: wait
             # for them (the reports that free them wake this; the deadline bounds it).
             payload["pending"].insert(0, replica)
