@@ -34,10 +34,12 @@ class Api:
             raise RuntimeError(f"{method} {path}: {status} {answer}")
         return answer
 
-    def allow_workloads(self, team: str = "default") -> None:
+    def allow_workloads(self, team: str = "default", host_network: bool = True) -> None:
         """The bench's team may run what the benches run (processes and containers, as the
         bench's own non-root user, or ``nobody`` when it runs as root), as an admin's policy
-        would allow: the restricted default refuses processes."""
+        would allow: the restricted default refuses processes. ``host_network=False`` gives the
+        team's containers a network of their own, each copy's port published on a host port of
+        its own (two copies on one host then never claim one port)."""
         found = self.ok("GET", "/api/v1/teams/?limit=1000")["results"]
         team_id = next(t["id"] for t in found if t["slug"] == team)
         uid, gid = os.getuid(), os.getgid()
@@ -49,7 +51,7 @@ class Api:
                 "runtimes": ["container", "process"],
                 "process_user": user,
                 "uids": [[1, 2_147_483_647]],
-                "host_network": True,
+                "host_network": host_network,
             },
         )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,6 +57,9 @@ class Scenario:
     timeout_s: float = 120.0
     log: Callable[[str], None] = print
     changes: list[Change] = field(default_factory=list)
+    kill_copy: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    """SIGKILLs a copy's process and says what it killed (default: the token server's process,
+    found by its ``X-Replica`` header; the Docker mode kills the copy's container instead)."""
 
     # -- reads --------------------------------------------------------------------------
 
@@ -172,10 +176,9 @@ class Scenario:
 
     def _kill_replica(self, change: Change) -> None:
         copy = sorted(self.ready(), key=lambda a: int(a["id"]))[0]
-        pid = replica_pid(str(copy["address"]))
         killed_at = time.monotonic()
-        os.kill(pid, signal.SIGKILL)
-        change.detail.update(allocation=int(copy["id"]), pid=pid, killed_at=killed_at)
+        killed = (self.kill_copy or kill_process)(copy)
+        change.detail.update(allocation=int(copy["id"]), killed_at=killed_at, **killed)
         # Its agent restarts it (restart: always), or Fleet replaces it; the change ends when
         # Fleet has seen it go and the deployment is whole again.
         wait_until(lambda: self._restarted(copy), self.timeout_s, "the killed copy restarted")
@@ -183,6 +186,30 @@ class Scenario:
     def _restarted(self, copy: dict[str, Any]) -> bool:
         now = {int(a["id"]): a for a in self.copies()}.get(int(copy["id"]))
         return now is None or int(now["restarts"]) > int(copy["restarts"])
+
+
+def kill_process(copy: dict[str, Any]) -> dict[str, Any]:
+    """SIGKILL the token server serving ``copy`` (a process-runtime copy)."""
+    pid = replica_pid(str(copy["address"]))
+    os.kill(pid, signal.SIGKILL)
+    return {"pid": pid}
+
+
+def kill_container(copy: dict[str, Any]) -> dict[str, Any]:
+    """SIGKILL the main process of ``copy``'s container (a Docker-runtime copy), found by the
+    label its agent gave it."""
+    found = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label=fleet.allocation={int(copy['id'])}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.split()
+    if len(found) != 1:
+        raise RuntimeError(f"copy {copy['id']}: {len(found)} running containers, not 1")
+    kill = ["docker", "kill", "--signal", "KILL", found[0]]
+    subprocess.run(kill, capture_output=True, check=True, timeout=30)
+    return {"container": found[0][:12]}
 
 
 def replica_pid(address: str) -> int:

@@ -6,7 +6,9 @@ database, a private Redis, daphne, a Celery worker and beat), one ``hostagent.sw
 host (the real agent code on simulated GPUs, running replicas as real processes, reached at
 127.0.0.1), and ``manage.py fleet_gateway`` (HAProxy driven over its Runtime API). A deployment of
 ``--replicas`` copies of :mod:`fleet.bench.token_server` (service time: 1 ms per 10 tokens) gets
-the endpoint ``/bench``. Then:
+the endpoint ``/bench``. With ``runtime="docker"`` the copies are containers on the local Docker
+Engine instead, of the tests' busybox image (:mod:`fleet.bench.image`): busybox's ``httpd`` with
+a CGI script that keeps the same service time (:func:`container_workload`). Then:
 
 1. **direct**: the trace's arrivals (:mod:`fleet.bench.replay`, compressed to ``--seconds``) are
    sent straight to the copies' host ports, round-robin: the baseline;
@@ -35,7 +37,8 @@ from typing import Any
 
 from fleet.bench import endpoint_report
 from fleet.bench.api import Api
-from fleet.bench.endpoint_changes import KINDS, Scenario
+from fleet.bench.endpoint_changes import KINDS, Scenario, kill_container
+from fleet.bench.image import ensure_image
 from fleet.bench.options import Options
 from fleet.bench.processes import free_port, terminate, wait_until
 from fleet.bench.replay import TRACE, load_trace, replay
@@ -63,6 +66,7 @@ class EndpointOptions:
     database_url: str = ""
     workdir: Path | None = None
     timeout_s: float = 120.0
+    runtime: str = "process"  # or "docker"
     log: Any = print
 
 
@@ -77,10 +81,61 @@ def workload(version: int) -> dict[str, Any]:
     }
 
 
+IMAGE = "fleet-test/busybox:2"
+"""The Docker mode's image: the one the Docker tests build (:mod:`fleet.bench.image`)."""
+
+# busybox's httpd serves /health as a file and /cgi-bin/generate as a CGI script with the token
+# server's service time (1 ms per 10 tokens, at most 30 s; digits only, else 400). busybox's
+# httpd closes each connection after its answer, and stops at once on SIGTERM: the endpoint's
+# drain, before the agent stops a copy, is what keeps its callers from seeing that.
+CGI = r"""#!/bin/sh
+q="&$QUERY_STRING&"
+c=${q#*&context=}; c=${c%%&*}
+g=${q#*&generated=}; g=${g%%&*}
+case "$c$g" in *[!0-9]*|'') printf 'Status: 400 Bad Request\r\n\r\n'; exit 0;; esac
+us=$(( (c + g) * 100 ))
+[ "$us" -gt 30000000 ] && us=30000000
+usleep "$us"
+printf 'Content-Type: application/json\r\nX-Service-Ms: %s\r\n\r\n' "$((us / 1000))"
+printf '{"version": "%s"}\n' "$VERSION"
+"""
+
+
+def container_workload(version: int) -> dict[str, Any]:
+    """The Docker mode's copy: busybox httpd in a container, as a user of no account."""
+    script = (
+        "mkdir -p /tmp/www/cgi-bin && echo ok > /tmp/www/health && "
+        "cat > /tmp/www/cgi-bin/generate <<'EOF'\n" + CGI + "EOF\n"
+        "chmod 755 /tmp/www/cgi-bin/generate && exec httpd -f -p 8000 -h /tmp/www"
+    )
+    return {
+        "runtime": "container",
+        "image": IMAGE,
+        "user": "65534:65534",
+        "command": ["sh", "-c", script],
+        "env": {"VERSION": str(version)},
+        "ports": [{"name": "http", "port": 8000}],
+        "health": {"http": {"port": 8000, "path": "/health"}, "interval_s": 1, "timeout_s": 1},
+        "stop_grace_s": 10,
+    }
+
+
+def generate_path(runtime: str) -> str:
+    """Where a copy serves ``/generate`` (busybox's httpd runs CGI scripts under /cgi-bin)."""
+    return "/cgi-bin/generate" if runtime == "docker" else "/generate"
+
+
 class Agents:
     """One swarm process per host, so that one agent can be SIGKILLed and started again."""
 
-    def __init__(self, stack: Stack, workdir: Path, seeded: dict[str, Any], run: str) -> None:
+    def __init__(
+        self,
+        stack: Stack,
+        workdir: Path,
+        seeded: dict[str, Any],
+        run: str,
+        runtime: str = "process",
+    ) -> None:
         self.stack = stack
         self.configs: dict[int, Path] = {}
         for n, host in enumerate(seeded["hosts"]):
@@ -92,9 +147,9 @@ class Agents:
                         "interval_s": 1.0,
                         "allow_mutation": True,
                         "hostname_prefix": f"bench-{run}-h{n}",
-                        "runtime": "process",
-                        "allow_process_runtime": True,
-                        "process_as_agent_user": True,
+                        "runtime": runtime,
+                        "allow_process_runtime": runtime == "process",
+                        "process_as_agent_user": runtime == "process",
                         "state_dir": str(workdir / "workloads" / str(n)),
                         "stop_workloads_on_exit": True,
                         "address": "127.0.0.1",
@@ -123,7 +178,9 @@ class Agents:
         self.processes.clear()
 
 
-def seeded_fleet(stack: Stack, workdir: Path, hosts: int, gpus_per_host: int) -> tuple[Api, Agents]:
+def seeded_fleet(
+    stack: Stack, workdir: Path, hosts: int, gpus_per_host: int, runtime: str = "process"
+) -> tuple[Api, Agents]:
     """Start ``stack`` (its servers, a worker, beat), an admin's API with workloads allowed, and
     ``hosts`` simulated hosts of ``gpus_per_host`` GPUs seeded and reporting ready: what
     ``bench_endpoints`` and ``bench_autoscale`` both stand on. Stops the agents it started when
@@ -136,14 +193,14 @@ def seeded_fleet(stack: Stack, workdir: Path, hosts: int, gpus_per_host: int) ->
         "manage.py", "create_api_token", "bench-admin", "--role", "admin"
     ).strip()
     api = Api(stack.urls[0], token)
-    api.allow_workloads()
+    api.allow_workloads(host_network=runtime != "docker")
     run = uuid.uuid4().hex[:8]
     seeded_path = workdir / "seeded.json"
     stack.run_python(
         "-m", "fleet.bench.seed", "setup", str(hosts), str(gpus_per_host),
         PRODUCT_KEY, run, str(seeded_path),
     )  # fmt: skip
-    agents = Agents(stack, workdir, json.loads(seeded_path.read_text()), run)
+    agents = Agents(stack, workdir, json.loads(seeded_path.read_text()), run, runtime)
     try:
         for host in agents.configs:
             agents.start(host)
@@ -167,7 +224,13 @@ def run_endpoints_bench(options: EndpointOptions) -> dict[str, Any]:
     agents: Agents | None = None
     load = os.getloadavg()
     try:
-        api, agents = seeded_fleet(stack, workdir, options.hosts, options.gpus_per_host)
+        if options.runtime == "docker":
+            ensure_image(IMAGE)
+        api, agents = seeded_fleet(
+            stack, workdir, options.hosts, options.gpus_per_host, options.runtime
+        )
+        make = container_workload if options.runtime == "docker" else workload
+        path = generate_path(options.runtime)
         deployment = api.ok(
             "POST",
             "/api/v1/deployments/",
@@ -177,7 +240,7 @@ def run_endpoints_bench(options: EndpointOptions) -> dict[str, Any]:
                 "gpu_count": 1,
                 "replicas": options.replicas,
                 "auto": True,
-                "workload": workload(1),
+                "workload": make(1),
                 "endpoint": {"port": "http", "path_prefix": PATH_PREFIX},
             },
         )
@@ -205,7 +268,7 @@ def run_endpoints_bench(options: EndpointOptions) -> dict[str, Any]:
         options.log(f"{options.replicas} copies ready behind 127.0.0.1:{gateway_port}")
         addresses = [str(a["address"]) for a in api.allocations(dep)]
         direct = replay(
-            [(a.rpartition(":")[0], int(a.rpartition(":")[2]), "/generate") for a in addresses],
+            [(a.rpartition(":")[0], int(a.rpartition(":")[2]), path) for a in addresses],
             arrivals,
         )
         options.log(f"direct replay: {len(direct.outcomes)} requests")
@@ -224,6 +287,7 @@ def run_endpoints_bench(options: EndpointOptions) -> dict[str, Any]:
             agent_down_s=options.agent_down_s,
             timeout_s=options.timeout_s,
             log=options.log,
+            kill_copy=kill_container if options.runtime == "docker" else None,
         )
         origin = time.monotonic()
 
@@ -233,7 +297,7 @@ def run_endpoints_bench(options: EndpointOptions) -> dict[str, Any]:
 
         changer = threading.Thread(target=changes, daemon=True)
         changer.start()
-        through = replay([("127.0.0.1", gateway_port, PATH_PREFIX + "/generate")], arrivals)
+        through = replay([("127.0.0.1", gateway_port, PATH_PREFIX + path)], arrivals)
         replay_ended = time.monotonic()
         changer.join(options.timeout_s * max(1, len(options.changes)))
         time.sleep(1.0)  # the watcher's last polls
@@ -257,6 +321,7 @@ def run_endpoints_bench(options: EndpointOptions) -> dict[str, Any]:
                 "replicas": options.replicas,
                 "hosts": options.hosts,
                 "agent_down_s": options.agent_down_s,
+                "runtime": options.runtime,
                 "cpus": os.cpu_count(),
                 "load_average_at_start": [round(x, 2) for x in load],
             },

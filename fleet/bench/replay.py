@@ -25,6 +25,7 @@ from pathlib import Path
 
 TRACE = Path("/work/shared/data/azure-llm-inference-2023/AzureLLMInferenceTrace_conv.csv")
 MAX_HEADER_BYTES = 16 * 1024
+MAX_BODY_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -169,8 +170,19 @@ class Replayer:
             name, sep, value = line.partition(":")
             if sep:
                 headers[name.strip().lower()] = value.strip()
-        length = int(headers.get("content-length", "0"))
-        body = await reader.readexactly(length)
+        if "content-length" in headers:
+            body = await reader.readexactly(int(headers["content-length"]))
+        elif "transfer-encoding" in headers:
+            raise ValueError("chunked answers are not read here")
+        else:
+            # No length: the body ends when the server closes (RFC 9112, 6.3), as busybox's
+            # httpd answers a CGI script; the connection cannot be kept.
+            body = b""
+            while chunk := await reader.read(64 * 1024):
+                body += chunk
+                if len(body) > MAX_BODY_BYTES:
+                    raise ValueError("answer body too long")
+            headers["connection"] = "close"
         return int(parts[1]), headers, body
 
 

@@ -159,6 +159,59 @@ def test_a_replay_keeps_its_connections_alive_and_records_each_request():
     assert len({o.replica for o in replayer.outcomes}) == 1
 
 
+def test_a_replay_reads_an_answer_without_a_length_to_the_end_of_its_connection():
+    """busybox's httpd (the Docker mode's copies) answers a CGI script with no Content-Length
+    and closes: the body ends there, and the connection is not kept."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    served: list[bytes] = []
+
+    def serve() -> None:
+        for _ in range(3):
+            connection, _address = listener.accept()
+            with connection:
+                served.append(connection.recv(4096))
+                connection.sendall(b"HTTP/1.1 200 OK\r\nX-Service-Ms: 5\r\n\r\n" + b"x" * 70000)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        arrivals = load_trace(TRACE, 0.5, limit=3)
+        replayer = replay([("127.0.0.1", port, "/cgi-bin/generate")], arrivals)
+    finally:
+        thread.join(10)
+        listener.close()
+    assert [o.status for o in replayer.outcomes] == [200, 200, 200]
+    assert all(o.service_ms == 5.0 for o in replayer.outcomes)
+    assert len(served) == 3 and replayer.stale_retries == 0  # a new connection each
+
+
+def test_the_docker_mode_copy_keeps_the_token_servers_service_time(tmp_path):
+    """The CGI script the Docker mode's copies run, run here by a POSIX shell with a
+    ``usleep`` of its own (busybox's, in the image)."""
+    from fleet.bench.endpoints import CGI
+
+    script = tmp_path / "generate"
+    script.write_text(CGI)
+    script.chmod(0o755)
+    (tmp_path / "usleep").write_text('#!/bin/sh\necho "$1" > "$USLEPT"\n')
+    (tmp_path / "usleep").chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "USLEPT": str(tmp_path / "slept"), "VERSION": "4"}
+    ok = subprocess.run(
+        [str(script)], env={**env, "QUERY_STRING": "context=1500&generated=500"},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert (tmp_path / "slept").read_text().strip() == "200000"  # 2,000 tokens: 200 ms
+    assert "X-Service-Ms: 200\n" in ok.stdout and '"version": "4"' in ok.stdout
+    bad = subprocess.run(
+        [str(script)], env={**env, "QUERY_STRING": "context=1;reboot&generated=1"},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert bad.stdout.startswith("Status: 400")
+
+
 def test_bench_endpoints_refuses_bad_arguments():
     result = subprocess.run(
         [sys.executable, "manage.py", "bench_endpoints", "--changes", "move,teleport"],
@@ -168,25 +221,35 @@ def test_bench_endpoints_refuses_bad_arguments():
     assert result.returncode != 0 and "unknown 'teleport'" in result.stderr
 
 
+def _docker_answers() -> bool:
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+
+
 @pytest.mark.e2e
-@pytest.mark.timeout(180)
-def test_bench_endpoints_ci_sized_run(tmp_path):
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("runtime", ["process", "docker"])
+def test_bench_endpoints_ci_sized_run(tmp_path, runtime):
+    """The copies as processes, then as containers on the local Docker Engine."""
     database_url = os.environ.get("FLEET_DATABASE_URL", "")
     if not database_url.startswith("postgres"):
         pytest.skip("bench_endpoints needs PostgreSQL: set FLEET_DATABASE_URL")
     for needed in ("redis-server", "haproxy"):
         if not shutil.which(needed):
             pytest.skip(f"bench_endpoints needs {needed}")
+    if runtime == "docker" and not _docker_answers():
+        pytest.skip("no Docker daemon answers (.ci/run starts one: dockerd --bridge=none)")
     if not TRACE.exists():
         pytest.skip(f"the Azure trace is not at {TRACE}")
     out = tmp_path / "bench.json"
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "fleet.settings.test"}
     args = ["--seconds", "15", "--requests", "450", "--replicas", "2", "--hosts", "2",
-            "--changes", "move,kill-replica"]  # fmt: skip
+            "--changes", "move,kill-replica", "--runtime", runtime]  # fmt: skip
     result = subprocess.run(
         [sys.executable, "manage.py", "bench_endpoints", *args, "--json", str(out),
-         "--workdir", str(tmp_path / "work"), "--timeout", "60"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=170,
+         "--workdir", str(tmp_path / "work"), "--timeout", "90"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=230,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -194,6 +257,7 @@ def test_bench_endpoints_ci_sized_run(tmp_path):
     for key in ("requests", "failed", "failed_during_changes", "failed_on_killed_replica"):
         assert isinstance(report[key], int), key
     assert report["requests"] == 450
+    assert report["setup"]["runtime"] == runtime
     assert set(report["update_lag_ms"]) >= {"p50", "p99"}
     assert report["update_lag_ms"]["count"] > 0
     assert isinstance(report["p99_overhead_ms"], float)

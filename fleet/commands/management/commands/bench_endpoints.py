@@ -40,6 +40,12 @@ class Command(StackBenchCommand):
         parser.add_argument("--trace", type=Path, default=TRACE, help="the Azure trace's CSV")
         parser.add_argument("--timeout", type=float, default=120.0, help="per change (s)")
         parser.add_argument(
+            "--runtime",
+            choices=("process", "docker"),
+            default="process",
+            help="the copies as processes, or as containers on the local Docker Engine",
+        )
+        parser.add_argument(
             "--require-goal", action="store_true", help="exit 1 when a goal is missed"
         )
 
@@ -60,6 +66,8 @@ class Command(StackBenchCommand):
             raise CommandError(f"--trace: {options['trace']} is not a file")
         if shutil.which("haproxy") is None:
             raise CommandError("bench_endpoints needs HAProxy: apt-get install haproxy")
+        if options["runtime"] == "docker" and shutil.which("docker") is None:
+            raise CommandError("--runtime docker needs Docker: apt-get install docker.io")
         self.require_postgres(options)
         result = run_endpoints_bench(
             EndpointOptions(
@@ -74,6 +82,7 @@ class Command(StackBenchCommand):
                 database_url=options["database_url"],
                 workdir=options["workdir"],
                 timeout_s=options["timeout"],
+                runtime=options["runtime"],
                 log=self.log,
             )
         )
