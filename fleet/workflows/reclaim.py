@@ -13,7 +13,8 @@ Then, each step waiting for the one before it:
    for its endpoint's ``drain_s``, stops, and waits in the queue again; it is not deleted). With
    no net gain now, nothing is stopped and the reclaim fails. The stopped replicas' deployments
    are *claimed* off the GPUs they left (:mod:`fleet.allocations.claims`: no cycling);
-3. ``releasing``: until the stopped replicas have exited (their slices are free);
+3. ``releasing``: until the stopped replicas have exited; then ``reshaping``: the MIG slices
+   they left are destroyed (the room the plan counted on);
 4. ``placing``: the claimant's replica is placed (the engine's best target).
 
 The engine (:mod:`fleet.workflows.engine`) advances it after agent acks and reports and from
@@ -32,7 +33,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet.allocations.autoplace import deployment_autoplace
-from fleet.allocations.models import Allocation, Deployment
+from fleet.allocations.models import Allocation, Deployment, RequestKind
 from fleet.allocations.planning.repack_plans import step_of
 from fleet.allocations.quotas import QuotaExceeded
 from fleet.allocations.reclaims import reclaim_plan_of
@@ -42,7 +43,10 @@ from fleet.core.alerts import RECLAIM_FINISHED, RECLAIM_STARTED, alert_emit
 from fleet.core.errors import Conflict, ServiceError
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus, Team
-from fleet.core.operations import operation_record, operation_refuse_running
+from fleet.core.operations import RUNNING, operation_record, operation_refuse_running
+from fleet.partitioning.models import Partition
+from fleet.partitioning.selectors import current_layout
+from fleet.partitioning.services import LayoutSpec, gpu_set_layout
 from fleet.placement.defrag import DEFAULT_MAX_MOVES
 from fleet.placement.reclaim import ReclaimPlan
 from fleet.placement.snapshot import WholeGpuRequest
@@ -223,7 +227,12 @@ class Reclaim(Workflow):
             ids = [s["allocation"] for s in payload["stopped"]]
             if Allocation.objects.filter(pk__in=ids).exists():
                 return WAIT
-            run.note("the stopped replicas have exited", step="placing")
+            run.note("the stopped replicas have exited", step="reshaping")
+        if payload["step"] == "reshaping":
+            reshaped = _destroy_freed(run)
+            if reshaped is not None:
+                return reshaped
+            payload["step"] = "placing"
         return _place(run, operation.deployment_id)
 
     def timeout_reason(self, run: Run) -> str:
@@ -273,6 +282,7 @@ def _stop_if_needed(run: Run, deployment_id: int) -> Outcome | None:
             requested_by=run.operation.requested_by,
         )
     payload["stopped"] = [_named(a) for a in stopped]
+    payload["destroy"] = sorted(a.partition_id for a in stopped if a.kind == RequestKind.MIG)
     payload["claims"] = [
         {
             "deployment": pk,
@@ -283,6 +293,37 @@ def _stop_if_needed(run: Run, deployment_id: int) -> Outcome | None:
     payload["bound"] = bound_of(plan, claimant)
     names = ", ".join(s["name"] for s in payload["stopped"])
     run.note(f"stopped {names} (they drain, exit and wait in the queue)", step="releasing")
+    return None
+
+
+def _destroy_freed(run: Run) -> Outcome | None:
+    """The MIG slices the stopped replicas left, destroyed (the room the plan counted on: a
+    placement never destroys another instance); ``None`` once every one is gone."""
+    payload = run.payload
+    layouts: list[int] = payload.setdefault("layouts", [])
+    done: list[int] = payload.setdefault("destroyed", [])
+    for partition_id in payload.get("destroy", []):
+        if partition_id in done:
+            continue
+        done.append(partition_id)
+        partition = Partition.objects.filter(pk=partition_id).first()
+        if partition is None or partition.allocations.exists():
+            continue
+        spec = current_layout(partition.gpu)
+        kept = tuple(i for i in spec.instances if i.start != partition.start)
+        layout = gpu_set_layout(
+            gpu_id=partition.gpu_id,
+            spec=LayoutSpec(mode=spec.mode, instances=kept),
+            requested_by=run.operation.requested_by,
+        )
+        run.adopt(layout)
+        layouts.append(layout.pk)
+        run.note(f"destroying the slice {partition} left (operation {layout.pk})")
+    statuses = Operation.objects.filter(pk__in=layouts).values_list("status", flat=True)
+    if any(status in RUNNING for status in statuses):
+        return WAIT
+    if any(status != OperationStatus.SUCCEEDED for status in statuses):
+        return run.fail("destroying a slice a stopped replica left failed")
     return None
 
 
