@@ -234,3 +234,57 @@ def test_the_team_pages_show_the_reclaim(lent_whole, admin_user, client):
         page = client.get(f"/teams/{team.pk}/").content.decode()
         assert f'data-operation="{pk}"' in page and "Stopped train[" in page, team.name
         assert "Why no fewer: 1 stop(s)" in page
+
+
+def test_a_stopped_mig_replica_leaves_its_slice_destroyed_for_the_claimant(
+    django_capture_on_commit_callbacks, settings
+):
+    """x holds ads's 4g.40gb at 0 and 3g.40gb at 4 (full); y holds ads's 3g.40gb at 0 and
+    search's borrowed 1g.10gb at 4. ads's next 3g.40gb fits only at y's back half: no move
+    makes room (x is full), so the 1g is stopped, its slice destroyed, and the 3g created
+    there."""
+    settings.FLEET_RECLAIM_MIN_RUNTIME_S = 0
+    host, _ = host_create(name="node")
+    host_issue_token(host)
+    agent = SimAgent(["h100-sxm5-80gb", "h100-sxm5-80gb"])
+    Host.objects.filter(pk=host.pk).update(hostname="sim-0", status="ready")
+    agent_hello(host=host, hello=agent.hello())
+    x, y = Gpu.objects.filter(host=host).order_by("index")
+    layouts = {
+        x.pk: (MigInstanceSpec("4g.40gb", 0), MigInstanceSpec("3g.40gb", 4)),
+        y.pk: (MigInstanceSpec("3g.40gb", 0), MigInstanceSpec("1g.10gb", 4)),
+    }
+    for gpu_id, instances in layouts.items():
+        gpu_set_layout(gpu_id=gpu_id, spec=LayoutSpec(mode="mig", instances=instances))
+    search = team_create(name="search")
+    team_quota_set(team_id=search.pk, quota={"limit": {"mig_compute_slices": 14}})
+    ads = team_create(name="ads")
+    team_quota_set(team_id=ads.pk, quota={"mig_compute_slices": 14})
+
+    def mig(name, profile, team):
+        request = DeploymentRequest(kind="mig", profile=profile)
+        return deployment_create(name=name, request=request, replicas=1, team_id=team.pk)
+
+    for partition in Partition.objects.filter(gpu__host=host, kind="mig").order_by("pk"):
+        owner = search if partition.profile_name == "1g.10gb" else ads
+        d = mig(f"{owner.name}-{partition.pk}", partition.profile_name, owner)
+        deployment_place(deployment_id=d.pk, partition_id=partition.pk)
+    lent = Allocation.objects.get(borrowed=True)
+    assert lent.gpu_id == y.pk
+    last = mig("ads-last", "3g.40gb", ads)
+
+    def sync():
+        with django_capture_on_commit_callbacks(execute=True):
+            agent_ack(host=host, ack=agent.apply(host_desired_state(Host.objects.get(pk=host.pk))))
+
+    sync()
+    [pk] = reclaims_start()
+    operation = _run(Operation.objects.get(pk=pk), sync)
+    assert operation.status == "succeeded", operation.payload["log"]
+    assert operation.payload["action"] == "stop"
+    assert [s["allocation"] for s in operation.payload["stopped"]] == [lent.pk]
+    assert operation.payload["destroy"] == [lent.partition_id]
+    assert not Partition.objects.filter(pk=lent.partition_id).exists()
+    placed = Allocation.objects.get(deployment=last)
+    assert (placed.gpu_id, placed.partition.start) == (y.pk, 4)
+    assert not Allocation.objects.filter(deployment=lent.deployment).exists()
