@@ -200,6 +200,8 @@ ALERT_NAMES = {
     "replica.crashloop": "FleetReplicaCrashloop",
     "quota.warning": "FleetQuotaWarning",
     "quota.exceeded": "FleetQuotaExceeded",
+    "reclaim.started": "FleetReclaimStarted",
+    "reclaim.finished": "FleetReclaimFinished",
 }
 
 

@@ -82,6 +82,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env_float("FLEET_AUTOSCALE_SECONDS", 5.0),
         "options": {"expires": env_float("FLEET_AUTOSCALE_SECONDS", 5.0)},
     },
+    # Reclaim (docs/sharing.md): a deserved share taken back from borrowers, one at a time;
+    # a run that waited past the next is dropped.
+    "reclaim": {
+        "task": "fleet.reclaim",
+        "schedule": env_float("FLEET_RECLAIM_EVERY_S", 3.0),
+        "options": {"expires": env_float("FLEET_RECLAIM_EVERY_S", 3.0)},
+    },
     "retry-replicas": {"task": "fleet.retry_replicas", "schedule": 10.0},
     "telemetry-rollup": {"task": "fleet.telemetry_rollup", "schedule": 60.0},
     "telemetry-retention": {"task": "fleet.telemetry_retention", "schedule": 3600.0},
