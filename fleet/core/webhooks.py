@@ -195,6 +195,7 @@ ALERT_NAMES = {
     "gpu.unhealthy": "FleetGpuUnhealthy",
     "host.offline": "FleetHostOffline",
     "hosts.mass_offline": "FleetHostsMassOffline",
+    "agent.unsupported": "FleetAgentUnsupported",
     "operation.failed": "FleetOperationFailed",
     "operation.expired": "FleetOperationExpired",
     "replica.crashloop": "FleetReplicaCrashloop",
