@@ -141,3 +141,12 @@ def test_a_rotation_loses_no_captured_line_and_a_restarted_agent_finds_them_unst
     again = ProcessRuntime(tmp_path / "state", log_max_bytes=10, as_agent_user=True)
     found = again.logs(8, 10)  # an agent restarted: the files, without times
     assert found.lines == ["first", "second", "third"] and found.stamps == [None] * 3
+
+
+def test_docker_s_own_stamps_are_read_and_a_line_without_one_is_kept_whole():
+    from hostagent.runtime.docker import _docker_stamp
+
+    ts, text = _docker_stamp("2026-05-28T20:26:40.250000000Z hello world")
+    assert text == "hello world" and ts == pytest.approx(1_780_000_000.25)
+    assert _docker_stamp("no stamp here") == (None, "no stamp here")
+    assert _docker_stamp("2026-13-99T00:00:00Z bad") == (None, "2026-13-99T00:00:00Z bad")
