@@ -301,8 +301,8 @@ class ProcessRuntime:
             self._table[str(spec.allocation_id)] = _entry(running, ticks)
             self._save()
         with self._capture_lock, contextlib.suppress(OSError):
-            # What the replica printed from its start is stamped; an earlier run's output is not.
-            self._rings.pop(spec.allocation_id, None)
+            # What the replica printed from its start is stamped; an earlier run's output is not
+            # (a restart on the same allocation goes on in its ring: cursors keep increasing).
             self._capture_one(spec.allocation_id, time.time(), stamped_from=written_before)
         return running
 

@@ -157,12 +157,17 @@ export function wireLogs() {
     const stick = (follow?.checked ?? false) || atBottom();
     const last = entries.length ? entries[entries.length - 1].seq : null;
     pageable = result.data.cursors !== null;
+    const newest = fresh.length ? fresh[fresh.length - 1].seq : null;
+    // Appended when the answer joins on (no gap) and the cursors went on (an agent that
+    // restarted numbers its lines from 1 again: then everything is replaced).
     if (
       pageable &&
       last !== null &&
       fresh.length &&
       fresh[0].seq !== null &&
-      fresh[0].seq <= last + 1
+      newest !== null &&
+      fresh[0].seq <= last + 1 &&
+      newest >= last
     ) {
       entries.push(...fresh.filter((e) => e.seq !== null && e.seq > last));
       if (entries.length > MAX_LOADED) entries = entries.slice(-MAX_LOADED);

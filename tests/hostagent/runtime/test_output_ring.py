@@ -150,3 +150,15 @@ def test_docker_s_own_stamps_are_read_and_a_line_without_one_is_kept_whole():
     assert text == "hello world" and ts == pytest.approx(1_780_000_000.25)
     assert _docker_stamp("no stamp here") == (None, "no stamp here")
     assert _docker_stamp("2026-13-99T00:00:00Z bad") == (None, "2026-13-99T00:00:00Z bad")
+
+
+def test_a_replica_restarted_on_its_allocation_goes_on_in_its_ring(tmp_path, kill_sessions):
+    runtime = ProcessRuntime(tmp_path / "state", as_agent_user=True)
+    first = runtime.start(process_spec(4, command=["sh", "-c", "echo run 1"]))
+    kill_sessions.append(first.pid)
+    wait_for(lambda: runtime.logs(4, 10).lines == ["run 1"])
+    second = runtime.start(process_spec(4, command=["sh", "-c", "echo run 2"]))
+    kill_sessions.append(second.pid)
+    out = wait_for(lambda: (o := runtime.logs(4, 10)).lines == ["run 1", "run 2"] and o)
+    assert out.seqs == [1, 2]  # the cursors a viewer holds stay valid
+    assert all(ts is not None for ts in out.stamps or [None])
