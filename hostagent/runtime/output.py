@@ -95,10 +95,12 @@ def search(output: Output, q: str, tail: int) -> Output:
     )
 
 
-RING_LINES = MAX_LOG_LINES * 4
-"""Lines one replica's ring keeps (four full answers: older lines on demand, bounded)."""
-RING_BYTES = 4 * MAX_LOG_BYTES
-"""Characters one replica's ring keeps, all lines together (2 MiB with the default bounds)."""
+RING_LINES = MAX_LOG_LINES * 2
+"""Lines one replica's ring keeps (two full answers: older lines on demand, bounded). About
+2 MiB of the agent's memory at most, Python's own per line included: an MPS GPU may hold
+dozens of replicas, and a host eight such GPUs."""
+RING_BYTES = 2 * MAX_LOG_BYTES
+"""Characters one replica's ring keeps, all lines together (1 MiB with the default bounds)."""
 PARTIAL_MAX = MAX_LOG_LINE_CHARS * 4
 """Bytes of a line without its end yet that wait for it; past this the piece is a line."""
 

@@ -61,7 +61,14 @@ from hostagent.runtime.base import (
     StartError,
 )
 from hostagent.runtime.cgroups import Cgroups
-from hostagent.runtime.output import RING_BYTES, NoOutput, Output, OutputRing, tail_lines
+from hostagent.runtime.output import (
+    RING_BYTES,
+    RING_LINES,
+    NoOutput,
+    Output,
+    OutputRing,
+    tail_lines,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +76,7 @@ STATE_FILE = "processes.json"
 STATE_MODE = 0o600
 LOG_MAX_BYTES = 10 * 2**20
 """A replica's log is rotated past this size; one rotated copy is kept (``.log.1``)."""
-RING_LINES_READ = 20_000
+RING_LINES_READ = RING_LINES
 """Lines read from a log file into a ring at once (the ring keeps its own bounds)."""
 UNKNOWN_EXIT = "ended after an agent restart: its exit code is unknown"
 _KILL_WAIT_S = 5.0
