@@ -334,6 +334,16 @@ if [ "$SYSTEMD" = 1 ]; then
   systemctl restart fleet.target "${webs[@]}"
   if [ "$PROXY" = nginx ]; then nginx -t -q && systemctl reload-or-restart nginx; fi
   [ "$PROXY" = caddy ] && systemctl reload-or-restart caddy
+  # The login works once the web instances listen (Django loads first: seconds, more on a busy
+  # machine); until then the proxy answers 502.
+  for port in "${PORTS[@]}"; do
+    for _ in $(seq 120); do
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+      sleep 1
+    done
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null ||
+      echo "install.sh: fleet-web@$port does not listen yet: journalctl -u fleet-web@$port" >&2
+  done
 else
   step "no systemd here: units written, nothing started"
 fi
