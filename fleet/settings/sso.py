@@ -77,15 +77,19 @@ if FLEET_LDAP_ENABLED:
         raise ImproperlyConfigured(
             "FLEET_LDAP_SERVER_URI is set: set FLEET_LDAP_USER_SEARCH_BASE too"
         )
-    globals().update(
-        ldap_settings(
+    try:
+        _ldap = ldap_settings(
             server_uri=env("FLEET_LDAP_SERVER_URI"),
             bind_dn=env("FLEET_LDAP_BIND_DN", ""),
             bind_password=env("FLEET_LDAP_BIND_PASSWORD", ""),
             user_search_base=env("FLEET_LDAP_USER_SEARCH_BASE"),
             user_filter=env("FLEET_LDAP_USER_FILTER", "(uid=%(user)s)"),
             group_search_base=env("FLEET_LDAP_GROUP_SEARCH_BASE", ""),
-            group_filter=env("FLEET_LDAP_GROUP_FILTER", "(objectClass=groupOfNames)"),
+            # Empty: the group type's own (objectClass=groupOfNames, posixGroup, group...).
+            group_filter=env("FLEET_LDAP_GROUP_FILTER", ""),
+            group_type=env("FLEET_LDAP_GROUP_TYPE", "groupOfNames"),
             start_tls=env_bool("FLEET_LDAP_START_TLS", False),
         )
-    )
+    except ValueError as error:
+        raise ImproperlyConfigured(str(error)) from None
+    globals().update(_ldap)
