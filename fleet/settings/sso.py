@@ -44,7 +44,15 @@ FLEET_OIDC_ENDPOINTS = {
     "token_endpoint": env("FLEET_OIDC_TOKEN_ENDPOINT", ""),
     "userinfo_endpoint": env("FLEET_OIDC_USERINFO_ENDPOINT", ""),
     "jwks_uri": env("FLEET_OIDC_JWKS_URI", ""),
+    "end_session_endpoint": env("FLEET_OIDC_END_SESSION_ENDPOINT", ""),
 }
+# RP-initiated logout: signing out of Fleet after an OIDC sign-in also ends the session at the
+# provider (its end_session_endpoint, with the ID token as the hint), which sends the browser
+# back to Fleet's sign-in page. Off, or a provider that publishes no such endpoint: Fleet's
+# session alone ends.
+FLEET_OIDC_PROVIDER_LOGOUT = env_bool("FLEET_OIDC_PROVIDER_LOGOUT", True)
+# The ID token is kept in the session for that hint (mozilla-django-oidc's setting).
+OIDC_STORE_ID_TOKEN = True
 OIDC_RP_CLIENT_ID = env("FLEET_OIDC_CLIENT_ID", "")
 OIDC_RP_CLIENT_SECRET = env("FLEET_OIDC_CLIENT_SECRET", "")
 if FLEET_OIDC_ENABLED and not (OIDC_RP_CLIENT_ID and OIDC_RP_CLIENT_SECRET):
