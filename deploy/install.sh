@@ -321,7 +321,7 @@ if [ "$exists" = False ]; then
 user_create(username='$ADMIN', password='$password', role=Role.ADMIN)"
   login="user $ADMIN, password $password (shown once: change it on the Account page)"
 else
-  login="user $ADMIN exists, password unchanged (reset: manage.py changepassword $ADMIN)"
+  login="user $ADMIN exists, password unchanged (reset: fleet-manage changepassword $ADMIN)"
 fi
 
 # ---- 11. enable and start ----------------------------------------------------------------------
