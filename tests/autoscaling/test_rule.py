@@ -111,3 +111,19 @@ def test_scale_in_goes_no_lower_than_the_most_wanted_over_the_scale_in_window():
     assert at(8, 0.5, recent_desired=0, **quiet).replicas == 1  # still bounded by min
     # Scale-out does not look back.
     assert at(2, 40.0, recent_desired=2).replicas == 8
+
+
+def test_a_replica_metric_averaged_over_the_ready_replicas_tracks_its_target():
+    # vllm:num_requests_waiting averaged (not additive) over 3 ready replicas of 4, target 5.
+    limits = Limits(min=1, max=10, target=5.0, scale_out_cooldown_s=0, scale_in_cooldown_s=60)
+    d = decide(limits, Observation(4, 3, 10.0, additive=False))
+    assert (d.action, d.replicas, d.per_replica, d.desired) == ("out", 6, 10.0, 6)
+    # Summed, the same total spread over the ready replicas: 30 waiting on 3 ready.
+    d = decide(limits, Observation(4, 3, 30.0, additive=True))
+    assert (d.action, d.replicas, d.per_replica) == ("out", 6, 10.0)
+    # No replica reports it: nothing changes, whatever the count.
+    d = decide(limits, Observation(4, 3, None, additive=False))
+    assert d.action == "hold" and d.replicas == 4
+    # Below the target with replicas still starting: no scale-in.
+    d = decide(limits, Observation(4, 3, 1.0, additive=False, since_scale_out_s=600))
+    assert d.action == "hold" and "not ready" in d.reason
