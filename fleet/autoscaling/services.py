@@ -23,6 +23,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -99,6 +100,7 @@ def _limits(policy: ScalingPolicy) -> Limits:
         target=policy.target,
         scale_out_cooldown_s=policy.scale_out_cooldown_s,
         scale_in_cooldown_s=policy.scale_in_cooldown_s,
+        max_step_out=getattr(settings, "FLEET_AUTOSCALE_MAX_STEP_OUT", None),
     )
 
 

@@ -71,6 +71,8 @@ class AutoscaleOptions:
     rate_target: float | None = None
     # Replay only the trace's first minutes (a milder compression for a short replay).
     trace_minutes: float | None = None
+    # The rule's scale-out step limit (FLEET_AUTOSCALE_MAX_STEP_OUT); None: none.
+    max_step_out: int | None = None
     hosts: int = 4
     gpus_per_host: int = 4
     trace_path: Path | None = None
@@ -210,6 +212,8 @@ def run_autoscale_bench(options: AutoscaleOptions) -> dict[str, Any]:
     stack = Stack(workdir, options.database_url, Options(hosts=options.hosts, servers=1))
     stack.env["FLEET_THROTTLE_USER"] = "1000000/min"
     stack.env["FLEET_AUTOSCALE_SECONDS"] = str(options.evaluate_every_s)
+    if options.max_step_out is not None:
+        stack.env["FLEET_AUTOSCALE_MAX_STEP_OUT"] = str(options.max_step_out)
     agents: Agents | None = None
     load = os.getloadavg()
     try:
@@ -243,6 +247,7 @@ def run_autoscale_bench(options: AutoscaleOptions) -> dict[str, Any]:
                 target=options.target,
                 scale_out_cooldown_s=float(scaling["scale_out_cooldown_s"]),
                 scale_in_cooldown_s=float(scaling["scale_in_cooldown_s"]),
+                max_step_out=options.max_step_out,
             ),
             evaluate_every_s=options.evaluate_every_s,
         )
@@ -262,6 +267,7 @@ def run_autoscale_bench(options: AutoscaleOptions) -> dict[str, Any]:
                 "target_in_flight_per_replica": options.target,
                 "metric": options.metric,
                 "trace_minutes": options.trace_minutes,
+                "max_step_out": options.max_step_out,
                 "replicas": {**sizes, "autoscale_max": gpus},
                 "policy": scaling,
                 "evaluate_every_s": options.evaluate_every_s,

@@ -127,3 +127,19 @@ def test_a_replica_metric_averaged_over_the_ready_replicas_tracks_its_target():
     # Below the target with replicas still starting: no scale-in.
     d = decide(limits, Observation(4, 3, 1.0, additive=False, since_scale_out_s=600))
     assert d.action == "hold" and "not ready" in d.reason
+
+
+def test_a_step_limit_adds_at_most_its_step_or_a_doubling_per_scale_out():
+    limits = Limits(min=1, max=16, target=5.0, scale_out_cooldown_s=1, max_step_out=4)
+    d = decide(limits, Observation(1, 1, 80.0))  # the queue says 16
+    assert (d.action, d.replicas, d.desired) == ("out", 5, 16) and "a step of 4" in d.reason
+    d = decide(limits, Observation(6, 6, 80.0, since_scale_out_s=2))  # 6 doubles to 12
+    assert (d.action, d.replicas) == ("out", 12)
+    d = decide(limits, Observation(12, 12, 80.0, since_scale_out_s=2))
+    assert (d.action, d.replicas) == ("out", 16)  # the maximum bounds it still
+    d = decide(limits, Observation(5, 5, 30.0, since_scale_out_s=0.5))
+    assert d.action == "hold" and "cooldown" in d.reason  # one step per cooldown
+    # Without a limit the same reading goes straight to 16; from zero it never applies.
+    assert decide(Limits(min=1, max=16, target=5.0), Observation(1, 1, 80.0)).replicas == 16
+    at_zero = decide(Limits(min=0, max=16, target=5.0, max_step_out=4), Observation(0, 0, 80.0))
+    assert at_zero.replicas == 16

@@ -236,3 +236,13 @@ def test_a_request_at_zero_replicas_brings_the_first_one_back_at_once(gpus):
     autoscaling_set(deployment_id=deployment.pk, spec=POLICY)
     assert autoscale_activate(slot=slot) is None
     assert autoscale_activate(slot=slot + 100) is None
+
+
+def test_the_step_limit_setting_bounds_one_scale_out(gpus, settings):
+    settings.FLEET_AUTOSCALE_MAX_STEP_OUT = 1
+    deployment = _deployment([gpus[0], gpus[0]])
+    autoscaling_set(deployment_id=deployment.pk, spec=POLICY)
+    _traffic(deployment, 20.0)  # 5 wanted; a step of 1, or a doubling: 4
+    decision = autoscale_evaluate(deployment_id=deployment.pk)
+    assert decision is not None and (decision.action, decision.replicas) == ("out", 4)
+    assert decision.desired == 5
