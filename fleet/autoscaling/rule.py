@@ -10,7 +10,8 @@
   scale out again on every evaluation while a new replica starts); it scales in only when every
   replica is ready;
 * **scale-out is fast, scale-in slow**: a scale-out waits ``scale_out_cooldown_s`` after the last
-  scale-out; a scale-in waits ``scale_in_cooldown_s`` after the last scaling either way;
+  scale-out; a scale-in waits ``scale_in_cooldown_s`` after the last scaling either way (the
+  services count a policy's creation as one: its first reading may come before the traffic);
 * **scale-in is stabilised** (the HPA's scale-down stabilization window): it goes no lower than
   the most replicas the rule wanted over the last ``scale_in_cooldown_s`` (``recent_desired``),
   so one quiet reading between two bursts does not take away the replicas the next burst needs

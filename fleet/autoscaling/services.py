@@ -125,7 +125,9 @@ def autoscale_evaluate(*, deployment_id: int, now: datetime | None = None) -> De
         value=value,
         additive=metric.additive,
         since_scale_out_s=_since(policy.last_scale_out_at, now),
-        since_scale_in_s=_since(policy.last_scale_in_at, now),
+        # A new policy's first scale-in waits its cooldown from when it was set: its first
+        # reading (no history yet) may come before the traffic reaches its rate.
+        since_scale_in_s=_since(policy.last_scale_in_at or policy.created_at, now),
         recent_desired=recent_desired(deployment_id, now.timestamp() - policy.scale_in_cooldown_s),
     )
     decision = decide(_limits(policy), observed)
