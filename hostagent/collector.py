@@ -39,6 +39,7 @@ from hostagent.protocol import (
     Hello,
     MpsState,
     PlacementProfile,
+    ReplicaMetric,
     Telemetry,
     UpMessage,
     clip,
@@ -78,6 +79,7 @@ class Collector:
         owners: Owners | None = None,
         process_runtime: bool = False,
         address: str | None = None,
+        metrics: Callable[[], list[ReplicaMetric]] | None = None,
     ) -> None:
         self.backend = backend
         self.mps = mps
@@ -87,6 +89,8 @@ class Collector:
         self.process_runtime = process_runtime and runtime != "none"
         self.owners = owners
         self.address = address
+        # The latest readings of the replicas' own metrics (hostagent.runtime.metrics).
+        self.metrics = metrics
         # Set while an apply runs: it may have released NVML on purpose (the Ampere reset path),
         # and a telemetry thread initialising it again would hold the GPU the reset needs.
         self.applying = threading.Event()
@@ -263,7 +267,16 @@ class Collector:
         if self.owners is not None:
             for gpu in gpus:
                 self._attribute(gpu)
-        return {"type": "telemetry", "ts": time.time(), "gpus": gpus}
+        telemetry: Telemetry = {"type": "telemetry", "ts": time.time(), "gpus": gpus}
+        if self.metrics is not None:
+            try:
+                readings = self.metrics()
+            except Exception as exc:  # the readings are a nicety: the tick goes out without
+                self._log.failure("reading the replicas' metrics", exc, expected=False)
+                readings = []
+            if readings:
+                telemetry["replica_metrics"] = readings
+        return telemetry
 
     def _attribute(self, gpu: GpuTelemetry) -> None:
         """Name the replica of each process (by session or PID namespace, or the simulator's

@@ -32,6 +32,7 @@ from hostagent.runtime import (
     build_runtimes,
     default_runtime,
 )
+from hostagent.runtime.metrics import MetricsScraper
 from hostagent.runtime.ports import PortAllocator, PortRange, bindable
 from hostagent.transport import server_problem
 
@@ -223,6 +224,9 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> N
     runtime = resolve_runtime(config)
     workloads = build_workloads(config, backend, runtime)
     workloads.supervisor.start()
+    scraper = MetricsScraper(workloads.supervisor.scrape_targets)
+    if workloads.supervisor.runtimes:
+        scraper.start()
     collector = Collector(
         backend,
         hostname=config.hostname,
@@ -232,6 +236,7 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> N
         owners=workloads.owners,
         process_runtime=config.allow_process_runtime,
         address=config.reported_address,
+        metrics=scraper.readings,
     )
     assert config.server is not None  # checked by resolve_state
     client = AgentClient(
@@ -266,6 +271,7 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> N
     finally:
         if faults is not None:
             faults.cancel()
+        scraper.close()
         await _stop(client, collector, backend)
         # The workloads keep running: the next agent adopts them (unreachable is not failed).
         workloads.supervisor.close()

@@ -11,6 +11,7 @@ import logging
 
 from fleet.allocations.models import Allocation, Deployment, RequestKind
 from fleet.allocations.workloads import host_replica_spans, workload_to_run
+from fleet.autoscaling.models import Metric, ScalingPolicy
 from fleet.core.policy import effective_policy, workload_security
 from fleet.core.secrets import env_refs, team_secret_values
 from fleet.endpoints.models import Endpoint
@@ -48,6 +49,22 @@ def _drain_s(deployment: Deployment) -> int:
         return int(deployment.endpoint.drain_s)
     except Endpoint.DoesNotExist:
         return 0
+
+
+def _scrape(deployment: Deployment) -> protocol.Scrape | None:
+    """What its agent reads of each replica for its autoscaling policy (select_related with the
+    allocations); ``None`` unless the policy tracks the replicas' own metric."""
+    try:
+        policy: ScalingPolicy = deployment.autoscaling
+    except ScalingPolicy.DoesNotExist:
+        return None
+    if policy.metric != Metric.REPLICA_METRIC or not policy.metric_name:
+        return None
+    return {
+        "port": policy.metric_port,
+        "path": policy.metric_path or "/metrics",
+        "names": [policy.metric_name],
+    }
 
 
 def _security(allocation: Allocation, workload: protocol.Workload) -> protocol.Security:
@@ -100,7 +117,13 @@ def host_desired_state(host: Host) -> protocol.DesiredState:
     allocations = (
         Allocation.objects.placed()  # a releasing replica is left out: the agent stops it
         .filter(gpu__host=host)
-        .select_related("deployment__team", "deployment__endpoint", "partition", "gpu")
+        .select_related(
+            "deployment__team",
+            "deployment__endpoint",
+            "deployment__autoscaling",
+            "partition",
+            "gpu",
+        )
         .order_by("deployment_id", "replica", "gpu_slot")
     )
     by_gpu: dict[int, list[Partition]] = {}
@@ -160,5 +183,8 @@ def host_desired_state(host: Host) -> protocol.DesiredState:
         _resolve_secrets(allocation, desired, secrets)
         if desired["workload"]["runtime"] != "none":
             desired["security"] = _security(allocation, desired["workload"])
+            scrape = _scrape(allocation.deployment)
+            if scrape is not None:
+                desired["scrape"] = scrape
         entry["allocations"].append(desired)
     return {"type": "desired_state", "generation": int(host.desired_generation), "gpus": gpus}

@@ -10,6 +10,9 @@ collects ticks for a short window (:mod:`fleet.live.ingest`) and hands them here
   (:mod:`fleet.agents.gpu_maps`).
 * **Health** is never cached: one query per batch returns the batch's GPUs that are not
   healthy (the others are), so a live frame never shows a healed GPU as sick or the opposite.
+* **The replicas' own metrics** (``replica_metrics``, read by the agent from the workloads'
+  Prometheus endpoints) are kept as each replica's latest reading, for its own host's replicas
+  only (:mod:`fleet.inventory.telemetry.metrics`).
 * **Replicas** are measured from the same tick
   (:func:`~fleet.agents.gpu_maps.replica_ticks`): no query, a few
   dictionary lookups per GPU that holds replicas, nothing for the others.
@@ -40,6 +43,7 @@ from fleet.agents.last_seen import forget_written, hosts_touch
 from fleet.core.ratelimit import OncePer, cut
 from fleet.inventory.models import Gpu, GpuHealth
 from fleet.inventory.telemetry import GpuTick, HostRecord, ReplicaTick, get_store, trusted_ts
+from fleet.inventory.telemetry.metrics import ReplicaReading
 from hostagent import protocol
 
 logger = logging.getLogger(__name__)
@@ -193,7 +197,25 @@ def _prepare_tick(tick: Tick, gpu_map: GpuMap, sick: dict[int, str], out: Ingest
     out.hosts_util.append([tick.host_id, round(sum(utils), 1), len(utils), len(gpu_ticks)])
     out.ts = max(out.ts, ts)
     out.samples += len(gpu_ticks)
-    return HostRecord(tick.host_id, ts, tick.received_at, gpu_ticks, replicas)
+    readings = _readings(tick.telemetry, gpu_map)
+    return HostRecord(tick.host_id, ts, tick.received_at, gpu_ticks, replicas, readings)
+
+
+def _readings(telemetry: protocol.Telemetry, gpu_map: GpuMap) -> list[ReplicaReading]:
+    """The tick's readings of the replicas' own metrics, of this host's replicas only (an
+    agent is not trusted to speak for another host's)."""
+    metrics = telemetry.get("replica_metrics")
+    if not metrics:
+        return []
+    on_host: set[int] = set()
+    for _, _, on_gpu in gpu_map.values():
+        on_host.update(on_gpu.by_instance.values())
+        on_host.update(on_gpu.by_processes)
+    return [
+        ReplicaReading(m["allocation_id"], m["name"], m["value"], m["error"])
+        for m in metrics
+        if m["allocation_id"] in on_host
+    ]
 
 
 def persist(prepared: Prepared, *, touch: bool = True) -> None:

@@ -13,6 +13,14 @@ class Metric(models.TextChoices):
     REQUESTS = "requests_per_replica_per_s", "requests per replica per second"
     IN_FLIGHT = "in_flight_per_replica", "requests in flight per replica"
     GPU_UTILIZATION = "gpu_utilization_percent", "GPU utilisation (%)"
+    REPLICA_METRIC = "replica_metric", "the replicas' own Prometheus metric"
+
+
+class Aggregate(models.TextChoices):
+    """How a replica metric's readings make the value per ready replica."""
+
+    AVERAGE = "average", "average over the replicas that report it"
+    SUM = "sum", "sum over the ready replicas, divided by their number"
 
 
 class ScalingState(models.TextChoices):
@@ -38,6 +46,12 @@ class ScalingPolicy(TimeStampedModel):
     scale_in_cooldown_s = models.PositiveIntegerField(default=300)
     # min 0: how long a request that finds no replica is held while the first one starts.
     activation_timeout_s = models.PositiveIntegerField(default=300)
+    # replica_metric: which metric of the replicas' own, read by their agents
+    # (hostagent.runtime.metrics) at http://<replica>:<port><path>; blank for the others.
+    metric_name = models.CharField(max_length=200, blank=True)
+    metric_port = models.CharField(max_length=15, blank=True)
+    metric_path = models.CharField(max_length=200, blank=True)
+    metric_aggregate = models.CharField(max_length=8, choices=Aggregate.choices, blank=True)
     last_scale_out_at = models.DateTimeField(null=True, blank=True)
     last_scale_in_at = models.DateTimeField(null=True, blank=True)
     # What the last evaluation saw and decided, for the page and the API.

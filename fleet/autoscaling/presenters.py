@@ -14,6 +14,7 @@ UNITS = {
     Metric.REQUESTS: "req/s per replica",
     Metric.IN_FLIGHT: "in flight per replica",
     Metric.GPU_UTILIZATION: "% GPU utilisation",
+    Metric.REPLICA_METRIC: "per replica",
 }
 TONES = {
     ScalingState.STEADY: "ok",
@@ -61,7 +62,7 @@ def autoscaling_panel(deployment: Deployment) -> AutoscalingPanel | None:
         min=policy.min_replicas,
         max=policy.max_replicas,
         metric=policy.metric,
-        metric_label=metric.label if metric else policy.metric,
+        metric_label=(policy.metric_name or metric.label) if metric else policy.metric,
         unit=UNITS.get(metric, "") if metric else "",
         target=policy.target,
         value=policy.value,

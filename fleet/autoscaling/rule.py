@@ -10,11 +10,17 @@
   scale out again on every evaluation while a new replica starts); it scales in only when every
   replica is ready;
 * **scale-out is fast, scale-in slow**: a scale-out waits ``scale_out_cooldown_s`` after the last
-  scale-out; a scale-in waits ``scale_in_cooldown_s`` after the last scaling either way;
+  scale-out; a scale-in waits ``scale_in_cooldown_s`` after the last scaling either way (the
+  services count a policy's creation as one: its first reading may come before the traffic);
 * **scale-in is stabilised** (the HPA's scale-down stabilization window): it goes no lower than
   the most replicas the rule wanted over the last ``scale_in_cooldown_s`` (``recent_desired``),
   so one quiet reading between two bursts does not take away the replicas the next burst needs
   (``bench_autoscale`` on the code trace went from 16 replicas to 1 and back within 2 s);
+* **a scale-out step limit** (``max_step_out``, off unless set: the HPA's default scale-up
+  policy is the larger of +100 % and +4 pods per period): one scale-out adds at most that many
+  replicas, or doubles the count when that is more; the next step follows after the scale-out
+  cooldown, so a reading inflated by a queue built while replicas start does not go straight to
+  ``max``;
 * a count outside ``[min, max]`` (the policy changed) is brought back at once;
 * **scale to zero** (``min`` 0, a balancer metric): no traffic for the scale-in cooldown takes
   the last replica away; at zero, any request (the balancer counts it while it holds it, see
@@ -44,6 +50,9 @@ class Limits:
     scale_out_cooldown_s: float = 30.0
     scale_in_cooldown_s: float = 300.0
     tolerance: float = TOLERANCE
+    # At most this many replicas added by one scale-out (or doubled, when that is more);
+    # None: no limit.
+    max_step_out: int | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,15 @@ def decide(limits: Limits, obs: Observation) -> Decision:
     if bounded > now:
         if not _elapsed(obs.since_scale_out_s, limits.scale_out_cooldown_s):
             return hold(f"scale-out cooldown ({limits.scale_out_cooldown_s:g} s)")
+        if limits.max_step_out is not None and bounded > now + max(limits.max_step_out, now):
+            stepped = now + max(limits.max_step_out, now)
+            return Decision(
+                "out",
+                stepped,
+                f"above the target (a step of {stepped - now})",
+                per_replica,
+                desired,
+            )
         return Decision("out", bounded, "above the target", per_replica, desired)
     if bounded < now:
         if obs.ready < now:

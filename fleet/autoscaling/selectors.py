@@ -6,7 +6,13 @@
 * ``gpu_utilization_percent`` from the replicas' own telemetry (their MIG instance, their MPS
   processes, or their GPU: :mod:`fleet.inventory.telemetry`), the mean of the last
   :data:`UTILIZATION_WINDOW_S` seconds over the ready replicas that have a value. Where NVML has
-  none (a MIG instance on Ampere), there is no metric, not 0.
+  none (a MIG instance on Ampere), there is no metric, not 0;
+* ``replica_metric`` from the replicas' own Prometheus endpoints, read by their agents
+  (:mod:`hostagent.runtime.metrics`): each ready replica's latest reading, no older than
+  :data:`READING_FRESH_S`, averaged over the replicas that have one (``average``) or summed
+  (``sum``: the rule divides by every ready replica, so one without a reading counts 0). No
+  ready replica with a reading (an agent older than replica metrics, an endpoint that does not
+  answer, a metric the workload does not expose) is no value, with the reason.
 """
 
 from __future__ import annotations
@@ -16,11 +22,22 @@ from dataclasses import dataclass
 
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.ports import allocation_ready
-from fleet.autoscaling.models import Metric
+from fleet.autoscaling.models import Aggregate, Metric, ScalingPolicy
 from fleet.endpoints.traffic import traffic_of
 from fleet.inventory.telemetry import ROLLUP_SECONDS, get_store, unpack_replicas
 
 UTILIZATION_WINDOW_S = 30.0
+READING_FRESH_S = 30.0
+
+
+@dataclass(frozen=True)
+class MetricValue:
+    """The metric as :class:`fleet.autoscaling.rule.Observation` takes it (``value`` a total,
+    or a mean when not ``additive``), or ``None`` and ``problem``: why there is none."""
+
+    value: float | None
+    additive: bool = True
+    problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,6 +73,49 @@ def metric_value(deployment: Deployment, metric: str, ready: list[Allocation]) -
     if metric == Metric.GPU_UTILIZATION:
         return _mean_utilization(ready)
     return None
+
+
+def policy_metric(
+    deployment: Deployment, policy: ScalingPolicy, ready: list[Allocation]
+) -> MetricValue:
+    """The policy's metric over the ready replicas (see the module's docstring)."""
+    if policy.metric == Metric.REPLICA_METRIC:
+        return replica_metric_value(policy, ready)
+    value = metric_value(deployment, policy.metric, ready)
+    return MetricValue(value, additive=policy.metric != Metric.GPU_UTILIZATION)
+
+
+def replica_metric_value(
+    policy: ScalingPolicy, ready: list[Allocation], now: float | None = None
+) -> MetricValue:
+    """The replicas' own metric: the mean (``average``) or the total (``sum``) of the ready
+    replicas' fresh readings."""
+    additive = policy.metric_aggregate == Aggregate.SUM
+    if not ready:
+        return MetricValue(None, additive, "no replica is ready")
+    now = time.time() if now is None else now
+    stored = get_store().replica_readings([a.pk for a in ready])
+    values: list[float] = []
+    problems: list[str] = []
+    for allocation in ready:
+        reading = stored.get(allocation.pk, {}).get(policy.metric_name)
+        if reading is None or reading["received_at"] < now - READING_FRESH_S:
+            continue
+        if reading["value"] is None:
+            problems.append(reading["error"])
+        else:
+            values.append(float(reading["value"]))
+    if not values:
+        why = (
+            problems[0]
+            if problems
+            else (
+                "no ready replica's agent reports it (agents older than replica metrics read none)"
+            )
+        )
+        return MetricValue(None, additive, f"{policy.metric_name} not available: {why}")
+    total = sum(values)
+    return MetricValue(total if additive else total / len(values), additive)
 
 
 def _mean_utilization(ready: list[Allocation], now: float | None = None) -> float | None:

@@ -23,6 +23,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -33,9 +34,9 @@ from fleet.allocations.quotas import sharing_of, team_usage
 from fleet.allocations.selectors import fleet_snapshot, placement_request
 from fleet.allocations.services import allocations_evict, lock_deployment
 from fleet.autoscaling.history import history_record, recent_desired
-from fleet.autoscaling.models import Metric, ScalingPolicy, ScalingState
+from fleet.autoscaling.models import ScalingPolicy, ScalingState
 from fleet.autoscaling.rule import Decision, Limits, Observation, decide
-from fleet.autoscaling.selectors import Replicas, metric_value, replicas_of
+from fleet.autoscaling.selectors import Replicas, policy_metric, replicas_of
 from fleet.core.errors import RuleViolation, ServiceError
 from fleet.core.events import publish_changed
 from fleet.core.models import Operation, OperationKind, OperationStatus, Team
@@ -99,6 +100,7 @@ def _limits(policy: ScalingPolicy) -> Limits:
         target=policy.target,
         scale_out_cooldown_s=policy.scale_out_cooldown_s,
         scale_in_cooldown_s=policy.scale_in_cooldown_s,
+        max_step_out=getattr(settings, "FLEET_AUTOSCALE_MAX_STEP_OUT", None),
     )
 
 
@@ -115,14 +117,17 @@ def autoscale_evaluate(*, deployment_id: int, now: datetime | None = None) -> De
     if policy is None:
         return None
     replicas = replicas_of(deployment)
-    value = metric_value(deployment, policy.metric, replicas.ready)
+    metric = policy_metric(deployment, policy, replicas.ready)
+    value = metric.value
     observed = Observation(
         replicas=deployment.replicas,
         ready=len(replicas.ready),
         value=value,
-        additive=policy.metric != Metric.GPU_UTILIZATION,
+        additive=metric.additive,
         since_scale_out_s=_since(policy.last_scale_out_at, now),
-        since_scale_in_s=_since(policy.last_scale_in_at, now),
+        # A new policy's first scale-in waits its cooldown from when it was set: its first
+        # reading (no history yet) may come before the traffic reaches its rate.
+        since_scale_in_s=_since(policy.last_scale_in_at or policy.created_at, now),
         recent_desired=recent_desired(deployment_id, now.timestamp() - policy.scale_in_cooldown_s),
     )
     decision = decide(_limits(policy), observed)
@@ -137,6 +142,7 @@ def autoscale_evaluate(*, deployment_id: int, now: datetime | None = None) -> De
         policy.last_scale_in_at = now
     elif value is None:
         state = ScalingState.NO_METRIC
+        reason = metric.problem or reason
     elif len(replicas.ready) < deployment.replicas:
         state = ScalingState.SCALING_OUT
     policy.state, policy.reason = state, reason[:200]
@@ -161,6 +167,7 @@ def _payload(
 ) -> dict[str, Any]:
     return {
         "metric": policy.metric,
+        **({"metric_name": policy.metric_name} if policy.metric_name else {}),
         "target": policy.target,
         "value": observed.value,
         "per_replica": decision.per_replica,
@@ -175,7 +182,8 @@ def _payload(
 def _describe(policy: ScalingPolicy, decision: Decision) -> str:
     if decision.per_replica is None:
         return decision.reason
-    return f"{policy.metric} {decision.per_replica:.3g} against a target of {policy.target:g}"
+    name = policy.metric_name or policy.metric
+    return f"{name} {decision.per_replica:.3g} against a target of {policy.target:g}"
 
 
 def _quota_room(deployment: Deployment, placed: int, extra: int) -> tuple[int, list[Any]]:

@@ -41,6 +41,7 @@ from fleet.bench.autoscale_trace import (
     Trace,
     first_minute_replicas,
     load_replay,
+    mean_service_s,
     sharpened,
     static_sizes,
 )
@@ -62,7 +63,16 @@ class AutoscaleOptions:
     modes: tuple[str, ...] = MODES
     sharpen: bool = False
     concurrency: int = 8  # C: requests one replica serves at once
-    target: float = 5.0  # in flight per replica, the autoscaler's target
+    target: float = 5.0  # in flight per replica: the static sizes, and the in-flight target
+    # The autoscaler's metric: "in_flight" (per replica, at ``target``) or "requests" (per
+    # replica per second, at ``rate_target``, else at the rate that keeps ``target`` in flight
+    # by Little's law: target / the trace's mean service time).
+    metric: str = "in_flight"
+    rate_target: float | None = None
+    # Replay only the trace's first minutes (a milder compression for a short replay).
+    trace_minutes: float | None = None
+    # The rule's scale-out step limit (FLEET_AUTOSCALE_MAX_STEP_OUT); None: none.
+    max_step_out: int | None = None
     hosts: int = 4
     gpus_per_host: int = 4
     trace_path: Path | None = None
@@ -73,12 +83,24 @@ class AutoscaleOptions:
     log: Any = print
 
 
+def rate_target(options: AutoscaleOptions, trace: Trace) -> float:
+    """Requests per replica per second that keep ``target`` in flight (Little's law)."""
+    if options.rate_target is not None:
+        return options.rate_target
+    return round(options.target / mean_service_s(trace), 2)
+
+
 def policy(options: AutoscaleOptions, trace: Trace, most: int) -> dict[str, Any]:
     """The autoscaling policy, its cooldowns compressed with the trace."""
+    target = (
+        {"requests_per_replica_per_s": rate_target(options, trace)}
+        if options.metric == "requests"
+        else {"in_flight_per_replica": options.target}
+    )
     return {
         "min": 1,
         "max": most,
-        "target": {"in_flight_per_replica": options.target},
+        "target": target,
         "scale_out_cooldown_s": round(SCALE_OUT_COOLDOWN_S / trace.factor),
         "scale_in_cooldown_s": round(SCALE_IN_COOLDOWN_S / trace.factor),
     }
@@ -179,7 +201,7 @@ class Bench:
 
 
 def run_autoscale_bench(options: AutoscaleOptions) -> dict[str, Any]:
-    trace = load_replay(options.trace, options.seconds, options.trace_path)
+    trace = load_replay(options.trace, options.seconds, options.trace_path, options.trace_minutes)
     sizes = static_sizes(trace, options.target)
     replayed, burst_at = sharpened(trace) if options.sharpen else (trace, None)
     gpus = options.hosts * options.gpus_per_host
@@ -190,6 +212,8 @@ def run_autoscale_bench(options: AutoscaleOptions) -> dict[str, Any]:
     stack = Stack(workdir, options.database_url, Options(hosts=options.hosts, servers=1))
     stack.env["FLEET_THROTTLE_USER"] = "1000000/min"
     stack.env["FLEET_AUTOSCALE_SECONDS"] = str(options.evaluate_every_s)
+    if options.max_step_out is not None:
+        stack.env["FLEET_AUTOSCALE_MAX_STEP_OUT"] = str(options.max_step_out)
     agents: Agents | None = None
     load = os.getloadavg()
     try:
@@ -223,6 +247,7 @@ def run_autoscale_bench(options: AutoscaleOptions) -> dict[str, Any]:
                 target=options.target,
                 scale_out_cooldown_s=float(scaling["scale_out_cooldown_s"]),
                 scale_in_cooldown_s=float(scaling["scale_in_cooldown_s"]),
+                max_step_out=options.max_step_out,
             ),
             evaluate_every_s=options.evaluate_every_s,
         )
@@ -240,6 +265,9 @@ def run_autoscale_bench(options: AutoscaleOptions) -> dict[str, Any]:
                 "burst_at_s": None if burst_at is None else round(burst_at, 2),
                 "concurrency_per_replica": options.concurrency,
                 "target_in_flight_per_replica": options.target,
+                "metric": options.metric,
+                "trace_minutes": options.trace_minutes,
+                "max_step_out": options.max_step_out,
                 "replicas": {**sizes, "autoscale_max": gpus},
                 "policy": scaling,
                 "evaluate_every_s": options.evaluate_every_s,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -78,9 +78,25 @@ def _stamp(text: str) -> datetime:
     return datetime.strptime(text.strip()[:26], "%Y-%m-%d %H:%M:%S.%f")
 
 
-def load_replay(kind: str, seconds: float, path: Path | None = None) -> Trace:
+def load_replay(
+    kind: str, seconds: float, path: Path | None = None, minutes: float | None = None
+) -> Trace:
+    """The trace compressed into ``seconds``; with ``minutes``, only its first ``minutes``
+    (a milder compression for a short replay)."""
     source = path or TRACES[kind]
-    return Trace(kind, load_trace(source, seconds), seconds, _span(source))
+    if minutes is None:
+        return Trace(kind, load_trace(source, seconds), seconds, _span(source))
+    span = _span(source)
+    window_s = min(span, minutes * 60.0)
+    real = load_trace(source, span)  # arrival times in the trace's own seconds
+    scale = seconds / window_s
+    kept = [replace(a, at_s=a.at_s * scale) for a in real if a.at_s <= window_s]
+    return Trace(kind, kept, seconds, window_s)
+
+
+def mean_service_s(trace: Trace) -> float:
+    """The mean service time of the trace's requests on the test workload."""
+    return sum(service_s(a) for a in trace.arrivals) / max(1, len(trace.arrivals))
 
 
 def window_loads(arrivals: Sequence[Arrival], window_s: float, seconds: float) -> list[float]:

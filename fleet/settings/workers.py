@@ -102,3 +102,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(env_int("FLEET_LDAP_SYNC_SECONDS", 300)),
     },
 }
+
+# Autoscaling: at most this many replicas added by one scale-out (or a doubling, when that is
+# more: fleet.autoscaling.rule); unset or 0: no limit.
+FLEET_AUTOSCALE_MAX_STEP_OUT: int | None = env_int("FLEET_AUTOSCALE_MAX_STEP_OUT", 0) or None

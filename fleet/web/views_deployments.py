@@ -109,7 +109,8 @@ def deployment_detail(request: HttpRequest, deployment_id: int) -> HttpResponse:
         "request_items": presenters.request_items(deployment),
         "workload_json": presenters.workload_json(deployment.workload) if sees_spec else "",
         "min_replicas": MIN_REPLICAS,
-        "autoscaling_metrics": Metric.choices,
+        # A replica's own metric needs a name and a port: the API sets it (docs/autoscaling.md).
+        "autoscaling_metrics": [c for c in Metric.choices if c[0] != Metric.REPLICA_METRIC],
         "max_replicas": MAX_REPLICAS,
         **(metrics_context(deployment, request.GET) if sees_spec else {}),
     }

@@ -48,7 +48,8 @@ Transport (paths relative to the server base URL, see the ``*_PATH`` constants):
 
 Layout: :mod:`.bounds` (the caps and bounded types), :mod:`.messages` (the messages, close
 codes), :mod:`.workloads` (what a replica runs), :mod:`.logs` (a replica's output on request),
-:mod:`.codec` (decode, validate, check, encode).
+:mod:`.metrics` (a replica's own Prometheus metrics), :mod:`.codec` (decode, validate, check,
+encode).
 """
 
 from __future__ import annotations
@@ -177,6 +178,17 @@ from hostagent.protocol.messages import (
     empty_mps_state,
     protocol_support,
 )
+from hostagent.protocol.metrics import (
+    MAX_METRIC_VALUE,
+    MAX_SCRAPED_NAMES,
+    METRIC_NAME_PATTERN,
+    SCRAPE_PATH_PATTERN,
+    MetricName,
+    ReplicaMetric,
+    ReplicaMetrics,
+    Scrape,
+    ScrapePath,
+)
 from hostagent.protocol.ports import (
     HEALTH_PORT_NAME,
     MAX_PORTS,
@@ -265,16 +277,19 @@ __all__ = [
     "MAX_LOG_QUERY",
     "MAX_LOG_SEQ",
     "MAX_MEMORY_SLICES",
+    "MAX_METRIC_VALUE",
     "MAX_MIG_INSTANCES",
     "MAX_PLACEMENTS_PER_PROFILE",
     "MAX_PORTS",
     "MAX_PROCESSES",
     "MAX_PROFILES",
     "MAX_REQUEST_ID",
+    "MAX_SCRAPED_NAMES",
     "MAX_STOP_GRACE_S",
     "MAX_TEXT",
     "MAX_UUID",
     "MESSAGE_TYPES",
+    "METRIC_NAME_PATTERN",
     "MPS_DEVICE",
     "OLDEST_PROTOCOL",
     "PORT_NAME_PATTERN",
@@ -284,6 +299,7 @@ __all__ = [
     "RESERVED_PREFIXES",
     "RESTART_BACKOFF_S",
     "RUNS_ON",
+    "SCRAPE_PATH_PATTERN",
     "U32",
     "UNSUPPORTED_RETRY_S",
     "WS_PATH",
@@ -324,6 +340,7 @@ __all__ = [
     "Logs",
     "LogsRequest",
     "Message",
+    "MetricName",
     "MiB",
     "MigInstanceInfo",
     "MigTelemetry",
@@ -345,10 +362,14 @@ __all__ = [
     "ProfileKey",
     "ProtocolError",
     "ProtocolSupport",
+    "ReplicaMetric",
+    "ReplicaMetrics",
     "ReportBatch",
     "RequestId",
     "RestartPolicy",
     "RetryLater",
+    "Scrape",
+    "ScrapePath",
     "Seconds",
     "Security",
     "ServerError",

@@ -147,7 +147,8 @@ def encode(msg: Message) -> str:
 def check_message(message: Message, *, max_gpus: int = MAX_GPUS_PER_HOST) -> None:
     """Cross-field rules: at most ``max_gpus`` GPUs with unique UUIDs and indexes; per GPU,
     profile keys equal to their ids, placements inside the grid, MIG instances with unique ids
-    and starts that do not overlap; telemetry MIG samples with unique instance ids; the lines of
+    and starts that do not overlap; telemetry MIG samples with unique instance ids, and one
+    reading per replica and metric name; the lines of
     a ``logs`` answer within :data:`~hostagent.protocol.logs.MAX_LOG_BYTES`."""
     kind = message["type"]
     if kind == "hello":
@@ -239,3 +240,10 @@ def _check_telemetry(telemetry: Telemetry, max_gpus: int) -> None:
         mig = gpu["mig"]
         if len(mig) > 1:
             _unique([m["gpu_instance_id"] for m in mig], f"$.gpus[{i}].mig", "instance id")
+    metrics = telemetry.get("replica_metrics")
+    if metrics:
+        _unique(
+            [(m["allocation_id"], m["name"]) for m in metrics],
+            "$.replica_metrics",
+            "replica metric",
+        )

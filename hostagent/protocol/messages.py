@@ -37,6 +37,7 @@ from hostagent.protocol.bounds import (
     UuidOrEmpty,
 )
 from hostagent.protocol.logs import Logs, LogsRequest
+from hostagent.protocol.metrics import ReplicaMetrics, Scrape
 from hostagent.protocol.workloads import (
     MAX_ENV,
     AgentRuntime,
@@ -54,6 +55,10 @@ retyping a field, a new meaning). History (agent release: protocol):
 * 0.2.0: 2. The server checks the hello's ``protocol`` (:func:`protocol_support`) and closes an
   agent it cannot serve with :data:`CLOSE_UNSUPPORTED_PROTOCOL` after an ``error`` saying why;
   nothing else changed, so a protocol-1 agent is served as before.
+
+Optional fields added since, which an older peer drops unread (no new protocol):
+``desired_state`` allocations' ``scrape`` and ``telemetry``'s ``replica_metrics`` (a replica's
+own Prometheus metrics, :mod:`hostagent.protocol.metrics`).
 """
 
 OLDEST_PROTOCOL = PROTOCOL_VERSION - 1
@@ -282,7 +287,13 @@ class Hello(_HelloOptional):
     gpus: Annotated[list[GpuInfo], Meta(max_length=MAX_GPUS_HARD)]
 
 
-class Telemetry(TypedDict):
+class _TelemetryOptional(TypedDict, total=False):
+    # The latest readings of the replicas' own metrics that the server asked for (``scrape``
+    # of a desired allocation: hostagent.protocol.metrics); absent from older agents.
+    replica_metrics: ReplicaMetrics
+
+
+class Telemetry(_TelemetryOptional):
     """One tick of telemetry for every GPU of the host."""
 
     type: Literal["telemetry"]
@@ -380,6 +391,9 @@ class _DesiredAllocationOptional(TypedDict, total=False):
     # balancers take it out of rotation first and its requests in flight finish (an ECS
     # target group's deregistration delay). Absent: 0, stopped at once.
     drain_s: Annotated[int, Meta(ge=0, le=MAX_DRAIN_S)]
+    # The replica's own Prometheus metrics an autoscaling policy tracks: the agent reads them
+    # and reports them in its telemetry (hostagent.protocol.metrics). Absent: none.
+    scrape: Scrape
 
 
 class DesiredAllocation(_DesiredAllocationOptional):

@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 
 from hostagent.protocol import (
     DEFAULT_STOP_GRACE_S,
+    Scrape,
     Security,
     Workload,
     declared_ports,
@@ -72,6 +73,9 @@ class ReplicaSpec:
         drain_s: how long it stays up, reported ``stopping``, before SIGTERM when it is no
             longer wanted or is replaced (the desired allocation's ``drain_s``); not part of
             :meth:`fingerprint`.
+        scrape: the replica's own metrics to read and report (the desired allocation's
+            ``scrape``: :mod:`hostagent.runtime.metrics`); not part of :meth:`fingerprint`,
+            nor kept by the replica store (the next desired state says it again).
     """
 
     allocation_id: int
@@ -88,6 +92,7 @@ class ReplicaSpec:
     secret_env: tuple[str, ...] = ()
     host_ports: dict[str, int] = field(default_factory=dict)
     drain_s: int = 0
+    scrape: Scrape | None = None
 
     def confinement(self) -> Security:
         """The ``security`` to apply: the one sent, else the restricted defaults with the

@@ -22,10 +22,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from hostagent.protocol import MAX_ITEMS, MAX_PROCESSES, Event, WorkloadReport, WorkloadStatus
+from hostagent.protocol import (
+    MAX_ITEMS,
+    MAX_PROCESSES,
+    Event,
+    WorkloadReport,
+    WorkloadStatus,
+    declared_ports,
+)
 from hostagent.runtime import procfs
 from hostagent.runtime.adoption import unsupported
 from hostagent.runtime.base import ReplicaSpec, Runtime
+from hostagent.runtime.health import check_target
+from hostagent.runtime.metrics import ScrapeTarget
 from hostagent.runtime.operations import Reconciler, reportable, status_of
 from hostagent.runtime.output import RING_LINES, NoOutput, Output, mask_secrets, search
 from hostagent.runtime.policy import Replica
@@ -225,6 +234,38 @@ class Supervisor(Reconciler):
             return mask_secrets(runtime.logs(allocation_id, tail, before=before), secrets)
         wide = runtime.logs(allocation_id, SEARCH_LINES, before=before)
         return search(mask_secrets(wide, secrets), q, tail)
+
+    def scrape_targets(self) -> list[ScrapeTarget]:
+        """The running replicas whose metrics the control plane asked for, and where to read
+        them: where their health check would go (:func:`check_target`)."""
+        targets: list[ScrapeTarget] = []
+        with self._lock:
+            for r in self._replicas.values():
+                spec, running = r.spec, r.running
+                if spec is None or spec.scrape is None or running is None or r.state != "running":
+                    continue
+                scrape = spec.scrape
+                names = tuple(scrape["names"])
+                port = next(
+                    (
+                        p["port"]
+                        for p in declared_ports(spec.workload)
+                        if p["name"] == scrape["port"]
+                    ),
+                    None,
+                )
+                where = (
+                    check_target(running, spec, port)
+                    if port is not None
+                    else f"the workload declares no port named {scrape['port']!r}"
+                )
+                if isinstance(where, str):
+                    targets.append(
+                        ScrapeTarget(r.allocation_id, names, scrape["path"], None, where)
+                    )
+                else:
+                    targets.append(ScrapeTarget(r.allocation_id, names, scrape["path"], where))
+        return targets
 
     def _runtime_of(self, r: Replica) -> Runtime | None:
         if r.spec is not None:

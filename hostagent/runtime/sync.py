@@ -137,6 +137,7 @@ def _spec(
         security=alloc.get("security"),
         secret_env=tuple(alloc.get("secret_env", ())),
         drain_s=alloc.get("drain_s", 0),
+        scrape=alloc.get("scrape"),
     )
 
 

@@ -18,6 +18,7 @@ from fleet.autoscaling.history import (
     history_of,
     history_record,
 )
+from fleet.autoscaling.models import ScalingPolicy
 from fleet.autoscaling.policy import autoscaling_set
 from fleet.autoscaling.presenters import autoscaling_chart, autoscaling_panel
 from fleet.autoscaling.services import autoscale_evaluate
@@ -71,6 +72,8 @@ def test_a_quiet_reading_after_a_burst_does_not_scale_in_below_what_the_burst_wa
     deployment = _deployment(gpus)  # 3 ready replicas
     autoscaling_set(deployment_id=deployment.pk, spec=POLICY)
     now = timezone.now()
+    # Set an hour ago: its own scale-in cooldown from creation is long past.
+    ScalingPolicy.objects.filter(pk=deployment.pk).update(created_at=now - timedelta(hours=1))
     # The burst's evaluation wanted 3 replicas; then a quiet reading, within the scale-in window.
     history_record(
         deployment_id=deployment.pk, at=now.timestamp(), replicas=3, ready=3, value=4, desired=3

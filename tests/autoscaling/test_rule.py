@@ -111,3 +111,35 @@ def test_scale_in_goes_no_lower_than_the_most_wanted_over_the_scale_in_window():
     assert at(8, 0.5, recent_desired=0, **quiet).replicas == 1  # still bounded by min
     # Scale-out does not look back.
     assert at(2, 40.0, recent_desired=2).replicas == 8
+
+
+def test_a_replica_metric_averaged_over_the_ready_replicas_tracks_its_target():
+    # vllm:num_requests_waiting averaged (not additive) over 3 ready replicas of 4, target 5.
+    limits = Limits(min=1, max=10, target=5.0, scale_out_cooldown_s=0, scale_in_cooldown_s=60)
+    d = decide(limits, Observation(4, 3, 10.0, additive=False))
+    assert (d.action, d.replicas, d.per_replica, d.desired) == ("out", 6, 10.0, 6)
+    # Summed, the same total spread over the ready replicas: 30 waiting on 3 ready.
+    d = decide(limits, Observation(4, 3, 30.0, additive=True))
+    assert (d.action, d.replicas, d.per_replica) == ("out", 6, 10.0)
+    # No replica reports it: nothing changes, whatever the count.
+    d = decide(limits, Observation(4, 3, None, additive=False))
+    assert d.action == "hold" and d.replicas == 4
+    # Below the target with replicas still starting: no scale-in.
+    d = decide(limits, Observation(4, 3, 1.0, additive=False, since_scale_out_s=600))
+    assert d.action == "hold" and "not ready" in d.reason
+
+
+def test_a_step_limit_adds_at_most_its_step_or_a_doubling_per_scale_out():
+    limits = Limits(min=1, max=16, target=5.0, scale_out_cooldown_s=1, max_step_out=4)
+    d = decide(limits, Observation(1, 1, 80.0))  # the queue says 16
+    assert (d.action, d.replicas, d.desired) == ("out", 5, 16) and "a step of 4" in d.reason
+    d = decide(limits, Observation(6, 6, 80.0, since_scale_out_s=2))  # 6 doubles to 12
+    assert (d.action, d.replicas) == ("out", 12)
+    d = decide(limits, Observation(12, 12, 80.0, since_scale_out_s=2))
+    assert (d.action, d.replicas) == ("out", 16)  # the maximum bounds it still
+    d = decide(limits, Observation(5, 5, 30.0, since_scale_out_s=0.5))
+    assert d.action == "hold" and "cooldown" in d.reason  # one step per cooldown
+    # Without a limit the same reading goes straight to 16; from zero it never applies.
+    assert decide(Limits(min=1, max=16, target=5.0), Observation(1, 1, 80.0)).replicas == 16
+    at_zero = decide(Limits(min=0, max=16, target=5.0, max_step_out=4), Observation(0, 0, 80.0))
+    assert at_zero.replicas == 16

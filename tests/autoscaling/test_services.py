@@ -57,6 +57,13 @@ def _deployment(gpus_for_replicas) -> Deployment:
     return deployment
 
 
+def _set_long_ago(deployment: Deployment) -> None:
+    """The policy was set an hour ago: its scale-in cooldown from creation is past."""
+    ScalingPolicy.objects.filter(pk=deployment.pk).update(
+        created_at=timezone.now() - timedelta(hours=1)
+    )
+
+
 def _traffic(deployment: Deployment, requests_per_s: float) -> None:
     slot = deployment.endpoint.slot
     traffic_record("gw", [Sample(slot, 0, "ready", requests_per_s, 0.0, 0, 0, None)])
@@ -158,6 +165,7 @@ def test_scale_in_stops_the_replica_that_frees_a_gpu_not_the_newest(gpus):
     # Replica 0 alone on GPU 0; replicas 1 and 2 share GPU 1.
     deployment = _deployment([gpus[0], gpus[1], gpus[1]])
     autoscaling_set(deployment_id=deployment.pk, spec=POLICY)
+    _set_long_ago(deployment)
     lonely = Allocation.objects.get(deployment=deployment, replica=0)
     newest = Allocation.objects.get(deployment=deployment, replica=2)
     _traffic(deployment, 7.0)  # 2.3 per replica: 2 replicas are enough
@@ -236,3 +244,25 @@ def test_a_request_at_zero_replicas_brings_the_first_one_back_at_once(gpus):
     autoscaling_set(deployment_id=deployment.pk, spec=POLICY)
     assert autoscale_activate(slot=slot) is None
     assert autoscale_activate(slot=slot + 100) is None
+
+
+def test_the_step_limit_setting_bounds_one_scale_out(gpus, settings):
+    settings.FLEET_AUTOSCALE_MAX_STEP_OUT = 1
+    deployment = _deployment([gpus[0], gpus[0]])
+    autoscaling_set(deployment_id=deployment.pk, spec=POLICY)
+    _traffic(deployment, 20.0)  # 5 wanted; a step of 1, or a doubling: 4
+    decision = autoscale_evaluate(deployment_id=deployment.pk)
+    assert decision is not None and (decision.action, decision.replicas) == ("out", 4)
+    assert decision.desired == 5
+
+
+def test_a_new_policys_first_scale_in_waits_its_cooldown_from_when_it_was_set(gpus):
+    deployment = _deployment([gpus[0], gpus[1]])
+    autoscaling_set(deployment_id=deployment.pk, spec=POLICY)
+    _traffic(deployment, 1.0)  # 1 replica would do, right after the policy was set
+    held = autoscale_evaluate(deployment_id=deployment.pk)
+    assert held is not None and held.action == "hold" and "scale-in cooldown" in held.reason
+    later = timezone.now() + timedelta(seconds=301)
+    _traffic(deployment, 1.0)
+    shrunk = autoscale_evaluate(deployment_id=deployment.pk, now=later)
+    assert shrunk is not None and (shrunk.action, shrunk.replicas) == ("in", 1)

@@ -12,9 +12,19 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from fleet.autoscaling.rule import Limits
+from fleet.bench.autoscale import AutoscaleOptions, policy
 from fleet.bench.autoscale_lag import simulate
 from fleet.bench.autoscale_report import report
-from fleet.bench.autoscale_trace import Trace, service_s, sharpened, static_sizes, window_loads
+from fleet.bench.autoscale_trace import (
+    TRACES,
+    Trace,
+    load_replay,
+    mean_service_s,
+    service_s,
+    sharpened,
+    static_sizes,
+    window_loads,
+)
 from fleet.bench.replay import Arrival, percentile
 
 
@@ -111,7 +121,33 @@ def test_the_command_refuses_bad_options_before_starting_anything() -> None:
         (["--modes", "surge"], "unknown"),
         (["--seconds", "2"], "--seconds"),
         (["--target", "9"], "--target"),
+        (["--rate-target", "0"], "--rate-target"),
+        (["--trace-minutes", "0.5"], "--trace-minutes"),
         (["--database-url", "sqlite://"], "needs PostgreSQL"),
     ):
         with pytest.raises(CommandError, match=message):
             call_command("bench_autoscale", *args, stdout=SimpleNamespace(write=print))
+
+
+def test_a_rate_target_keeps_the_in_flight_target_by_littles_law() -> None:
+    trace = _trace()  # every request 100 ms
+    assert mean_service_s(trace) == pytest.approx(0.1)
+    rate = policy(AutoscaleOptions(metric="requests", target=5.0), trace, 16)
+    assert rate["target"] == {"requests_per_replica_per_s": 50.0}  # 5 in flight / 0.1 s
+    fixed = policy(AutoscaleOptions(metric="requests", rate_target=12.0), trace, 16)
+    assert fixed["target"] == {"requests_per_replica_per_s": 12.0}
+    assert policy(AutoscaleOptions(), trace, 16)["target"] == {"in_flight_per_replica": 5.0}
+
+
+@pytest.mark.skipif(not TRACES["code"].is_file(), reason="the Azure trace is not here")
+def test_the_first_trace_minutes_replay_with_a_milder_compression() -> None:
+    whole = load_replay("code", 60.0)
+    first = load_replay("code", 60.0, minutes=15)
+    assert first.span_s == 900.0 and first.factor == pytest.approx(15.0)
+    assert whole.factor > 50
+    assert 0 < len(first.arrivals) < len(whole.arrivals)
+    assert max(a.at_s for a in first.arrivals) <= 60.0 + 1e-9
+    # The same requests as the whole trace's first 15 minutes, in the same order.
+    assert [(a.context, a.generated) for a in first.arrivals] == [
+        (a.context, a.generated) for a in whole.arrivals[: len(first.arrivals)]
+    ]

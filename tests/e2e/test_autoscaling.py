@@ -11,6 +11,7 @@ import http.client
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,3 +170,81 @@ def test_scaled_to_zero_the_first_request_is_held_until_a_replica_answers_it(
         stack.terminate("gateway-zero")
         stack.request("DELETE", f"/api/v1/deployments/{deployment_id}/")
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_replicas_own_prometheus_metric_above_its_target_scales_out_and_below_scales_in(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The workload serves its own ``/metrics`` (a file the test rewrites: every replica serves
+    the same directory); its agent reads it every 5 s and reports it in telemetry; beat's
+    evaluation averages it over the ready replicas."""
+    if not SYSTEM_PYTHON.exists():
+        pytest.skip(f"{SYSTEM_PYTHON} is missing")
+    stack.allow_workloads()
+    stack.add_agent("as-m", ["a100-sxm4-40gb"] * 3, runtime="process")
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "who").write_text("model\n")
+    exposition = www / "metrics"
+
+    def expose(waiting: float) -> None:
+        exposition.write_text(
+            "# TYPE queue_depth gauge\n"
+            f'queue_depth{{model="a"}} {waiting / 2}\nqueue_depth{{model="b"}} {waiting / 2}\n'
+        )
+
+    expose(4.0)
+    body = {
+        "name": "as-prom",
+        "kind": "gpu",
+        "gpu_count": 1,
+        "replicas": 1,
+        "auto": True,
+        "workload": server(www, "1"),
+        "autoscaling": {
+            "min": 1,
+            "max": 3,
+            "target": {"replica_metric": {"name": "queue_depth", "value": 5, "port": "http"}},
+            "scale_out_cooldown_s": 5,
+            "scale_in_cooldown_s": 10,
+        },
+    }
+    status, created = stack.request("POST", "/api/v1/deployments/", body)
+    assert status == 201, created
+    deployment_id = created["id"]
+    url = f"/api/v1/deployments/{deployment_id}/"
+
+    def policy() -> dict[str, Any]:
+        return dict(stack.get(url)["autoscaling"])
+
+    def ready() -> int:
+        rows = stack.get(f"/api/v1/allocations/?deployment={deployment_id}")["results"]
+        return sum(1 for r in rows if r["ready"])
+
+    try:
+        # 4 waiting against a target of 5: read, and within reach of the target, it holds.
+        wait_until(lambda: policy()["value"] == 4.0, 60, what="the metric read and evaluated")
+        assert int(stack.get(url)["replicas"]) == 1
+        started = time.monotonic()
+        expose(20.0)  # 20 per replica: 4 wanted, 3 at most
+        wait_until(lambda: int(stack.get(url)["replicas"]) == 3, 60, what="a scale-out")
+        scaled_out_s = time.monotonic() - started
+        wait_until(lambda: ready() == 3, 60, what="the new replicas ready")
+        ops = stack.get(f"/api/v1/operations/?deployment={deployment_id}&kind=autoscale")
+        out = ops["results"][-1]
+        assert out["payload"]["metric"] == "replica_metric", out
+        assert out["payload"]["metric_name"] == "queue_depth", out
+        assert out["payload"]["per_replica"] == 20.0, out
+        expose(1.0)  # far below: back to the minimum after the cooldown
+        wait_until(lambda: int(stack.get(url)["replicas"]) == 1, 90, what="the scale-in")
+        print(f"replica metric: scale-out decided {scaled_out_s:.1f} s after the metric rose")
+        assert scaled_out_s < 30  # a 5 s scrape + telemetry + beat every 5 s
+        # The workload stops exposing it: no made-up value, the policy says why.
+        exposition.unlink()
+        wait_until(
+            lambda: policy()["state"] == "no_metric", 60, what="the metric reported as missing"
+        )
+        assert "queue_depth not available" in policy()["reason"], policy()
+        assert "404" in policy()["reason"], policy()
+    finally:
+        stack.request("DELETE", url)

@@ -24,6 +24,12 @@ from fleet.inventory.telemetry.codec import (
     pack,
     raw_seconds,
 )
+from fleet.inventory.telemetry.metrics import (
+    READING_TTL_S,
+    ReplicaReading,
+    StoredReading,
+    as_stored,
+)
 from fleet.inventory.telemetry.replicas import ReplicaTick, pack_replicas
 
 logger = logging.getLogger(__name__)
@@ -38,6 +44,9 @@ class HostRecord(NamedTuple):
     received_at: float
     ticks: Sequence[GpuTick]
     replicas: Sequence[ReplicaTick] = ()
+    # The replicas' own metrics (fleet.inventory.telemetry.metrics), already checked to be
+    # this host's replicas.
+    readings: Sequence[ReplicaReading] = ()
 
 
 class TelemetryStore(Protocol):
@@ -56,6 +65,10 @@ class TelemetryStore(Protocol):
     def raw_buckets(self, host_ids: Sequence[int], minute: int) -> dict[int, bytes]: ...
 
     def replica_buckets(self, host_ids: Sequence[int], minute: int) -> dict[int, bytes]: ...
+
+    def replica_readings(
+        self, allocation_ids: Iterable[int]
+    ) -> dict[int, dict[str, StoredReading]]: ...
 
     def get_mark(self, name: str) -> int | None: ...
 
@@ -78,6 +91,7 @@ class _Encoded(NamedTuple):
     points: bytes
     latest: dict[int, Any]  # gpu id -> Latest (memory) or its JSON (Redis)
     replica_points: bytes
+    readings: dict[int, dict[str, StoredReading]]
 
 
 def _encode(records: Sequence[HostRecord], as_json: bool) -> tuple[list[_Encoded], list[int]]:
@@ -86,7 +100,7 @@ def _encode(records: Sequence[HostRecord], as_json: bool) -> tuple[list[_Encoded
     is the second wall, so that no value can ever cost other hosts their tick."""
     out: list[_Encoded] = []
     failed: list[int] = []
-    for host_id, ts, received_at, ticks, replicas in records:
+    for host_id, ts, received_at, ticks, replicas, readings in records:
         try:
             latest: dict[int, Any] = {
                 t.gpu_id: _latest_json(ts, received_at, t.sample)
@@ -96,7 +110,16 @@ def _encode(records: Sequence[HostRecord], as_json: bool) -> tuple[list[_Encoded
             }
             minute = int(ts // ROLLUP_SECONDS)
             points = pack(ts, ticks)
-            out.append(_Encoded(host_id, minute, points, latest, pack_replicas(ts, replicas)))
+            out.append(
+                _Encoded(
+                    host_id,
+                    minute,
+                    points,
+                    latest,
+                    pack_replicas(ts, replicas),
+                    as_stored(list(readings), received_at),
+                )
+            )
         except Exception as error:  # whatever it is, it is this host's alone
             failed.append(host_id)
             if _warn_once(host_id):
@@ -116,6 +139,8 @@ class MemoryStore:
         self._latest: dict[int, Latest] = {}
         self._raw: dict[tuple[int, int], bytearray] = {}
         self._replica_raw: dict[tuple[int, int], bytearray] = {}
+        # allocation id -> (kept until, {metric name: reading})
+        self._readings: dict[int, tuple[float, dict[str, StoredReading]]] = {}
         self._marks: dict[str, int] = {}
         self._counts: dict[str, int] = {}
         self._pruned = 0
@@ -128,8 +153,10 @@ class MemoryStore:
     def record_many(self, records: Sequence[HostRecord]) -> list[int]:
         encoded, failed = _encode(records, as_json=False)
         with self._lock:
-            for host_id, minute, points, latest, replica_points in encoded:
+            for host_id, minute, points, latest, replica_points, readings in encoded:
                 self._raw.setdefault((host_id, minute), bytearray()).extend(points)
+                until = time.time() + READING_TTL_S
+                self._readings.update((aid, (until, r)) for aid, r in readings.items())
                 self._latest.update(latest)
                 if replica_points:
                     key = (host_id, minute)
@@ -141,6 +168,9 @@ class MemoryStore:
         return failed
 
     def _prune(self, now_minute: int) -> None:
+        now = time.time()
+        for aid in [a for a, (until, _) in self._readings.items() if until < now]:
+            del self._readings[aid]
         oldest = now_minute - bucket_minutes(self.raw_s)
         for raw in (self._raw, self._replica_raw):
             for key in [k for k in raw if k[1] < oldest]:
@@ -170,6 +200,14 @@ class MemoryStore:
             raw = self._replica_raw
             return {h: bytes(raw[(h, minute)]) for h in host_ids if (h, minute) in raw}
 
+    def replica_readings(
+        self, allocation_ids: Iterable[int]
+    ) -> dict[int, dict[str, StoredReading]]:
+        now = time.time()
+        with self._lock:
+            found = {a: self._readings.get(a) for a in allocation_ids}
+        return {a: dict(v[1]) for a, v in found.items() if v is not None and v[0] >= now}
+
     def get_mark(self, name: str) -> int | None:
         return self._marks.get(name)
 
@@ -190,6 +228,7 @@ class MemoryStore:
             self._latest.clear()
             self._raw.clear()
             self._replica_raw.clear()
+            self._readings.clear()
             self._marks.clear()
             self._counts.clear()
 
@@ -215,6 +254,9 @@ class RedisStore:
     def _replica_key(self, host_id: int, minute: int) -> str:
         return f"{self.prefix}rraw:{host_id}:{minute}"
 
+    def _reading_key(self, allocation_id: int) -> str:
+        return f"{self.prefix}rmetric:{allocation_id}"
+
     def record(
         self, *, host_id: int, ts: float, received_at: float, ticks: Sequence[GpuTick]
     ) -> None:
@@ -234,13 +276,16 @@ class RedisStore:
         latest: dict[int, bytes] = {}
         expire_after = bucket_minutes(self.raw_s)
         appended: list[tuple[str, int, int]] = []  # key, bytes appended, expire at
-        for host_id, minute, points, host_latest, replica_points in encoded:
+        for host_id, minute, points, host_latest, replica_points, readings in encoded:
             # The bucket lives until the end of the raw window counted from its minute's end.
             expire_at = (minute + expire_after) * ROLLUP_SECONDS
             key = self._raw_key(host_id, minute)
             pipe.append(key, points)
             appended.append((key, len(points), expire_at))
             latest.update(host_latest)
+            for aid, reading in readings.items():
+                pipe.set(self._reading_key(aid), orjson.dumps(reading), ex=READING_TTL_S)
+                appended.append(("", -1, 0))  # a SET answers True: never a bucket created
             if replica_points:
                 replica_key = self._replica_key(host_id, minute)
                 pipe.append(replica_key, replica_points)
@@ -291,6 +336,15 @@ class RedisStore:
             values = self.client.mget([key(h, minute) for h in chunk])
             out.update({h: _as_bytes(v) for h, v in zip(chunk, values, strict=True) if v})
         return out
+
+    def replica_readings(
+        self, allocation_ids: Iterable[int]
+    ) -> dict[int, dict[str, StoredReading]]:
+        ids = list(allocation_ids)
+        if not ids:
+            return {}
+        values = self.client.mget([self._reading_key(a) for a in ids])
+        return {a: json.loads(v) for a, v in zip(ids, values, strict=True) if v is not None}
 
     def get_mark(self, name: str) -> int | None:
         value = self.client.get(f"{self.prefix}mark:{name}")

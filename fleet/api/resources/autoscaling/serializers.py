@@ -11,6 +11,28 @@ from fleet.autoscaling.models import ScalingPolicy, ScalingState
 from fleet.autoscaling.policy import as_spec
 
 
+class ReplicaMetricSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField(
+        max_length=200,
+        help_text="A Prometheus metric name the workload exposes, e.g. "
+        "`vllm:num_requests_waiting`; a replica's value is the sum of its samples (every "
+        "label set).",
+    )
+    value = serializers.FloatField(help_text="The target per replica (above 0).")
+    port = serializers.CharField(
+        max_length=15, help_text="One of the workload's declared ports (by name)."
+    )
+    path = serializers.CharField(
+        required=False, max_length=200, help_text="The exposition's path (`/metrics`)."
+    )
+    aggregate = serializers.ChoiceField(
+        choices=["average", "sum"],
+        required=False,
+        help_text="`average` over the ready replicas that report it (default), or `sum` "
+        "divided by every ready replica (one without a reading counts 0).",
+    )
+
+
 class AutoscalingTargetSerializer(serializers.Serializer[Any]):
     requests_per_replica_per_s = serializers.FloatField(
         required=False, help_text="Requests per second per ready replica, from the gateways."
@@ -23,6 +45,11 @@ class AutoscalingTargetSerializer(serializers.Serializer[Any]):
         required=False,
         help_text="Mean GPU utilisation of the ready replicas (their MIG instance, MPS processes "
         "or GPU), over 30 s.",
+    )
+    replica_metric = ReplicaMetricSerializer(
+        required=False,
+        help_text="The replicas' own Prometheus metric, read by their agents every 5 s from "
+        "the workload's port.",
     )
 
 

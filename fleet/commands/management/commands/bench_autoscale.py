@@ -40,6 +40,29 @@ class Command(StackBenchCommand):
         parser.add_argument(
             "--target", type=float, default=5.0, help="autoscaling target, in flight per replica"
         )
+        parser.add_argument(
+            "--metric",
+            choices=["in_flight", "requests"],
+            default="in_flight",
+            help="the autoscaler's metric: in flight per replica (--target), or requests per "
+            "replica per second (--rate-target, else the rate that keeps --target in flight)",
+        )
+        parser.add_argument(
+            "--rate-target", type=float, default=None, help="requests per replica per second"
+        )
+        parser.add_argument(
+            "--trace-minutes",
+            type=float,
+            default=None,
+            help="replay only the trace's first minutes (milder compression)",
+        )
+        parser.add_argument(
+            "--max-step-out",
+            type=int,
+            default=None,
+            help="at most this many replicas added per scale-out, or a doubling (the rule's step "
+            "limit); default: none",
+        )
         parser.add_argument("--hosts", type=int, default=4, help="simulated hosts, 4 GPUs each")
         parser.add_argument(
             "--trace-file", type=Path, default=None, help="another CSV in the trace's format"
@@ -63,6 +86,12 @@ class Command(StackBenchCommand):
             raise CommandError("--concurrency must be 1..256")
         if not 0.1 <= options["target"] <= options["concurrency"]:
             raise CommandError("--target must be 0.1..--concurrency")
+        if options["rate_target"] is not None and not 0.01 <= options["rate_target"] <= 10_000:
+            raise CommandError("--rate-target must be 0.01..10000")
+        if options["trace_minutes"] is not None and not 1 <= options["trace_minutes"] <= 600:
+            raise CommandError("--trace-minutes must be 1..600")
+        if options["max_step_out"] is not None and not 1 <= options["max_step_out"] <= 1000:
+            raise CommandError("--max-step-out must be 1..1000")
         if not 1 <= options["hosts"] <= 16:
             raise CommandError("--hosts must be 1..16")
         trace_file = options["trace_file"] or TRACES[options["trace"]]
@@ -79,6 +108,10 @@ class Command(StackBenchCommand):
                 sharpen=options["sharpen"],
                 concurrency=options["concurrency"],
                 target=options["target"],
+                metric=options["metric"],
+                rate_target=options["rate_target"],
+                trace_minutes=options["trace_minutes"],
+                max_step_out=options["max_step_out"],
                 hosts=options["hosts"],
                 trace_path=options["trace_file"],
                 database_url=options["database_url"],
