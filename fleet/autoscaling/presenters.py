@@ -43,6 +43,11 @@ class AutoscalingPanel:
     scale_out_cooldown_s: int
     scale_in_cooldown_s: int
     activation_timeout_s: int
+    # replica_metric's spec ("" for the other metrics): the form shows it to change it
+    metric_name: str = ""
+    metric_port: str = ""
+    metric_path: str = ""
+    metric_aggregate: str = ""
 
     @property
     def badge(self) -> str:
@@ -74,6 +79,10 @@ def autoscaling_panel(deployment: Deployment) -> AutoscalingPanel | None:
         scale_out_cooldown_s=policy.scale_out_cooldown_s,
         scale_in_cooldown_s=policy.scale_in_cooldown_s,
         activation_timeout_s=policy.activation_timeout_s,
+        metric_name=policy.metric_name,
+        metric_port=policy.metric_port,
+        metric_path=policy.metric_path,
+        metric_aggregate=policy.metric_aggregate,
     )
 
 

@@ -109,8 +109,13 @@ def deployment_detail(request: HttpRequest, deployment_id: int) -> HttpResponse:
         "request_items": presenters.request_items(deployment),
         "workload_json": presenters.workload_json(deployment.workload) if sees_spec else "",
         "min_replicas": MIN_REPLICAS,
-        # A replica's own metric needs a name and a port: the API sets it (docs/autoscaling.md).
-        "autoscaling_metrics": [c for c in Metric.choices if c[0] != Metric.REPLICA_METRIC],
+        "autoscaling_metrics": Metric.choices,
+        # A replica's own metric is read on one of the workload's declared ports.
+        "declared_ports": [
+            str(p.get("name", ""))
+            for p in (deployment.workload or {}).get("ports") or []
+            if isinstance(p, dict) and p.get("name")
+        ],
         "max_replicas": MAX_REPLICAS,
         **(metrics_context(deployment, request.GET) if sees_spec else {}),
     }

@@ -183,13 +183,31 @@ if (autoscaling) {
     });
     window.location.reload();
   };
+  const replicaMetric = /** @type {HTMLElement} */ (document.getElementById("as-replica-metric"));
+  const metricSelect = /** @type {HTMLSelectElement} */ (autoscaling.elements.namedItem("metric"));
+  metricSelect.addEventListener("change", () => {
+    replicaMetric.hidden = metricSelect.value !== "replica_metric";
+  });
+  /** The policy's target as the API takes it: a replica metric is a spec, the others a number. */
+  const target = () =>
+    field("metric") === "replica_metric"
+      ? {
+          replica_metric: {
+            name: field("rm_name"),
+            value: number(field("target")),
+            port: field("rm_port"),
+            path: field("rm_path"),
+            aggregate: field("rm_aggregate"),
+          },
+        }
+      : { [field("metric")]: number(field("target")) };
   autoscaling.addEventListener("submit", (event) => {
     event.preventDefault();
     // The server judges the values (and names the field it refuses): send what was typed.
     send({
       min: number(field("min")),
       max: number(field("max")),
-      target: { [field("metric")]: number(field("target")) },
+      target: target(),
       scale_out_cooldown_s: number(field("scale_out_cooldown_s")),
       scale_in_cooldown_s: number(field("scale_in_cooldown_s")),
     });

@@ -63,7 +63,40 @@ def test_an_operator_turns_autoscaling_on_and_off_from_the_page(new_session: Any
         assert body["autoscaling"]["target"] == {"requests_per_replica_per_s": 4.0}
         page.goto(f"{session.stack.url}/deployments/")
         expect(page.locator(f"#deployment-{created['id']} .dep-auto")).to_have_text("auto 1-3")
+        # A replica's own Prometheus metric: its name, port, path and aggregate in the form.
         page.goto(f"{session.stack.url}/deployments/{created['id']}/")
+        page.locator("#autoscaling-details summary").click()
+        assert page.locator("#as-replica-metric").is_hidden()
+        page.select_option("#as-metric", "replica_metric")
+        expect(page.locator("#as-replica-metric")).to_be_visible()
+        page.fill("#as-rm-name", "vllm:num_requests_waiting")
+        page.select_option("#as-rm-port", "http")
+        page.fill("#as-target", "5")
+        with page.expect_navigation():  # the page reloads once the change is made
+            page.locator("#autoscaling-form button[type=submit]").click()
+        expect(panel).to_contain_text("vllm:num_requests_waiting", timeout=15_000)
+        status, body = session.api("GET", f"/api/v1/deployments/{created['id']}/")
+        assert body["autoscaling"]["target"] == {
+            "replica_metric": {
+                "name": "vllm:num_requests_waiting",
+                "value": 5.0,
+                "port": "http",
+                "path": "/metrics",
+                "aggregate": "average",
+            }
+        }
+        # Changing another field keeps the metric (the form shows it as it is set).
+        page.locator("#autoscaling-details summary").click()
+        expect(page.locator("#as-rm-name")).to_have_value("vllm:num_requests_waiting")
+        page.fill("#as-out", "45")
+        with page.expect_navigation():
+            page.locator("#autoscaling-form button[type=submit]").click()
+        expect(panel).to_contain_text("vllm:num_requests_waiting", timeout=15_000)
+        status, body = session.api("GET", f"/api/v1/deployments/{created['id']}/")
+        assert body["autoscaling"]["scale_out_cooldown_s"] == 45
+        assert body["autoscaling"]["target"]["replica_metric"]["name"] == (
+            "vllm:num_requests_waiting"
+        )
         page.locator("#autoscaling-details summary").click()
         page.locator("#autoscaling-off").click()
         expect(page.locator("#dep-autoscaling")).to_have_count(0, timeout=15_000)
