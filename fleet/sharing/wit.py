@@ -697,7 +697,7 @@ def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
     """Beat: compute and cache the answer of every waiting deployment, unless the fleet has not
     changed since the last refresh."""
     started = time.perf_counter()
-    context = new_context(float(getattr(settings, "FLEET_WIT_ADVICE_SECONDS", ADVICE_TIME_LIMIT_S)))
+    context = new_context(float(settings.FLEET_WIT_ADVICE_SECONDS))
     done = f"{CACHE_PREFIX}:done:{context.fingerprint}"
     if deployments is None and cache.get(done):
         return Refresh(context.fingerprint, 0, True, time.perf_counter() - started)
