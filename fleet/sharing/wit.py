@@ -89,14 +89,23 @@ class WaitingRef:
     replica: int
 
 
+NEXT = -1
+"""The replica number of ``"12.next"``: the deployment's first replica without a place."""
+
+
 def parse_ref(ref: str) -> tuple[int | None, int | None, int | None]:
-    """``"12.3"`` (deployment 12's replica 3) or ``"57"`` (allocation 57): (deployment, replica,
-    allocation); all ``None`` when it names neither."""
+    """``"12.3"`` (deployment 12's replica 3), ``"12.next"`` (its first waiting replica:
+    :data:`NEXT`) or ``"57"`` (allocation 57): (deployment, replica, allocation); all ``None``
+    when it names none of these."""
     text = str(ref).strip()
     if text.isdigit() and len(text) <= 12:
         return None, None, int(text)
     head, dot, tail = text.partition(".")
-    if dot and head.isdigit() and tail.isdigit() and len(head) <= 12 and len(tail) <= 6:
+    if not (dot and head.isdigit() and len(head) <= 12):
+        return None, None, None
+    if tail == "next":
+        return int(head), NEXT, None
+    if tail.isdigit() and len(tail) <= 6:
         return int(head), int(tail), None
     return None, None, None
 
@@ -127,6 +136,20 @@ def waiting_ref(ref: str) -> WaitingRef:
     )
     if deployment is None or replica >= deployment.replicas:
         raise _not_found(ref)
+    if replica == NEXT:
+        taken = set(
+            Allocation.objects.placed()
+            .filter(deployment_id=deployment_id)
+            .values_list("replica", flat=True)
+        )
+        free = [r for r in range(deployment.replicas) if r not in taken]
+        if not free:
+            raise Conflict(
+                "wit.placed",
+                f"Every replica of deployment {deployment_id} is placed: nothing needs to happen.",
+                {"deployment": deployment_id},
+            )
+        return WaitingRef(deployment, free[0])
     placed = (
         Allocation.objects.placed()
         .filter(deployment_id=deployment_id, replica=replica)

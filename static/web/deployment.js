@@ -4,6 +4,7 @@
 import { api, debounce, refreshOnChanges, refreshParts, toast } from "./core.js";
 import { confirmAction } from "./confirm.js";
 import { placeAll, wirePlacing } from "./placing.js";
+import { loadWit } from "./wit.js";
 
 const page = /** @type {HTMLElement} */ (document.getElementById("deployment-page"));
 const deploymentId = Number(page.dataset.deployment);
@@ -41,8 +42,21 @@ const refresh = debounce(async () => {
     showGone();
     return;
   }
-  if (ok) syncLogReplicas();
+  if (ok) {
+    syncLogReplicas();
+    showWit();
+  }
 }, 250);
+
+/** "What would it take?" for the next waiting replica: the panel hides when none waits. */
+const witBox = document.getElementById("wit-box");
+async function showWit() {
+  if (!witBox || witBox.dataset.witState === "applying") return;
+  const waiting = await loadWit(witBox, witBox.dataset.wit || "");
+  const panel = document.getElementById("wit-panel");
+  if (panel) panel.hidden = !waiting;
+}
+showWit();
 
 // The gateways measure an endpoint's traffic every second, with no change event: while the page
 // is visible, its numbers are re-read every 5 s.

@@ -175,9 +175,19 @@ def test_k_moves_carry_the_planners_proof_and_apply_as_a_defrag(operator_client,
     assert body["plans"][-1]["kind"] == "wait"
 
 
-@pytest.mark.parametrize("ref", ["abc", "999999.0", "1.2.3", "-1", "999999"])
+@pytest.mark.parametrize("ref", ["abc", "999999.0", "1.2.3", "-1", "999999", "999999.next"])
 def test_bad_ids_are_404(viewer_client, ref):
     assert_error(wit(viewer_client, ref), 404, "replica.not_found")
+
+
+def test_next_names_the_first_waiting_replica_and_is_409_when_none_waits(viewer_client):
+    (gpu,) = dedicated_gpus(1)
+    serve = deployment_create(name="serve", request=WHOLE, replicas=2)
+    deployment_place(deployment_id=serve.pk, gpu_id=gpu.pk)
+    body = wit(viewer_client, f"{serve.pk}.next").json()
+    assert (body["id"], body["replica"]) == (f"{serve.pk}.1", 1)
+    alone = deployment_create(name="alone", request=WHOLE, replicas=0)
+    assert_error(wit(viewer_client, f"{alone.pk}.next"), 409, "wit.placed")
 
 
 def test_a_replica_number_past_the_deployment_is_404(viewer_client):
