@@ -48,13 +48,25 @@ const refresh = debounce(async () => {
   }
 }, 250);
 
-/** "What would it take?" for the next waiting replica: the panel hides when none waits. */
+/**
+ * "What would it take?" for the first replica the table shows without a place; the panel hides
+ * (and asks nothing) when every replica is placed.
+ */
 const witBox = document.getElementById("wit-box");
 async function showWit() {
-  if (!witBox || witBox.dataset.witState === "applying") return;
-  const waiting = await loadWit(witBox, witBox.dataset.wit || "");
   const panel = document.getElementById("wit-panel");
-  if (panel) panel.hidden = !waiting;
+  if (!witBox || !panel || witBox.dataset.witState === "applying") return;
+  const row = /** @type {HTMLElement | null} */ (
+    document.querySelector('#replicas tr[data-allocation-state="unplaced"]')
+  );
+  if (!row) {
+    panel.hidden = true;
+    witBox.dataset.witState = "placed";
+    return;
+  }
+  panel.hidden = false;
+  const waiting = await loadWit(witBox, `${deploymentId}.${row.dataset.replica}`);
+  panel.hidden = !waiting;
 }
 showWit();
 
