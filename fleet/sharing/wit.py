@@ -30,7 +30,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.conf import settings
@@ -71,7 +71,10 @@ from fleet.sharing.reclaim import reclaim_preview
 logger = logging.getLogger(__name__)
 
 CACHE_PREFIX = "wit:v1"
-CACHE_TTL_S = 3600
+CACHE_TTL_S = 600
+REFRESH_EVERY_S = 60.0
+"""The refresh recomputes every answer at least this often, changed fleet or not: time alone
+changes some (a borrowed replica passing ``FLEET_RECLAIM_MIN_RUNTIME_S`` may be stopped)."""
 REPACK_TIME_LIMIT_S = 1.0
 """CP-SAT's limit per product for a whole-GPU replica's moves (its bound is proven within it)."""
 ADVICE_TIME_LIMIT_S = 2.0
@@ -235,6 +238,7 @@ class Context:
     requests: dict[tuple[str, int], PlacementRequest] | None = None
     demands: dict[tuple[str, int], Demand] | None = None
     advice: dict[str, dict[str, Any] | None] | None = None
+    memo: dict[Any, Any] = field(default_factory=dict)
 
     def moved_requests(self) -> dict[tuple[str, int], PlacementRequest]:
         if self.requests is None:
@@ -314,6 +318,7 @@ def compute_answer(deployment: Deployment, context: Context) -> dict[str, Any]:
         "quota_reasons": [v.as_dict() for v in blockers],
         "fingerprint": context.fingerprint,
         "computed_at": timezone.now().isoformat(),
+        "computed_s": time.time(),
         "compute_ms": round((time.perf_counter() - started) * 1000, 1),
         "plans": [_plan_body(p, n) for n, p in enumerate(ranked, start=1)],
     }
@@ -358,13 +363,16 @@ def _moves_plans(
 ) -> list[Plan]:
     if isinstance(request, WholeGpuRequest):
         return _repack_plans(deployment, request, demand, context)
-    plan = plan_moves(
-        context.snapshot,
-        request,
-        demand=demand,
-        requests=context.moved_requests(),
-        demands=context.moved_demands(),
-    )
+    key = ("moves", request, demand)
+    if key not in context.memo:  # deployments asking the same get the same plan
+        context.memo[key] = plan_moves(
+            context.snapshot,
+            request,
+            demand=demand,
+            requests=context.moved_requests(),
+            demands=context.moved_demands(),
+        )
+    plan = context.memo[key]
     if plan.target is None:
         return []
     workloads = sum(1 for m in plan.moves if m.occupied)
@@ -413,9 +421,12 @@ def _repack_plans(
         products = [p for p in products if p in demand.products]
     best, target = None, None
     for key in products:
-        plan = capacity_repack_plan(
-            product_key=key, count=request.count, time_limit_s=REPACK_TIME_LIMIT_S
-        )
+        memo = ("repack", key, request.count)
+        if memo not in context.memo:  # the same for every deployment: computed once
+            context.memo[memo] = capacity_repack_plan(
+                product_key=key, count=request.count, time_limit_s=REPACK_TIME_LIMIT_S
+            )
+        plan = context.memo[memo]
         after = rank(plan.snapshot, request, demand=demand).best if plan.feasible else None
         if after is None:
             continue
@@ -678,12 +689,13 @@ def _wait(when: str, at: str | None, summary: str, **details: Any) -> Plan:
 
 def answer_for(ref: str) -> tuple[WaitingRef, dict[str, Any], bool]:
     """The answer for the waiting replica ``ref`` names: cached when the fleet has not changed
-    since it was computed (``True``), else computed now and cached."""
+    since it was computed, less than :data:`REFRESH_EVERY_S` ago (``True``), else computed now
+    and cached."""
     waiting = waiting_ref(ref)
     snapshot = fleet_snapshot()
     fingerprint = fleet_fingerprint(snapshot)
     found = cached_answer(fingerprint, waiting.deployment.pk)
-    if found is not None:
+    if found is not None and time.time() - found.get("computed_s", 0) < REFRESH_EVERY_S:
         return waiting, found, True
     context = Context(snapshot, fingerprint, ON_DEMAND_ADVICE_TIME_LIMIT_S)
     answer = compute_answer(waiting.deployment, context)
@@ -718,7 +730,8 @@ class Refresh:
 
 def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
     """Beat: compute and cache the answer of every waiting deployment, unless the fleet has not
-    changed since the last refresh."""
+    changed since the last refresh less than :data:`REFRESH_EVERY_S` ago; an answer computed
+    (on demand) for this fleet within that time is kept."""
     started = time.perf_counter()
     context = new_context(float(settings.FLEET_WIT_ADVICE_SECONDS))
     done = f"{CACHE_PREFIX}:done:{context.fingerprint}"
@@ -727,12 +740,13 @@ def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
     computed = 0
     for deployment in deployments if deployments is not None else waiting_deployments():
         key = _key(context.fingerprint, deployment.pk)
-        if cache.get(key) is not None:
+        found = cache.get(key)
+        if found is not None and time.time() - found.get("computed_s", 0) < REFRESH_EVERY_S:
             continue
         try:
             cache.set(key, compute_answer(deployment, context), CACHE_TTL_S)
             computed += 1
         except Exception:  # one deployment's failure must not stop the others' answers
             logger.exception("what-would-it-take failed for deployment %s", deployment.pk)
-    cache.set(done, True, CACHE_TTL_S)
+    cache.set(done, True, REFRESH_EVERY_S)
     return Refresh(context.fingerprint, computed, False, time.perf_counter() - started)
