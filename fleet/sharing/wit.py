@@ -18,10 +18,11 @@ The plans, from the planners Fleet has:
   knows no exit time of a workload, so the time is ``null`` (unknown) unless none is needed.
 
 Answers are per deployment (its waiting replicas ask for the same thing; the plans place its
-next one) and cached by the fleet's **fingerprint** (a hash of the snapshot the engine places
-on, the teams' quotas and the waiting replicas): any placement change makes a new fingerprint,
-so a stale answer is never served. Beat refreshes every waiting deployment's answer
-(:func:`wit_refresh`); a request that misses the cache computes its answer at once.
+next one) and cached by the fleet's **fingerprint** (a hash of what the engine places by: the
+hosts, GPUs, partitions and allocations, the teams' quotas and the waiting replicas): any
+placement change makes a new fingerprint, so an answer for another fleet is never served. Beat
+refreshes every waiting deployment's answer (:func:`wit_refresh`); a request that misses the
+cache computes its answer at once.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ import hashlib
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Count, Q
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from fleet.allocations.borrowing import admission, free_capacity, others_need
@@ -48,6 +49,8 @@ from fleet.allocations.selectors import fleet_snapshot, placement_demand, placem
 from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.models import Operation, OperationKind, Team
 from fleet.core.operations import RUNNING
+from fleet.inventory.models import Gpu, Host
+from fleet.partitioning.models import Partition
 from fleet.placement import Target, rank
 from fleet.placement.defrag import plan_moves
 from fleet.placement.quota import replica_demand
@@ -75,6 +78,8 @@ CACHE_TTL_S = 600
 REFRESH_EVERY_S = 60.0
 """The refresh recomputes every answer at least this often, changed fleet or not: time alone
 changes some (a borrowed replica passing ``FLEET_RECLAIM_MIN_RUNTIME_S`` may be stopped)."""
+MAX_AGE_S = 3 * REFRESH_EVERY_S
+"""A request recomputes an answer older than this (the refresh has not come to it)."""
 REPACK_TIME_LIMIT_S = 1.0
 """CP-SAT's limit per product for a whole-GPU replica's moves (its bound is proven within it)."""
 ADVICE_TIME_LIMIT_S = 2.0
@@ -176,15 +181,27 @@ def _placed(ref: str, deployment_id: int, replica: int, allocation_id: int) -> C
 # -- the fingerprint and the cache ---------------------------------------------------------------
 
 
-def fleet_fingerprint(snapshot: FleetSnapshot | None = None) -> str:
-    """A hash of what every answer depends on: the snapshot the engine places on (partitions,
-    allocations, health, cordons, modes), the teams' quotas, the deployments and their replica
-    counts, the replicas releasing and the rollouts running."""
-    snapshot = snapshot or fleet_snapshot()
+def fleet_fingerprint() -> str:
+    """A hash of what every answer depends on, read in a few cheap queries (no snapshot): the
+    hosts' status, labels, runtimes and reservations; the GPUs' mode, health and cordons; the
+    partitions and allocations (how many, the newest, the latest change: a place, an eviction,
+    a move, a layout); the teams' quotas and limits; the deployments and their placed replicas;
+    the replicas releasing and the rollouts running. What an agent reports every few seconds
+    (free CPU and memory) is left out: it would make every answer stale at once."""
     digest = hashlib.blake2b(digest_size=16)
-    digest.update(repr(snapshot.hosts).encode())
-    for gpu in snapshot.gpus:  # the product is named by its key; its catalog repr is long
-        digest.update(repr(replace(gpu, product=None)).encode())
+    hosts = Host.objects.order_by("pk").values_list(
+        "pk", "status", "labels", "runtime", "process_runtime"
+    )
+    digest.update(repr(list(hosts)).encode())
+    reserved = Host.reserved_for.through.objects.order_by("pk").values_list(
+        "pk", "host_id", "team_id"
+    )
+    digest.update(repr(list(reserved)).encode())
+    gpus = Gpu.objects.order_by("pk").values_list("pk", "mode", "health", "cordoned", "product_key")
+    digest.update(repr(list(gpus)).encode())
+    for model in (Partition, Allocation):
+        summary = model.objects.aggregate(n=Count("pk"), last=Max("pk"), changed=Max("updated_at"))
+        digest.update(repr(sorted(summary.items())).encode())
     teams = Team.objects.order_by("pk").values_list(
         "pk",
         "quota_gpus",
@@ -263,8 +280,8 @@ class Context:
 
 
 def new_context(advice_time_limit_s: float = ADVICE_TIME_LIMIT_S) -> Context:
-    snapshot = fleet_snapshot()
-    return Context(snapshot, fleet_fingerprint(snapshot), advice_time_limit_s)
+    fingerprint = fleet_fingerprint()  # first: a change while the snapshot is read shows later
+    return Context(fleet_snapshot(), fingerprint, advice_time_limit_s)
 
 
 def _place_request(deployment: Deployment, target: Target, after: str = "") -> ApiRequest:
@@ -692,12 +709,11 @@ def answer_for(ref: str) -> tuple[WaitingRef, dict[str, Any], bool]:
     since it was computed, less than :data:`REFRESH_EVERY_S` ago (``True``), else computed now
     and cached."""
     waiting = waiting_ref(ref)
-    snapshot = fleet_snapshot()
-    fingerprint = fleet_fingerprint(snapshot)
+    fingerprint = fleet_fingerprint()
     found = cached_answer(fingerprint, waiting.deployment.pk)
-    if found is not None and time.time() - found.get("computed_s", 0) < REFRESH_EVERY_S:
+    if found is not None and time.time() - found.get("computed_s", 0) < MAX_AGE_S:
         return waiting, found, True
-    context = Context(snapshot, fingerprint, ON_DEMAND_ADVICE_TIME_LIMIT_S)
+    context = Context(fleet_snapshot(), fingerprint, ON_DEMAND_ADVICE_TIME_LIMIT_S)
     answer = compute_answer(waiting.deployment, context)
     cache.set(_key(fingerprint, waiting.deployment.pk), answer, CACHE_TTL_S)
     return waiting, answer, False
