@@ -66,7 +66,7 @@ format: $(STAMP) $(NODE_STAMP)
 check-deploy:
 	deploy/check.sh
 
-## check-image: build the container image (deploy/container/Containerfile) on a Debian base made
+## check-image: build the container image (Dockerfile) on a Debian base made
 ## here with debootstrap (cached in /var/cache/fleet-ci) and smoke-test its web and worker
 ## against PostgreSQL and Redis (tests/deploy/test_image.py); root and dockerd
 check-image: $(STAMP)

@@ -12,6 +12,11 @@
 #      http block, as Debian's nginx.conf does, with a self-signed certificate in place of the
 #      one the file names.
 #   3. `caddy validate` on deploy/caddy/Caddyfile, which must also be as `caddy fmt` writes it.
+#   4. deploy/compose/: `caddy validate` and `caddy fmt` on its Caddyfile, and `docker compose
+#      config -q` (or Debian's docker-compose) on compose.yaml with its fleet.env.example as
+#      fleet.env, in a scratch copy; without either compose command, that part is skipped with
+#      a line saying so (.ci/run installs docker-compose; tests/deploy/test_compose.py reads the
+#      file's structure in any case).
 # Needs Debian's systemd, nginx (or nginx-light) and caddy packages (.ci/run installs them).
 # Run by `make check-deploy` (.ci/run, static stage) and tests/deploy/test_check.py; DEPLOY_DIR and AGENT_UNITS
 # point it at other files (the test checks that a broken copy fails).
@@ -128,6 +133,34 @@ elif ! caddy fmt "$CADDYFILE" | diff -u "$CADDYFILE" - >&2; then
   fail "deploy/caddy/Caddyfile is not as \`caddy fmt\` writes it (the diff above)"
 else
   echo "caddy: deploy/caddy/Caddyfile is valid and formatted ($(caddy version | cut -d' ' -f1))"
+fi
+
+# ---- 4. Docker Compose ----------------------------------------------------------------------
+COMPOSE_DIR=$DEPLOY_DIR/compose
+if ! out=$(FLEET_HOSTNAME=fleet.example.com caddy validate --config "$COMPOSE_DIR/Caddyfile" \
+  --adapter caddyfile 2>&1); then
+  fail "caddy validate deploy/compose/Caddyfile"
+  printf '%s\n' "$out" >&2
+elif ! caddy fmt "$COMPOSE_DIR/Caddyfile" | diff -u "$COMPOSE_DIR/Caddyfile" - >&2; then
+  fail "deploy/compose/Caddyfile is not as \`caddy fmt\` writes it (the diff above)"
+else
+  echo "caddy: deploy/compose/Caddyfile is valid and formatted"
+fi
+compose=()
+if docker compose version >/dev/null 2>&1; then compose=(docker compose)
+elif command -v docker-compose >/dev/null; then compose=(docker-compose); fi
+if [ ${#compose[@]} = 0 ]; then
+  echo "compose: deploy/compose/compose.yaml not validated (no docker compose, no docker-compose)"
+else
+  mkdir -p "$WORK/deploy"
+  cp -r "$COMPOSE_DIR" "$WORK/deploy/compose"
+  cp "$COMPOSE_DIR/fleet.env.example" "$WORK/deploy/compose/fleet.env"
+  if ! out=$(cd "$WORK/deploy/compose" && "${compose[@]}" -f compose.yaml config -q 2>&1) || [ -n "$out" ]; then
+    fail "${compose[*]} config on deploy/compose/compose.yaml"
+    printf '%s\n' "$out" >&2
+  else
+    echo "compose: deploy/compose/compose.yaml passes ${compose[*]} config ($("${compose[@]}" version --short 2>/dev/null || true))"
+  fi
 fi
 
 [ "$failed" = 0 ] || { echo "deploy/check.sh: FAILED" >&2; exit 1; }

@@ -25,6 +25,7 @@ usage: $0 [options]
   --etc DIR            where fleet.env goes (default: /etc/fleet)
   --state-root DIR     the units' /var/lib (default: /var/lib)
   --unit-dir DIR       where the units go (default: /etc/systemd/system)
+  --bin-dir DIR        where the fleet-manage command goes (default: /usr/local/sbin)
   --proxy-config PATH  the proxy's file (default: /etc/caddy/Caddyfile or
                        /etc/nginx/sites-available/fleet.conf)
   --http-port N, --https-port N   the proxy's ports (default: 80, 443)
@@ -47,6 +48,7 @@ PREFIX=/opt/fleet
 ETC=/etc/fleet
 STATE_ROOT=/var/lib
 UNIT_DIR=/etc/systemd/system
+BIN_DIR=/usr/local/sbin
 PROXY_CONFIG=
 HTTP_PORT=80
 HTTPS_PORT=443
@@ -68,6 +70,7 @@ while [ $# -gt 0 ]; do
     --etc) ETC=$2; shift ;;
     --state-root) STATE_ROOT=$2; shift ;;
     --unit-dir) UNIT_DIR=$2; shift ;;
+    --bin-dir) BIN_DIR=$2; shift ;;
     --proxy-config) PROXY_CONFIG=$2; shift ;;
     --http-port) HTTP_PORT=$2; shift ;;
     --https-port) HTTPS_PORT=$2; shift ;;
@@ -286,16 +289,27 @@ fi
 
 # ---- 10. migrations, static files, the admin ---------------------------------------------------
 install -d -m 0755 -o fleet -g fleet "$DATA_DIR"
-# manage.py as the fleet user with the units' environment.
-manage() {
-  local vars=()
-  while IFS= read -r line; do
-    case $line in '' | '#'*) ;; *) vars+=("$line") ;; esac
-  done <"$ENV_FILE"
-  (cd "$PREFIX/src" && env -i PATH=/usr/bin:/bin HOME="$DATA_DIR" PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONPATH="$PREFIX/src" "${vars[@]}" \
-    setpriv --reuid=fleet --regid=fleet --init-groups "$PREFIX/venv/bin/python" "$PREFIX/src/manage.py" "$@")
-}
+# fleet-manage: manage.py as the fleet user with the units' environment (root runs it: it
+# reads the 0600 settings file), for the operator too: `fleet-manage create_api_token admin`.
+install -d -m 0755 "$BIN_DIR"
+cat >"$BIN_DIR/fleet-manage.new" <<EOF
+#!/usr/bin/env bash
+# Written by Fleet's deploy/install.sh: manage.py as the fleet user, with the settings of
+# $ENV_FILE (NAME=value lines, as systemd reads them), run as root.
+set -euo pipefail
+[ "\$(id -u)" = 0 ] || { echo "fleet-manage: run it as root (sudo fleet-manage ...)" >&2; exit 2; }
+vars=()
+while IFS= read -r line; do
+  case \$line in '' | '#'*) ;; *) vars+=("\$line") ;; esac
+done <"$ENV_FILE"
+cd "$PREFIX/src"
+exec env -i PATH=/usr/bin:/bin HOME="$DATA_DIR" PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$PREFIX/src" \\
+  "\${vars[@]}" setpriv --reuid=fleet --regid=fleet --init-groups \\
+  "$PREFIX/venv/bin/python" "$PREFIX/src/manage.py" "\$@"
+EOF
+chmod 0755 "$BIN_DIR/fleet-manage.new"
+mv "$BIN_DIR/fleet-manage.new" "$BIN_DIR/fleet-manage"
+manage() { "$BIN_DIR/fleet-manage" "$@"; }
 step "migrations and static files"
 manage migrate --noinput -v0
 manage collectstatic --noinput -v0
@@ -307,7 +321,7 @@ if [ "$exists" = False ]; then
 user_create(username='$ADMIN', password='$password', role=Role.ADMIN)"
   login="user $ADMIN, password $password (shown once: change it on the Account page)"
 else
-  login="user $ADMIN exists, password unchanged (reset: manage.py changepassword $ADMIN)"
+  login="user $ADMIN exists, password unchanged (reset: fleet-manage changepassword $ADMIN)"
 fi
 
 # ---- 11. enable and start ----------------------------------------------------------------------
@@ -320,6 +334,16 @@ if [ "$SYSTEMD" = 1 ]; then
   systemctl restart fleet.target "${webs[@]}"
   if [ "$PROXY" = nginx ]; then nginx -t -q && systemctl reload-or-restart nginx; fi
   [ "$PROXY" = caddy ] && systemctl reload-or-restart caddy
+  # The login works once the web instances listen (Django loads first: seconds, more on a busy
+  # machine); until then the proxy answers 502.
+  for port in "${PORTS[@]}"; do
+    for _ in $(seq 120); do
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+      sleep 1
+    done
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null ||
+      echo "install.sh: fleet-web@$port does not listen yet: journalctl -u fleet-web@$port" >&2
+  done
 else
   step "no systemd here: units written, nothing started"
 fi
@@ -332,5 +356,6 @@ Fleet is installed.
   dashboard: $url/
   admin login: $login
   settings: $ENV_FILE; units: $UNIT_DIR; release: $PREFIX
-  next: enrol a GPU host (docs/install.md, "The agent").
+  manage.py: $BIN_DIR/fleet-manage (as root), e.g. fleet-manage create_api_token $ADMIN
+  next: enrol a GPU host (README, "Install").
 EOF

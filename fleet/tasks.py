@@ -76,6 +76,15 @@ def advance_workflows() -> int:
     return len(workflows_advance())
 
 
+@app.task(name="fleet.reclaim", ignore_result=True)
+def reclaim() -> int:
+    """Beat: start a reclaim for the first waiting replica that its team's deserved share
+    entitles and that only moving or stopping borrowed replicas would place (one at a time)."""
+    from fleet.sharing.reclaiming import reclaims_start
+
+    return len(reclaims_start())
+
+
 @app.task(name="fleet.autoscale", ignore_result=True)
 def autoscale() -> int:
     """Beat: evaluate every deployment's autoscaling policy once (target tracking)."""

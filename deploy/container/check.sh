@@ -35,7 +35,7 @@ if ! docker image inspect "$BASE" >/dev/null 2>&1; then
 fi
 echo "check-image: base $BASE ready after $(($(date +%s) - started)) s"
 docker build --quiet --force-rm --network host --build-arg "BASE=$BASE" \
-  --build-arg PIP_CERT=/etc/ssl/certs/ca-certificates.crt -f deploy/container/Containerfile \
+  --build-arg PIP_CERT=/etc/ssl/certs/ca-certificates.crt -f Dockerfile \
   -t "$IMAGE" . >/dev/null
 echo "check-image: $IMAGE built after $(($(date +%s) - started)) s"
 FLEET_IMAGE=$IMAGE "${PYTHON:-.venv/bin/python}" -m pytest -p no:cacheprovider -n 0 -q \

@@ -16,6 +16,13 @@ already needs for sends; the cache needs nothing of the kind.
 allocation it was sent for; an answer is kept only when it comes from that host's socket for that
 allocation (an agent cannot fill in another host's answer, nor one never asked for).
 
+**Stamps, older lines, search.** An agent that keeps its replicas' output in a ring (see
+:mod:`hostagent.runtime.output`) answers with each line's capture time and cursor, and serves
+``before`` (older lines) and ``q`` (search, over its ring). An agent that predates them answers
+without either: its lines have no time, a search is made here over the lines it sent, and a
+request for older lines is refused (409 ``logs.no_older``) rather than answered with the newest.
+A container's output is kept by Docker, not in a ring: it has times but no cursors, alike.
+
 **Reachable means a socket.** Each agent socket keeps a marker in the cache (refreshed by its
 messages, gone when it closes or stops talking): a host without one (offline, or on the REST
 transport, which has no way down between polls) is answered at once with a 409, not a timeout.
@@ -53,6 +60,12 @@ class ReplicaLogs:
     lines: list[str]
     truncated: bool
     error: str | None
+    stamps: list[float | None]
+    """When the agent captured each line (Unix seconds); ``None``: not known."""
+    seqs: list[int] | None
+    """Each line's cursor (for ``before``); ``None``: this output cannot be paged."""
+    gone: bool
+    """Older output existed and the agent no longer keeps it."""
 
 
 def _socket_key(host_id: int) -> str:
@@ -100,15 +113,21 @@ def logs_answer_store(host_id: int, answer: protocol.Logs) -> bool:
 
 
 def allocation_logs(
-    *, allocation_id: int, tail: int, timeout_s: float | None = None
+    *,
+    allocation_id: int,
+    tail: int,
+    before: int | None = None,
+    q: str | None = None,
+    timeout_s: float | None = None,
 ) -> ReplicaLogs:
-    """Ask the agent of the allocation's host for its replica's last ``tail`` lines and wait
-    (at most ``timeout_s``, :data:`WAIT_S` by default) for the answer. Blocks: call from a
-    worker thread.
+    """Ask the agent of the allocation's host for its replica's last ``tail`` lines (older than
+    cursor ``before``, containing ``q`` without case, where given) and wait (at most
+    ``timeout_s``, :data:`WAIT_S` by default) for the answer. Blocks: call from a worker thread.
 
     Raises:
         NotFound: no such allocation (``not_found``).
-        Conflict: the host's agent has no open socket (``logs.agent_unreachable``).
+        Conflict: the host's agent has no open socket (``logs.agent_unreachable``); ``before``
+            was asked of output that has no cursors (``logs.no_older``).
         ServiceError: no answer within ``timeout_s`` (``logs.timeout``, 504).
     """
     allocation = Allocation.objects.select_related("gpu__host").filter(pk=allocation_id).first()
@@ -131,6 +150,10 @@ def allocation_logs(
         "allocation_id": allocation_id,
         "tail": tail,
     }
+    if before is not None:
+        request["before"] = before
+    if q:
+        request["q"] = q
     try:
         if not publish(agent_group(host.pk), "agent.logs_request", {"message": request}):
             raise _unreachable(host.name, host.status)
@@ -144,7 +167,39 @@ def allocation_logs(
             {"host": host.pk, "timeout_s": timeout_s},
             status_code=504,
         )
-    return ReplicaLogs(list(answer["lines"]), bool(answer["truncated"]), answer["error"])
+    return _projected(answer, before=before, q=q)
+
+
+def _projected(answer: protocol.Logs, *, before: int | None, q: str | None) -> ReplicaLogs:
+    """The agent's answer as the API serves it; an agent that predates stamps and cursors is
+    searched here, and refused older lines (it would have sent the newest)."""
+    lines, error = list(answer["lines"]), answer["error"]
+    stamps = answer.get("stamps")
+    seqs = answer.get("seqs")
+    if before is not None and seqs is None and error is None:
+        raise Conflict(
+            "logs.no_older",
+            "This replica's output cannot be paged: the agent keeps older lines for process "
+            "workloads only, and an agent of an older release not at all. Ask for more of "
+            f"the newest lines with tail (up to {protocol.MAX_LOG_LINES}) instead.",
+            {"before": before},
+        )
+    truncated = bool(answer["truncated"])
+    if stamps is None:  # an agent that predates stamps: it did not search either
+        stamps = [None] * len(lines)
+        if q:
+            folded = q.casefold()
+            kept = [line for line in lines if folded in line.casefold()]
+            truncated = truncated or len(kept) < len(lines)
+            lines, stamps = kept, [None] * len(kept)
+    return ReplicaLogs(
+        lines,
+        truncated,
+        error,
+        list(stamps),
+        None if seqs is None else list(seqs),
+        bool(answer.get("gone", False)),
+    )
 
 
 def _wait(request_id: str, timeout_s: float) -> protocol.Logs | None:

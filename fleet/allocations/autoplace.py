@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db import transaction
 
+from fleet.allocations.claims import CLAIMED, claimed_gpus
 from fleet.allocations.models import Deployment
 from fleet.allocations.quotas import QuotaExceeded, quota_refusal
 from fleet.allocations.rankings import deployment_ranking
@@ -24,6 +25,12 @@ from fleet.domain import Violation
 from fleet.placement import FleetSnapshot, main_reasons
 
 logger = logging.getLogger(__name__)
+
+_CLAIMED = Violation(
+    CLAIMED,
+    "A reclaim in progress stopped a replica of this deployment to free GPUs it would fit on: "
+    "it is not placed back there while the claim holds.",
+)
 
 # A stale snapshot can make the first choices fail under the locks; a few retries are enough.
 MAX_ATTEMPTS = 5
@@ -66,7 +73,11 @@ def deployment_autoplace(
         refusals: list[Violation] = []
         ranking = deployment_ranking(deployment, snapshot)
         refusals.extend(v for refusal in ranking.infeasible[:5] for v in refusal.violations)
-        for target in ranking.feasible[:MAX_ATTEMPTS]:
+        claimed = claimed_gpus(deployment_id)  # no cycling: a reclaim's freed GPUs are skipped
+        feasible = [t for t in ranking.feasible if t.gpu_id not in claimed]
+        if len(feasible) < len(ranking.feasible):
+            refusals.append(_CLAIMED)
+        for target in feasible[:MAX_ATTEMPTS]:
             try:
                 with transaction.atomic():
                     operations.append(

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from fleet.allocations.claims import claim_violation
 from fleet.allocations.models import Allocation, Deployment, RequestKind
 from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_request
 from fleet.core.errors import Conflict, RuleViolation
@@ -50,6 +51,11 @@ def reserve_target(
     Returns the locked GPU, the allocations written, the partition created (if any) and the
     generation.
     """
+    claimed = claim_violation(deployment.pk, gpu_id)
+    if claimed is not None:  # no cycling: a reclaim freed this GPU from this deployment
+        raise RuleViolation(
+            f"{deployment.name} may not go back there: {claimed.message}", [claimed]
+        )
     gpu = lock_gpu(gpu_id)
     # The host row is locked: every writer of this host's partitions and allocations waits.
     snapshot = fleet_snapshot(host_ids=[gpu.host_id])

@@ -34,6 +34,10 @@ REPLICA_CRASHLOOP = "replica.crashloop"
 # quota checks (teams and quotas land separately).
 QUOTA_WARNING = "quota.warning"
 QUOTA_EXCEEDED = "quota.exceeded"
+# A team takes its deserved share back from borrowers (fleet.workflows.reclaim): the plan
+# accepted (what moves, what stops) and the reclaim done (what was moved, stopped, placed).
+RECLAIM_STARTED = "reclaim.started"
+RECLAIM_FINISHED = "reclaim.finished"
 
 EVENTS: tuple[str, ...] = (
     GPU_UNHEALTHY,
@@ -47,6 +51,8 @@ EVENTS: tuple[str, ...] = (
     REPLICA_CRASHLOOP,
     QUOTA_WARNING,
     QUOTA_EXCEEDED,
+    RECLAIM_STARTED,
+    RECLAIM_FINISHED,
 )
 
 Severity = Literal["critical", "warning", "info"]
@@ -63,6 +69,8 @@ SEVERITY: dict[str, Severity] = {
     REPLICA_CRASHLOOP: "warning",
     QUOTA_WARNING: "warning",
     QUOTA_EXCEEDED: "critical",
+    RECLAIM_STARTED: "info",
+    RECLAIM_FINISHED: "info",
 }
 
 # A recovery resolves the alert its problem raised (Alertmanager: the same alert, ``endsAt``).

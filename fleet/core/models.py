@@ -214,6 +214,7 @@ class OperationKind(models.TextChoices):
     SET_ENDPOINT = "set_endpoint", "Set deployment endpoint"
     SET_AUTOSCALING = "set_autoscaling", "Set deployment autoscaling"
     AUTOSCALE = "autoscale", "Autoscale"
+    RECLAIM = "reclaim", "Reclaim a deserved share"
 
 
 class OperationStatus(models.TextChoices):

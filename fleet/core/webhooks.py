@@ -195,11 +195,14 @@ ALERT_NAMES = {
     "gpu.unhealthy": "FleetGpuUnhealthy",
     "host.offline": "FleetHostOffline",
     "hosts.mass_offline": "FleetHostsMassOffline",
+    "agent.unsupported": "FleetAgentUnsupported",
     "operation.failed": "FleetOperationFailed",
     "operation.expired": "FleetOperationExpired",
     "replica.crashloop": "FleetReplicaCrashloop",
     "quota.warning": "FleetQuotaWarning",
     "quota.exceeded": "FleetQuotaExceeded",
+    "reclaim.started": "FleetReclaimStarted",
+    "reclaim.finished": "FleetReclaimFinished",
 }
 
 

@@ -44,7 +44,15 @@ FLEET_OIDC_ENDPOINTS = {
     "token_endpoint": env("FLEET_OIDC_TOKEN_ENDPOINT", ""),
     "userinfo_endpoint": env("FLEET_OIDC_USERINFO_ENDPOINT", ""),
     "jwks_uri": env("FLEET_OIDC_JWKS_URI", ""),
+    "end_session_endpoint": env("FLEET_OIDC_END_SESSION_ENDPOINT", ""),
 }
+# RP-initiated logout: signing out of Fleet after an OIDC sign-in also ends the session at the
+# provider (its end_session_endpoint, with the ID token as the hint), which sends the browser
+# back to Fleet's sign-in page. Off, or a provider that publishes no such endpoint: Fleet's
+# session alone ends.
+FLEET_OIDC_PROVIDER_LOGOUT = env_bool("FLEET_OIDC_PROVIDER_LOGOUT", True)
+# The ID token is kept in the session for that hint (mozilla-django-oidc's setting).
+OIDC_STORE_ID_TOKEN = True
 OIDC_RP_CLIENT_ID = env("FLEET_OIDC_CLIENT_ID", "")
 OIDC_RP_CLIENT_SECRET = env("FLEET_OIDC_CLIENT_SECRET", "")
 if FLEET_OIDC_ENABLED and not (OIDC_RP_CLIENT_ID and OIDC_RP_CLIENT_SECRET):
@@ -77,15 +85,19 @@ if FLEET_LDAP_ENABLED:
         raise ImproperlyConfigured(
             "FLEET_LDAP_SERVER_URI is set: set FLEET_LDAP_USER_SEARCH_BASE too"
         )
-    globals().update(
-        ldap_settings(
+    try:
+        _ldap = ldap_settings(
             server_uri=env("FLEET_LDAP_SERVER_URI"),
             bind_dn=env("FLEET_LDAP_BIND_DN", ""),
             bind_password=env("FLEET_LDAP_BIND_PASSWORD", ""),
             user_search_base=env("FLEET_LDAP_USER_SEARCH_BASE"),
             user_filter=env("FLEET_LDAP_USER_FILTER", "(uid=%(user)s)"),
             group_search_base=env("FLEET_LDAP_GROUP_SEARCH_BASE", ""),
-            group_filter=env("FLEET_LDAP_GROUP_FILTER", "(objectClass=groupOfNames)"),
+            # Empty: the group type's own (objectClass=groupOfNames, posixGroup, group...).
+            group_filter=env("FLEET_LDAP_GROUP_FILTER", ""),
+            group_type=env("FLEET_LDAP_GROUP_TYPE", "groupOfNames"),
             start_tls=env_bool("FLEET_LDAP_START_TLS", False),
         )
-    )
+    except ValueError as error:
+        raise ImproperlyConfigured(str(error)) from None
+    globals().update(_ldap)

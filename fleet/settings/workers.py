@@ -82,6 +82,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env_float("FLEET_AUTOSCALE_SECONDS", 5.0),
         "options": {"expires": env_float("FLEET_AUTOSCALE_SECONDS", 5.0)},
     },
+    # Reclaim (docs/sharing.md): a deserved share taken back from borrowers, one at a time;
+    # a run that waited past the next is dropped.
+    "reclaim": {
+        "task": "fleet.reclaim",
+        "schedule": env_float("FLEET_RECLAIM_EVERY_S", 3.0),
+        "options": {"expires": env_float("FLEET_RECLAIM_EVERY_S", 3.0)},
+    },
     "retry-replicas": {"task": "fleet.retry_replicas", "schedule": 10.0},
     # What would it take? for every waiting replica, recomputed when the fleet changed
     # (fleet.sharing.wit); a run that waited past the next one is dropped.

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth import views as auth_views
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render, resolve_url
 from django.utils.functional import SimpleLazyObject
 
@@ -17,6 +17,7 @@ from fleet.allocations.models import Deployment
 from fleet.core.forms import ThrottledAuthenticationForm, locked_seconds
 from fleet.core.models import OperationKind, OperationStatus
 from fleet.core.roles import Role, role_of
+from fleet.core.sso.oidc import provider_logout_url
 from fleet.core.teams import operated_teams
 from fleet.inventory.filters import GPU_FILTER_NAMES
 from fleet.partitioning import converters
@@ -53,7 +54,15 @@ class LoginView(auth_views.LoginView):
 
 
 class LogoutView(auth_views.LogoutView):
+    """Sign out; after an OIDC sign-in, on to the provider to end its session too (when it
+    publishes an ``end_session_endpoint``: :func:`fleet.core.sso.oidc.provider_logout_url`)."""
+
     next_page = "web:login"
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        at_provider = provider_logout_url(request)  # before the session is flushed
+        response: HttpResponse = super().post(request, *args, **kwargs)
+        return HttpResponseRedirect(at_provider) if at_provider else response
 
 
 def page_context(request: HttpRequest, section: str, **config: Any) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from fleet.allocations.quotas import team_usage
+from fleet.allocations.reclaims import team_reclaims
 from fleet.core.errors import ServiceError
 from fleet.core.models import Team, TeamRole
 from fleet.core.roles import Role, role_of
@@ -173,6 +174,7 @@ def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
         "limits": limit_rows(team, team_usage(team.pk)),
         "profiles_text": "\n".join(f"{p}={n}" for p, n in (team.quota_mig_profiles or {}).items()),
         "deployments": team.deployments.order_by("name"),
+        "reclaims": team_reclaims(team.pk),
         "error": error,
         "is_admin": is_admin,
     }

@@ -30,6 +30,7 @@ from fleet.workflows import (
     host_drain,
     layout_rollouts,
     moves,
+    reclaim,
     repack,
 )
 from fleet.workflows.engine import Workflow, workflow_run
@@ -73,6 +74,7 @@ REGISTRY: tuple[Entry, ...] = (
     _entry(deployment_rollouts.WORKFLOW, "report", "beat"),
     _entry(defrag.WORKFLOW, "ack", "report", "beat"),
     _entry(repack.WORKFLOW, "ack", "report", "beat"),
+    _entry(reclaim.WORKFLOW, "ack", "report", "beat"),
     _entry(host_drain.WORKFLOW, "report", "beat"),
     _entry(layout_rollouts.WORKFLOW, "ack", "beat"),
 )

@@ -26,6 +26,7 @@ usage: $0 --server URL [options]
   --etc DIR            where agent.env goes (default: /etc/fleet-agent)
   --state-root DIR     the units' /var/lib (default: /var/lib)
   --unit-dir DIR       where the units go (default: /etc/systemd/system)
+  --no-apt             install no package (python3-venv is there)
   --no-systemd         write the units but run no systemctl (automatic without systemd)
 EOF
 }
@@ -38,6 +39,7 @@ PREFIX=/opt/fleet-agent
 ETC=/etc/fleet-agent
 STATE_ROOT=/var/lib
 UNIT_DIR=/etc/systemd/system
+APT=1
 SYSTEMD=1
 [ -d /run/systemd/system ] || SYSTEMD=0
 PYTHON=${FLEET_PYTHON:-/usr/bin/python3}
@@ -55,6 +57,7 @@ while [ $# -gt 0 ]; do
     --state-root) STATE_ROOT=$2; shift ;;
     --unit-dir) UNIT_DIR=$2; shift ;;
     --no-systemd) SYSTEMD=0 ;;
+    --no-apt) APT=0 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "install.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -64,6 +67,13 @@ done
 ENV_FILE=$ETC/agent.env
 [ -n "$SERVER" ] || [ -f "$ENV_FILE" ] || { echo "install.sh: --server URL" >&2; exit 2; }
 step() { printf '==> %s\n' "$*"; }
+
+# A fresh Debian or Ubuntu host has python3 but not its venv module.
+if [ "$APT" = 1 ] && [ "$PYTHON" = /usr/bin/python3 ] && ! "$PYTHON" -c 'import ensurepip' 2>/dev/null; then
+  step "apt-get install python3-venv"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+fi
 
 step "agent: $PREFIX/venv"
 install -d -m 0755 "$PREFIX"

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import Annotated, Any, TypedDict, cast
@@ -160,8 +161,22 @@ def check_message(message: Message, *, max_gpus: int = MAX_GPUS_PER_HOST) -> Non
     elif kind == "workloads":
         report = cast(WorkloadReport, message)
         _unique([w["allocation_id"] for w in report["workloads"]], "$.workloads", "allocation_id")
-    elif kind == "logs" and log_bytes(cast(Logs, message)["lines"]) > MAX_LOG_BYTES:
+    elif kind == "logs":
+        _check_logs(cast(Logs, message))
+
+
+def _check_logs(logs: Logs) -> None:
+    """The lines within :data:`MAX_LOG_BYTES`; ``stamps`` and ``seqs``, where given, one per
+    line, and ``seqs`` increasing (a cursor names one line)."""
+    if log_bytes(logs["lines"]) > MAX_LOG_BYTES:
         raise ProtocolError(f"the lines are more than {MAX_LOG_BYTES} bytes of JSON", "$.lines")
+    count = len(logs["lines"])
+    stamps, seqs = logs.get("stamps"), logs.get("seqs")
+    for key, values in (("stamps", stamps), ("seqs", seqs)):
+        if values is not None and len(values) != count:
+            raise ProtocolError(f"{len(values)} {key} for {count} lines", f"$.{key}")
+    if seqs is not None and any(a >= b for a, b in itertools.pairwise(seqs)):
+        raise ProtocolError("the seqs must increase", "$.seqs")
 
 
 def _check_desired(desired: DesiredState) -> None:

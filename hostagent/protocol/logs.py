@@ -11,13 +11,23 @@ default on the server, :func:`fleet.agents.guard.max_message_bytes`):
   the oldest lines go first.
 
 Whatever was cut or left out sets ``truncated``, as does any older output that was not asked for.
+
+**Stamps and older lines** (optional fields, added without a new protocol version: a peer that
+does not know them drops them, :mod:`hostagent.protocol`). An agent that keeps a replica's output
+in its ring (the process runtime, :class:`hostagent.runtime.output.OutputRing`) answers with
+``stamps`` (when it captured each line, Unix seconds; ``None`` for a line it found already
+written) and ``seqs`` (each line's number in the ring: the cursor a request's ``before`` takes),
+and ``gone`` when older output existed but has left the ring. A request's ``before`` asks for the
+lines older than that cursor, its ``q`` for the lines containing that text (any case). An agent
+that predates these fields ignores ``before`` and ``q`` and answers without ``seqs``: the server
+sees that and says so instead of passing the newest lines off as older ones.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal, NotRequired, TypedDict
 
 from msgspec import Meta
 
@@ -32,12 +42,18 @@ MAX_LOG_LINE_CHARS = 4096
 MAX_LOG_BYTES = 512 * 1024
 """The lines of one answer, as JSON text (escapes and separators included); the rest of the
 message is a few hundred bytes, so an answer stays well within the server's 1 MiB frames."""
+MAX_LOG_QUERY = 200
+"""Characters of a search (``q``)."""
+MAX_LOG_SEQ = 2**53
+"""A line's number in an agent's ring stays below this (JSON numbers are exact up to here)."""
 MAX_REQUEST_ID = 64
 """Characters of a request id (the server's, echoed by the agent)."""
 
 RequestId = Annotated[str, Meta(min_length=1, max_length=MAX_REQUEST_ID)]
 AllocationId = Annotated[int, Meta(ge=1, le=2**63 - 1)]
 LogLine = Annotated[str, Meta(max_length=MAX_LOG_LINE_CHARS)]
+LogSeq = Annotated[int, Meta(ge=1, le=MAX_LOG_SEQ)]
+LogStamp = Annotated[float, Meta(ge=0, le=2**40)]
 
 
 class LogsRequest(TypedDict):
@@ -47,6 +63,10 @@ class LogsRequest(TypedDict):
     request_id: RequestId
     allocation_id: AllocationId
     tail: Annotated[int, Meta(ge=1, le=MAX_LOG_LINES)]
+    before: NotRequired[LogSeq]
+    """Only lines older than this cursor (a ``seqs`` value of an earlier answer)."""
+    q: NotRequired[Annotated[str, Meta(min_length=1, max_length=MAX_LOG_QUERY)]]
+    """Only lines containing this text, compared without case."""
 
 
 class Logs(TypedDict):
@@ -63,6 +83,13 @@ class Logs(TypedDict):
     lines: Annotated[list[LogLine], Meta(max_length=MAX_LOG_LINES)]
     truncated: bool
     error: Text | None
+    stamps: NotRequired[Annotated[list[LogStamp | None], Meta(max_length=MAX_LOG_LINES)]]
+    """When the agent captured each line (as many as ``lines``); ``None``: not known."""
+    seqs: NotRequired[Annotated[list[LogSeq], Meta(max_length=MAX_LOG_LINES)]]
+    """Each line's cursor, increasing (as many as ``lines``): absent when the output cannot be
+    paged (a container's, kept by Docker; an agent that predates paging)."""
+    gone: NotRequired[bool]
+    """Older output existed but the agent no longer keeps it: no ``before`` can reach it."""
 
 
 def bound_log_lines(

@@ -242,9 +242,15 @@ class Runtime(Protocol):
         """Periodic housekeeping (rotate process logs)."""
         ...
 
-    def logs(self, allocation_id: int, tail: int) -> Output:
+    def capture(self) -> None:
+        """Read the replicas' new output into their rings, stamped (process logs; Docker
+        stamps its own): called every supervision tick, from a worker thread."""
+        ...
+
+    def logs(self, allocation_id: int, tail: int, *, before: int | None = None) -> Output:
         """The last ``tail`` lines of the replica's output (stdout and stderr), running or
-        ended; raises :class:`~hostagent.runtime.output.NoOutput` saying why there are none."""
+        ended, older than cursor ``before`` where given; raises
+        :class:`~hostagent.runtime.output.NoOutput` saying why there are none."""
         ...
 
 

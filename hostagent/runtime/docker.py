@@ -43,7 +43,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import docker
@@ -534,21 +534,30 @@ class DockerRuntime:
             time.sleep(_EXEC_POLL_S)
         raise TimeoutError(f"no answer within {timeout_s:g} s")
 
-    def logs(self, allocation_id: int, tail: int) -> Output:
-        """``docker logs --tail <tail>`` (stdout and stderr) of the replica's container, found
-        by its name: an ended one that is not removed yet still has its output."""
+    def logs(self, allocation_id: int, tail: int, *, before: int | None = None) -> Output:
+        """``docker logs --timestamps --tail <tail>`` (stdout and stderr) of the replica's
+        container, found by its name: an ended one that is not removed yet still has its
+        output. Docker stamps each line as its logging driver takes it; Docker keeps the
+        output, so there is no cursor (``seqs``): ``before`` is not served."""
         name = container_name(self.hostname, allocation_id)
         try:
             # One line more than asked: whether older output exists.
-            raw = self._api.logs(name, stdout=True, stderr=True, tail=tail + 1)
+            raw = self._api.logs(name, stdout=True, stderr=True, tail=tail + 1, timestamps=True)
         except docker.errors.NotFound:
             raise NoOutput(f"no container of allocation {allocation_id} on this host") from None
         except (docker.errors.DockerException, OSError) as exc:
             raise NoOutput(f"Docker cannot read the container's logs: {_explain(exc)}") from exc
-        lines = split_lines(raw if isinstance(raw, bytes) else b"")
-        if not lines:
+        stamped = [
+            _docker_stamp(line) for line in split_lines(raw if isinstance(raw, bytes) else b"")
+        ]
+        if not stamped:
             raise NoOutput(f"allocation {allocation_id} has written no output yet")
-        return Output(lines[-tail:], len(lines) > tail)
+        older = len(stamped) > tail
+        stamped = stamped[-tail:]
+        return Output([line for _, line in stamped], older, [ts for ts, _ in stamped])
+
+    def capture(self) -> None:
+        """Nothing: Docker stamps and keeps the containers' output."""
 
     def maintain(self) -> None:
         """Nothing: Docker rotates the containers' logs (``LOG_OPTIONS``)."""
@@ -591,3 +600,18 @@ def _timestamp(value: object) -> float | None:
         return None
     digits = "".join(c for c in fraction if c.isdecimal())[:6]
     return whole + (int(digits) / 10 ** len(digits) if digits else 0.0)
+
+
+def _docker_stamp(line: str) -> tuple[float | None, str]:
+    """A ``--timestamps`` line (``2026-12-04T15:40:42.123456789Z text``) as (Unix seconds,
+    text); a line without a stamp Docker wrote is kept whole, unstamped."""
+    stamp, sep, text = line.partition(" ")
+    if not sep or not stamp.endswith("Z") or "T" not in stamp:
+        return None, line
+    whole, _, fraction = stamp[:-1].partition(".")
+    try:
+        seconds = datetime.fromisoformat(whole).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None, line
+    digits = (fraction or "0")[:6]
+    return seconds + (int(digits) / 10 ** len(digits) if digits.isdigit() else 0.0), text

@@ -123,6 +123,10 @@ class Reconciler:
         if now >= self._next_observe:
             self._next_observe = now + self.timing.poll_s
             self._observe_all()
+            for runtime in self._by_name.values():  # stamp new output (runtime.output)
+                key = f"capture:{runtime.name}"
+                if key not in self._in_flight:
+                    self._submit(key, runtime.capture)
         if now >= self._next_maintain:
             self._next_maintain = now + self.timing.maintain_every_s
             for runtime in self._by_name.values():

@@ -61,7 +61,14 @@ from hostagent.runtime.base import (
     StartError,
 )
 from hostagent.runtime.cgroups import Cgroups
-from hostagent.runtime.output import NoOutput, Output, tail_lines
+from hostagent.runtime.output import (
+    RING_BYTES,
+    RING_LINES,
+    NoOutput,
+    Output,
+    OutputRing,
+    tail_lines,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +76,8 @@ STATE_FILE = "processes.json"
 STATE_MODE = 0o600
 LOG_MAX_BYTES = 10 * 2**20
 """A replica's log is rotated past this size; one rotated copy is kept (``.log.1``)."""
+RING_LINES_READ = RING_LINES
+"""Lines read from a log file into a ring at once (the ring keeps its own bounds)."""
 UNKNOWN_EXIT = "ended after an agent restart: its exit code is unknown"
 _KILL_WAIT_S = 5.0
 _POLL_S = 0.02
@@ -222,6 +231,11 @@ class ProcessRuntime:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._table: dict[str, dict[str, Any]] = {}
         self._lock = threading.RLock()
+        # Captured output (module docstring of hostagent.runtime.output): a ring and the
+        # (inode, offset) read so far, per replica this runtime runs or ran since the agent began.
+        self._rings: dict[int, OutputRing] = {}
+        self._read_to: dict[int, tuple[int, int]] = {}
+        self._capture_lock = threading.Lock()
         for directory in (state_dir, self.log_dir):
             directory.mkdir(parents=True, exist_ok=True)
             os.chmod(directory, 0o700)
@@ -252,6 +266,7 @@ class ProcessRuntime:
         log = os.open(
             self.log_path(spec.allocation_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600
         )
+        written_before = os.fstat(log).st_size
         procs = None
         try:
             procs, nproc = self._limits(spec.allocation_id, security, identity, log)
@@ -292,6 +307,10 @@ class ProcessRuntime:
             self._children[child.pid] = child
             self._table[str(spec.allocation_id)] = _entry(running, ticks)
             self._save()
+        with self._capture_lock, contextlib.suppress(OSError):
+            # What the replica printed from its start is stamped; an earlier run's output is not
+            # (a restart on the same allocation goes on in its ring: cursors keep increasing).
+            self._capture_one(spec.allocation_id, time.time(), stamped_from=written_before)
         return running
 
     def _limits(
@@ -450,19 +469,92 @@ class ProcessRuntime:
             return 127
         return done.returncode
 
-    def logs(self, allocation_id: int, tail: int) -> Output:
-        """The last ``tail`` lines of the replica's log, its rotated copy too when the log
-        holds fewer (see :func:`~hostagent.runtime.output.tail_lines`)."""
+    def logs(self, allocation_id: int, tail: int, *, before: int | None = None) -> Output:
+        """The newest ``tail`` lines of the replica's output older than cursor ``before``,
+        stamped, from its ring (captured just now first). A replica with no ring
+        (one that ended before this agent began) is read from its log and its rotated copy,
+        without stamps."""
         path = self.log_path(allocation_id)
         try:
-            return tail_lines([path, path.with_name(path.name + ".1")], tail)
+            with self._capture_lock:
+                if str(allocation_id) in self._known():
+                    self._capture_one(allocation_id, time.time())
+                ring = self._rings.get(allocation_id)
+                if ring is not None:
+                    return ring.page(tail, before=before)
+            found = tail_lines([path, path.with_name(path.name + ".1")], RING_LINES_READ)
         except NoOutput:
             raise NoOutput(f"allocation {allocation_id} has written no output yet") from None
         except OSError as exc:
             raise NoOutput(f"cannot read the log of allocation {allocation_id}: {exc}") from exc
+        ring = OutputRing()
+        if found.truncated:
+            ring.drop_older()
+        ring.add(found.lines, None)
+        return ring.page(tail, before=before)
+
+    def capture(self) -> None:
+        """Read what each running replica's log grew by into its ring, stamped now (see
+        :mod:`hostagent.runtime.output`); forget the rings of replicas no longer run."""
+        now = time.time()
+        with self._capture_lock:
+            known = self._known()
+            for allocation_id in [a for a in self._rings if str(a) not in known]:
+                del self._rings[allocation_id]
+                self._read_to.pop(allocation_id, None)
+            for key in known:
+                with contextlib.suppress(OSError, ValueError):
+                    self._capture_one(int(key), now)
+
+    def _known(self) -> set[str]:
+        with self._lock:
+            return set(self._table)
+
+    def _capture_one(self, allocation_id: int, now: float, stamped_from: int | None = None) -> None:
+        """Under ``_capture_lock``: append the log's new bytes to the replica's ring. The first
+        time, what the log (and its rotated copy) already holds goes in unstamped (but for the
+        bytes from offset ``stamped_from`` on, written by a replica this agent just started); a
+        log that shrank or is another file was rotated: read from its start."""
+        path = self.log_path(allocation_id)
+        try:
+            with path.open("rb") as log:
+                st = os.fstat(log.fileno())
+                ring = self._rings.get(allocation_id)
+                if ring is None:
+                    ring = self._rings[allocation_id] = OutputRing()
+                    with contextlib.suppress(NoOutput):  # none rotated yet
+                        found = tail_lines([path.with_name(path.name + ".1")], RING_LINES_READ)
+                        if found.truncated:
+                            ring.drop_older()
+                        ring.add(found.lines, None)
+                    start = max(0, st.st_size - RING_BYTES)
+                    if start:
+                        ring.drop_older()
+                    log.seek(start)
+                    existing = log.read(st.st_size - start)
+                    seen = st.st_size if stamped_from is None else stamped_from
+                    seen = max(0, min(len(existing), seen - start))
+                    ring.capture(existing[:seen], None)
+                    ring.capture(existing[seen:], now)
+                    self._read_to[allocation_id] = (st.st_ino, start + len(existing))
+                    return
+                inode, offset = self._read_to.get(allocation_id, (st.st_ino, 0))
+                if inode != st.st_ino or st.st_size < offset:
+                    offset = 0
+                grown = st.st_size - offset
+                if grown > RING_BYTES:  # more than the ring keeps in one tick
+                    ring.drop_older()
+                    offset = st.st_size - RING_BYTES
+                log.seek(offset)
+                raw = log.read(st.st_size - offset)
+                ring.capture(raw, now)
+                self._read_to[allocation_id] = (st.st_ino, offset + len(raw))
+        except FileNotFoundError:
+            return
 
     def maintain(self) -> None:
-        """Rotate the logs grown past ``log_max_bytes`` (copy, then truncate in place)."""
+        """Rotate the logs grown past ``log_max_bytes`` (copy, then truncate in place), each
+        captured first: its ring misses only what is written between the two."""
         try:
             logs = list(self.log_dir.glob("*.log"))
         except OSError:
@@ -470,9 +562,16 @@ class ProcessRuntime:
         for path in logs:
             with contextlib.suppress(OSError):
                 if path.stat().st_size > self.log_max_bytes:
-                    shutil.copyfile(path, path.with_name(path.name + ".1"))
-                    os.chmod(path.with_name(path.name + ".1"), 0o600)
-                    os.truncate(path, 0)
+                    with self._capture_lock:
+                        known = path.stem in self._known() and path.stem.isdigit()
+                        if known:
+                            self._capture_one(int(path.stem), time.time())
+                        shutil.copyfile(path, path.with_name(path.name + ".1"))
+                        os.chmod(path.with_name(path.name + ".1"), 0o600)
+                        os.truncate(path, 0)
+                        if known and int(path.stem) in self._read_to:
+                            inode, _ = self._read_to[int(path.stem)]
+                            self._read_to[int(path.stem)] = (inode, 0)
 
     # -- state file ---------------------------------------------------------------------------
 

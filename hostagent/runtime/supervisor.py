@@ -27,8 +27,11 @@ from hostagent.runtime import procfs
 from hostagent.runtime.adoption import unsupported
 from hostagent.runtime.base import ReplicaSpec, Runtime
 from hostagent.runtime.operations import Reconciler, reportable, status_of
-from hostagent.runtime.output import NoOutput, Output, mask_secrets
+from hostagent.runtime.output import RING_LINES, NoOutput, Output, mask_secrets, search
 from hostagent.runtime.policy import Replica
+
+SEARCH_LINES = RING_LINES
+"""Lines a search reads (a ring's worth): the newest matches among them are answered."""
 
 
 class Supervisor(Reconciler):
@@ -199,10 +202,13 @@ class Supervisor(Reconciler):
             return {}
         return procfs.owners(pids, leaders)
 
-    def logs(self, allocation_id: int, tail: int) -> Output:
-        """The newest ``tail`` lines of a replica's output, from the runtime that runs (or ran)
-        it, its secrets' values masked. Blocks on the runtime (a file read, a Docker request):
-        call from a worker thread.
+    def logs(
+        self, allocation_id: int, tail: int, *, before: int | None = None, q: str | None = None
+    ) -> Output:
+        """The newest ``tail`` lines of a replica's output (older than cursor ``before``,
+        containing ``q`` where given), from the runtime that runs (or ran) it, its secrets'
+        values masked (and searched masked: :func:`~hostagent.runtime.output.search`). Blocks
+        on the runtime (a file read, a Docker request): call from a worker thread.
 
         Raises:
             NoOutput: the replica is not on this host, runs nothing, or has no output (why).
@@ -215,7 +221,10 @@ class Supervisor(Reconciler):
             raise NoOutput(f"allocation {allocation_id} is not on this host")
         if runtime is None:
             raise NoOutput(f"allocation {allocation_id} runs no workload on this host")
-        return mask_secrets(runtime.logs(allocation_id, tail), secrets)
+        if not q:
+            return mask_secrets(runtime.logs(allocation_id, tail, before=before), secrets)
+        wide = runtime.logs(allocation_id, SEARCH_LINES, before=before)
+        return search(mask_secrets(wide, secrets), q, tail)
 
     def _runtime_of(self, r: Replica) -> Runtime | None:
         if r.spec is not None:

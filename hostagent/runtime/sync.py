@@ -29,7 +29,7 @@ from hostagent.protocol import (
     workload_environment,
 )
 from hostagent.runtime.base import ReplicaSpec
-from hostagent.runtime.output import NoOutput
+from hostagent.runtime.output import NoOutput, Output
 from hostagent.runtime.supervisor import Supervisor
 
 logger = logging.getLogger(__name__)
@@ -220,21 +220,36 @@ class WorkloadSync:
         return self.supervisor.owners(pids)
 
     def logs(self, request: LogsRequest) -> Logs:
-        """The answer to a ``logs_request``: the replica's newest lines within the protocol's
-        bounds, or none and the reason. Blocks (see :meth:`Supervisor.logs`)."""
-        lines: list[str] = []
-        truncated, error = False, None
+        """The answer to a ``logs_request``: the replica's newest lines (older than its
+        ``before``, containing its ``q``) within the protocol's bounds, with their stamps and
+        cursors, or none and the reason. Blocks (see :meth:`Supervisor.logs`)."""
         try:
-            output = self.supervisor.logs(request["allocation_id"], request["tail"])
-            lines, truncated = bound_log_lines(
-                output.lines, request["tail"], truncated=output.truncated
+            output = self.supervisor.logs(
+                request["allocation_id"],
+                request["tail"],
+                before=request.get("before"),
+                q=request.get("q"),
             )
         except NoOutput as exc:
-            error = clip(str(exc))
+            return logs_answer(request, [], False, clip(str(exc)))
         except Exception as exc:  # a bug reading one replica's output costs only this answer
             logger.exception("reading the output of allocation %s", request["allocation_id"])
             error = clip(f"the agent could not read the output: {type(exc).__name__}: {exc}")
-        return logs_answer(request, lines, truncated, error)
+            return logs_answer(request, [], False, error)
+        return logs_answer_of(request, output)
+
+
+def logs_answer_of(request: LogsRequest, output: Output) -> Logs:
+    """A ``logs`` message answering ``request`` with ``output`` within the protocol's bounds
+    (the newest lines kept), each line's stamp and, where it has them, cursor."""
+    lines, truncated = bound_log_lines(output.lines, request["tail"], truncated=output.truncated)
+    answer = logs_answer(request, lines, truncated, None)
+    kept = len(lines)  # the newest: bound_log_lines keeps the end
+    answer["stamps"] = [] if not kept else list((output.stamps or [None] * kept)[-kept:])
+    if output.seqs is not None:
+        answer["seqs"] = list(output.seqs[-kept:]) if kept else []
+        answer["gone"] = output.gone and kept == len(output.lines)
+    return answer
 
 
 def logs_answer(request: LogsRequest, lines: list[str], truncated: bool, error: str | None) -> Logs:

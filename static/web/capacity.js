@@ -5,6 +5,7 @@
 // When replicas wait, operators ask the layout advisor (GET /api/v1/capacity/advice?product=…,
 // rate-limited: a 429 says when to ask again) for layouts and apply the proposal as a rollout
 // (POST /api/v1/rollouts/, its exact body); other roles see no form.
+import { confirmAction } from "./confirm.js";
 import { api, debounce, refreshOnChanges, refreshParts, toast, toastError } from "./core.js";
 
 const form = /** @type {HTMLFormElement} */ (document.getElementById("cap-form"));
@@ -88,6 +89,8 @@ const applyButton = /** @type {HTMLButtonElement | null} */ (
 );
 /** @type {object | null} the rollout body of the proposal shown */
 let proposedRollout = null;
+/** @type {any} the advice the proposal shown comes from */
+let proposedAdvice = null;
 
 /** One line per GPU: its new layout, what it places and what moves. */
 function proposalRow(gpu) {
@@ -135,6 +138,7 @@ async function propose(event) {
     `(${solver.status}; gap to the bound ${solver.gap_percent} %; ${solver.time_s} s).`;
   if (!advice.rollout) return;
   proposedRollout = advice.rollout;
+  proposedAdvice = advice;
   proposal.querySelector("tbody")?.replaceChildren(...advice.gpus.map(proposalRow));
   proposal.hidden = false;
 }
@@ -142,7 +146,22 @@ async function propose(event) {
 async function applyProposal() {
   if (!proposedRollout || !applyButton) return;
   const count = proposedRollout.layouts.length;
-  if (!confirm(`Reshape ${plural(count, "GPU", "GPUs")} as proposed, one at a time?`)) return;
+  const gpus = proposedAdvice?.gpus || [];
+  const moved = gpus.reduce((n, g) => n + (g.drained ? g.moved_replicas : 0), 0);
+  const ok = await confirmAction({
+    title: `Reshape ${plural(count, "GPU", "GPUs")}?`,
+    impact:
+      `${plural(count, "GPU is", "GPUs are")} reshaped as proposed, one at a time; ` +
+      (moved
+        ? `${plural(moved, "running replica moves", "running replicas move")} off first.`
+        : "no running replica moves."),
+    action: "Reshape",
+    details: gpus.map(
+      (g) =>
+        `${g.name}: ${g.drained ? `drain, ${plural(g.moved_replicas, "replica moves", "replicas move")}` : "reshaped in place"}`,
+    ),
+  });
+  if (!ok) return;
   applyButton.disabled = true;
   const result = await api("POST", "/api/v1/rollouts/", proposedRollout);
   applyButton.disabled = false;

@@ -3,6 +3,7 @@
 // change, and the replica count (operators) changed through the REST API.
 import { api, debounce, refreshOnChanges, refreshParts, toast } from "./core.js";
 import { confirmAction } from "./confirm.js";
+import { wireLogs } from "./logs.js";
 import { placeAll, wirePlacing } from "./placing.js";
 import { loadWit } from "./wit.js";
 
@@ -11,6 +12,8 @@ const deploymentId = Number(page.dataset.deployment);
 const PARTS = ["#dep-head", "#dep-replicas", "#dep-side"];
 // Place all and Place… in the head (replicas that fit now), Move… on each placed replica.
 wirePlacing(page);
+// The replica log viewer (logs.js): its replica picker follows the re-rendered table.
+const { sync: syncLogReplicas } = wireLogs();
 let gone = false;
 
 /** The GPUs its replicas hold (an agent's ack or event names the GPU, not the deployment). */
@@ -155,103 +158,6 @@ if (form) {
       await placeAll(deploymentId, result.data.name, button);
     refresh();
   });
-}
-
-// ---- logs: the last lines a replica printed, asked of its host's agent ---------------------------
-
-const LOG_LINES = 200;
-const FOLLOW_EVERY_MS = 2000;
-const logs = /** @type {HTMLDetailsElement | null} */ (document.getElementById("dep-logs"));
-const logReplica = /** @type {HTMLSelectElement | null} */ (
-  document.getElementById("logs-replica")
-);
-const logOutput = /** @type {HTMLElement | null} */ (document.getElementById("logs-output"));
-const logError = /** @type {HTMLElement | null} */ (document.getElementById("logs-error"));
-const logStatus = /** @type {HTMLElement | null} */ (document.getElementById("logs-status"));
-const logFollow = /** @type {HTMLInputElement | null} */ (document.getElementById("logs-follow"));
-/** @type {number | undefined} */
-let following;
-let fetching = false;
-
-/** The picker lists the placed replicas of the (re-rendered) table; the choice is kept. */
-function syncLogReplicas() {
-  if (!logReplica) return;
-  const rows = /** @type {NodeListOf<HTMLElement>} */ (
-    document.querySelectorAll("#replicas tr[data-allocation-id]")
-  );
-  const wanted = [...rows].map((row) => [
-    row.dataset.allocationId || "",
-    row.dataset.logsLabel || "",
-  ]);
-  const current = [...logReplica.options].map((o) => [o.value, o.textContent]);
-  if (JSON.stringify(wanted) === JSON.stringify(current)) return;
-  const chosen = logReplica.value;
-  logReplica.replaceChildren(...wanted.map(([value, label]) => new Option(label, value)));
-  if (wanted.some(([value]) => value === chosen)) logReplica.value = chosen;
-  else if (logs?.open) fetchLogs();
-}
-
-/** @param {string} message */
-function showLogError(message) {
-  if (!logError) return;
-  logError.textContent = message;
-  logError.hidden = !message;
-}
-
-async function fetchLogs() {
-  if (!logReplica || !logOutput || !logStatus || fetching) return;
-  const id = logReplica.value;
-  if (!id) {
-    logOutput.textContent = "";
-    logStatus.textContent = "No replica is placed: nothing runs yet.";
-    return;
-  }
-  fetching = true;
-  logOutput.setAttribute("aria-busy", "true");
-  const result = await api("GET", `/api/v1/allocations/${id}/logs?tail=${LOG_LINES}`);
-  fetching = false;
-  logOutput.removeAttribute("aria-busy");
-  if (logReplica.value !== id) return; // another replica was chosen meanwhile
-  if (!result.ok) {
-    showLogError((result.data && result.data.message) || `The request failed (${result.status}).`);
-    return;
-  }
-  showLogError("");
-  const { lines, truncated, error } = result.data;
-  const text = lines.join("\n");
-  if (logOutput.textContent !== text) {
-    const atEnd = logOutput.scrollTop + logOutput.clientHeight >= logOutput.scrollHeight - 4;
-    logOutput.textContent = text;
-    if (atEnd) logOutput.scrollTop = logOutput.scrollHeight;
-  }
-  const count = `${lines.length} line${lines.length === 1 ? "" : "s"}${truncated ? " (older output not shown)" : ""}`;
-  logStatus.textContent = error
-    ? `${count}: ${error}`
-    : `${count}, read ${new Date().toLocaleTimeString()}`;
-}
-
-/** Follow re-fetches every 2 s while the panel is open and Follow is checked, never otherwise. */
-function scheduleFollow() {
-  window.clearInterval(following);
-  following = undefined;
-  if (logs?.open && logFollow?.checked) following = window.setInterval(fetchLogs, FOLLOW_EVERY_MS);
-}
-
-if (logs && logReplica) {
-  logs.addEventListener("toggle", () => {
-    if (logs.open) fetchLogs();
-    scheduleFollow();
-  });
-  logFollow?.addEventListener("change", () => {
-    if (logFollow.checked) fetchLogs();
-    scheduleFollow();
-  });
-  logReplica.addEventListener("change", () => {
-    if (logOutput) logOutput.textContent = "";
-    showLogError("");
-    fetchLogs();
-  });
-  document.getElementById("logs-refresh")?.addEventListener("click", () => fetchLogs());
 }
 
 // The endpoint's Copy button (the side panel is re-rendered: one listener on the page).

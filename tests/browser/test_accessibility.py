@@ -184,6 +184,23 @@ def _open_host(session: Session) -> None:
     session.wait_live()
 
 
+def _open_confirm_dialog(session: Session) -> None:
+    """The one confirm dialog of destructive actions (confirm.js), open on a host's Drain."""
+    _open_host(session)
+    session.page.get_by_role("button", name="Drain", exact=True).click()
+    session.page.get_by_role("alertdialog").wait_for()
+
+
+def _open_not_found(session: Session) -> None:
+    session.page.goto(session.stack.url + "/deployments/987654321/")  # the styled 404
+    session.page.wait_for_selector("#not-found")
+
+
+def _open_no_access(session: Session) -> None:
+    session.page.goto(session.stack.url + "/alerts/")  # admins only: the styled 403
+    session.page.wait_for_selector("#no-access")
+
+
 def _open_rollouts(session: Session) -> None:
     session.page.goto(session.stack.url + "/rollouts/")
     session.wait_live()
@@ -223,6 +240,9 @@ PAGES: dict[str, Callable[[Session], None]] = {
     "fleet-highlighted": _open_fleet_highlighted,
     "hosts": _open_hosts,
     "host": _open_host,
+    "host-confirm-dialog": _open_confirm_dialog,
+    "not-found": _open_not_found,
+    "no-access": _open_no_access,
     "rollouts": _open_rollouts,
     "teams": _open_teams,
     "team": _open_team,
@@ -260,6 +280,46 @@ def test_axe_finds_no_violation_on_the_pages_a_viewer_sees(
     assert violations == [], (
         f"axe on the {name} page as a viewer ({scheme}):\n{readable(violations)}"
     )
+
+
+@pytest.mark.parametrize("scheme", ["dark", "light"])
+def test_axe_finds_no_violation_in_the_log_viewer_with_lines_times_and_matches(
+    a11y_session: Callable[..., Session], screenshots: Path, scheme: str
+) -> None:
+    session = a11y_session("operator")
+    session.page.emulate_media(color_scheme=scheme)
+    status, free = session.api(
+        "GET", "/api/v1/partitions/?kind=mig&free=true&profile_name=1g.10gb&limit=1"
+    )
+    assert status == 200 and free["results"], free
+    workload = {"runtime": "process", "command": ["/bin/sh", "-c", "echo ready; sleep 600"]}
+    status, created = session.api(
+        "POST",
+        "/api/v1/deployments/",
+        {"name": f"a11y-logs-{scheme}", "kind": "mig", "profile": "1g.10gb", "workload": workload},
+    )
+    assert status == 201, created
+    try:
+        status, op = session.api(
+            "POST",
+            f"/api/v1/deployments/{created['id']}/place",
+            {"partition": free["results"][0]["id"]},
+        )
+        assert status == 202, op
+        page = session.page
+        page.goto(f"{session.stack.url}/deployments/{created['id']}/")
+        session.wait_live()
+        page.locator("#dep-logs > summary").click()
+        page.locator("#logs-output .log-line").first.wait_for(timeout=30_000)
+        page.locator("#logs-search").fill("read")  # a highlighted match
+
+        violations = axe_violations(page)
+
+        page.screenshot(path=str(screenshots / f"a11y-deployment-logs-{scheme}.png"))
+        assert violations == [], f"axe on the log viewer ({scheme}):\n{readable(violations)}"
+        assert session.errors == []
+    finally:
+        session.api("DELETE", f"/api/v1/deployments/{created['id']}/")
 
 
 @pytest.mark.parametrize("scheme", ["dark", "light"])

@@ -135,9 +135,23 @@ def test_waiting_replicas_get_a_layout_proposal_an_operator_can_apply(
         if advice["rollout"] is not None:
             rows = page.locator("#advice-table tbody tr")
             assert rows.count() == len(advice["gpus"])
-            page.on("dialog", lambda dialog: dialog.accept())
+            native: list[str] = []
+            page.on("dialog", lambda dialog: (native.append(dialog.message), dialog.dismiss()))
+            # The one confirm dialog, stating the impact; Cancel sends nothing.
             page.get_by_role("button", name="Apply as rollout").click()
+            confirm = page.get_by_role("alertdialog")
+            count = len(advice["rollout"]["layouts"])
+            assert confirm.get_by_role("heading").inner_text().startswith(f"Reshape {count} GPU")
+            moved = sum(g["moved_replicas"] for g in advice["gpus"] if g["drained"])
+            impact = confirm.locator(".confirm-impact").inner_text()
+            assert ("no running replica moves" in impact) == (moved == 0), impact
+            confirm.get_by_role("button", name="Cancel").click()
+            page.wait_for_timeout(300)
+            assert sent == [] and confirm.count() == 0
+            page.get_by_role("button", name="Apply as rollout").click()
+            page.get_by_role("alertdialog").get_by_role("button", name="Reshape").click()
             page.get_by_text("Rollout 4242 started").wait_for(timeout=10_000)
+            assert native == []
             assert sent and sent[0]["layouts"] == advice["rollout"]["layouts"]
         page.screenshot(path=str(screenshots / "capacity_advice.png"), full_page=True)
         assert session.errors == []

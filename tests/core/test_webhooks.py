@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from fleet.core import alerts
+from fleet.core.alerts import EVENTS, RESOLVES, SEVERITY
 from fleet.core.models import AlertDelivery, AlertWebhook
 from fleet.core.webhooks import alert_deliver, webhook_url
 from tests.core.test_alerts import SECRET, Receiver, hook
@@ -218,3 +219,21 @@ def test_the_send_connects_to_the_address_checked_and_names_the_host(dns, settin
     assert (delivery.status, delivery.response_code) == ("delivered", 204), delivery.last_error
     assert dns["lookups"] == 1
     assert seen == [f"hooks.test:{port}"]
+
+
+@pytest.mark.parametrize("event", sorted(set(EVENTS) - set(RESOLVES)))
+def test_every_event_renders_for_alertmanager(event):
+    """A webhook in Alertmanager's format may subscribe to any event: each has an alert name
+    (``agent.unsupported`` had none, and rendering it raised)."""
+    from fleet.core.webhooks import alertmanager_body
+
+    payload = {
+        "event": event,
+        "severity": SEVERITY[event],
+        "summary": "s",
+        "subject": {},
+        "ts": "2026-12-04T00:00:00Z",
+        "state": "firing",
+    }
+    (alert,) = alertmanager_body(payload)
+    assert alert["labels"]["alertname"].startswith("Fleet")

@@ -1,4 +1,4 @@
-"""Fleet's image (deploy/container/Containerfile), as deploy/container/check.sh builds it: its
+"""Fleet's image (Dockerfile), as deploy/container/check.sh builds it: its
 ``migrate``, ``web`` and ``worker`` roles run against this machine's PostgreSQL (a scratch
 database) and Redis (db 15) with the host's network; the login page and the static files
 (collected into the image, served by WhiteNoise) answer, an agent enrols (simulated GPU) and a
@@ -15,7 +15,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.error
 import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -199,6 +201,37 @@ def test_the_image_migrates_serves_enrols_and_places(deployment: Deployment) -> 
         )
         assert status == 202, op
         wait_operation(client, op["id"])
+    except BaseException:
+        print(deployment.logs())
+        raise
+
+
+def test_the_image_runs_the_gateway_role_with_its_haproxy(deployment: Deployment) -> None:
+    """The ``gateway`` role: ``fleet_gateway`` starts the image's HAProxy as its child and keeps
+    it in step with the endpoints; with none routed yet, HAProxy itself answers on the listen
+    port with the gateway's own 404 (``endpoint.not_found``), and its Prometheus exporter."""
+    listen, metrics = free_port(), free_port()
+    deployment.docker(
+        "gateway",
+        "--listen",
+        f"127.0.0.1:{listen}",
+        "--metrics",
+        f"127.0.0.1:{metrics}",
+        detach=True,
+    )
+
+    def answer() -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{listen}/", timeout=5) as response:
+                return int(response.status), response.read()
+        except urllib.error.HTTPError as error:
+            return int(error.code), error.read()
+
+    try:
+        status, body = wait_until(answer, 60, "the gateway's HAProxy")
+        assert status == 404 and json.loads(body)["code"] == "endpoint.not_found", body
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as page:
+            assert b"haproxy_process_" in page.read()
     except BaseException:
         print(deployment.logs())
         raise

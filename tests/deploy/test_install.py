@@ -102,6 +102,8 @@ class Install:
             str(self.dir / "var"),
             "--unit-dir",
             str(self.dir / "units"),
+            "--bin-dir",
+            str(self.dir / "bin"),
             "--proxy-config",
             str(self.dir / "Caddyfile"),
             "--database",
@@ -292,14 +294,14 @@ def test_install_sh_installs_a_fleet_that_serves_enrols_and_places(install: Inst
         )
         assert "sessionid" in {c.name for c in client.jar}, "the printed admin login failed"
 
+        # The operator's manage.py: fleet-manage, as the fleet user with fleet.env.
         client.token = subprocess.run(
             [
-                "bash",
-                "-c",
-                'set -a; . "$0"; set +a; cd "$1/src"; exec "$1/venv/bin/python" '
-                "manage.py create_api_token admin --name install-test",
-                str(env_file),
-                str(install.dir / "opt"),
+                str(install.dir / "bin" / "fleet-manage"),
+                "create_api_token",
+                "admin",
+                "--name",
+                "install-test",
             ],
             capture_output=True,
             text=True,

@@ -229,7 +229,8 @@ def test_a_caller_sees_no_failed_request_while_docker_replicas_move(
     image: str,  # noqa: F811
 ) -> None:
     """The same through the Docker runtime: containers on a real Docker Engine, each replica
-    moved once to another GPU while requests flow through the gateway."""
+    moved once to another GPU, then a rolling update, while requests flow through the
+    gateway."""
     if not HAPROXY.exists():
         pytest.skip(f"{HAPROXY} is missing")
     # The team's containers get a network of their own (the restricted default): each copy's
@@ -266,13 +267,32 @@ def test_a_caller_sees_no_failed_request_while_docker_replicas_move(
                 )
                 assert status == 202, op
                 assert stack.wait_operation(op["id"], 90)["status"] == "succeeded"
+            wait_until(  # the old copies drained, stopped and gone
+                lambda: {r["gpu"] for r in replicas(stack, deployment_id)} == set(gpus[2:]),
+                30,
+                what="the old copies gone",
+            )
+            status, op = stack.request(
+                "PATCH",
+                f"/api/v1/deployments/{deployment_id}/",
+                {
+                    "workload": container_server(image, "2"),
+                    "rollout": {"max_surge": 1, "max_unavailable": 0, "min_ready_s": 1},
+                },
+            )
+            assert status == 202, op
+            done = stack.wait_operation(op["id"], 120)
+            assert done["status"] == "succeeded", str(done)[:4000]
             time.sleep(1)
         assert caller.failed == [], caller.failed
         assert caller.ok > 20, caller.ok
-        wait_until(  # the old copies drained, stopped and gone
-            lambda: {r["gpu"] for r in replicas(stack, deployment_id)} == set(gpus[2:]),
+        wait_until(  # the old version's copies drained, stopped and gone
+            lambda: (
+                sorted(r["workload"]["env"]["VERSION"] for r in replicas(stack, deployment_id))
+                == ["2", "2"]
+            ),
             30,
-            what="the old copies gone",
+            what="the old version's copies gone",
         )
     finally:
         stack.terminate("gateway-docker")

@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from fleet.core.sso.mapping import group_map_parse
-from tests.sso.slapd import GROUPS, PEOPLE, ROOT_DN, ROOT_PASSWORD, Directory, running_slapd
+from tests.sso.slapd import (
+    GROUPS,
+    PEOPLE,
+    POSIX_GROUPS,
+    ROOT_DN,
+    ROOT_PASSWORD,
+    Directory,
+    running_slapd,
+)
 
 GROUP_MAP = (
     '{"gpu-admins": "admin", "gpu-viewers": "viewer",'
@@ -32,8 +40,7 @@ def directory(tmp_path: Path) -> Iterator[Directory]:
         yield running
 
 
-@pytest.fixture
-def ldap_on(settings: Any, directory: Directory, group_map: None) -> Directory:
+def ldap_configure(settings: Any, directory: Directory, **choices: str) -> Directory:
     from fleet.core.sso.ldap_config import ldap_settings
 
     settings.FLEET_LDAP_ENABLED = True
@@ -46,7 +53,21 @@ def ldap_on(settings: Any, directory: Directory, group_map: None) -> Directory:
         bind_password=ROOT_PASSWORD,
         user_search_base=PEOPLE,
         user_filter=USER_FILTER,
-        group_search_base=GROUPS,
+        **({"group_search_base": GROUPS} | choices),
     ).items():
         setattr(settings, name, value)
     return directory
+
+
+@pytest.fixture
+def ldap_on(settings: Any, directory: Directory, group_map: None) -> Directory:
+    """LDAP sign-in, groups as groupOfNames (the default FLEET_LDAP_GROUP_TYPE)."""
+    return ldap_configure(settings, directory)
+
+
+@pytest.fixture
+def ldap_posix_on(settings: Any, directory: Directory, group_map: None) -> Directory:
+    """LDAP sign-in, groups as posixGroup (FLEET_LDAP_GROUP_TYPE=posixGroup)."""
+    return ldap_configure(
+        settings, directory, group_search_base=POSIX_GROUPS, group_type="posixGroup"
+    )

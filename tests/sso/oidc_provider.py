@@ -84,7 +84,10 @@ def sso_env(port: int) -> dict[str, str]:
 
 @contextmanager
 def running_provider(
-    state: Path, redirect_uris: list[str], port: int | None = None
+    state: Path,
+    redirect_uris: list[str],
+    port: int | None = None,
+    post_logout_redirect_uris: list[str] | None = None,
 ) -> Iterator[Provider]:
     state.mkdir(parents=True)
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -99,6 +102,7 @@ def running_provider(
         "client_id": CLIENT_ID,
         "client_secret": CLIENT_SECRET,
         "redirect_uris": redirect_uris,
+        "post_logout_redirect_uris": post_logout_redirect_uris or [],
         "users": USERS,
     }
     log = (state / "provider.log").open("w")
@@ -139,10 +143,18 @@ def _wait_until_serving(process: subprocess.Popen[bytes], issuer: str, state: Pa
     raise RuntimeError("the provider did not start in 60 s")
 
 
-def provider_sign_in(authorize_url: str, username: str, password: str, *, until: str) -> str:
+def provider_sign_in(
+    authorize_url: str,
+    username: str,
+    password: str,
+    *,
+    until: str,
+    session: requests.Session | None = None,
+) -> str:
     """Follow the provider's redirects as a browser would, signing in on its page, until one
-    leads to ``until`` (Fleet's callback); that URL (with the code) is returned."""
-    session = requests.Session()
+    leads to ``until`` (Fleet's callback); that URL (with the code) is returned. ``session``:
+    the browser's cookies at the provider (a new one by default)."""
+    session = session or requests.Session()
     url = authorize_url
     for _ in range(10):
         response = session.get(url, allow_redirects=False, timeout=10)

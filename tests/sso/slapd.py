@@ -20,6 +20,9 @@ ROOT_DN = f"cn=admin,{SUFFIX}"
 ROOT_PASSWORD = "directory-admin"
 PEOPLE = f"ou=people,{SUFFIX}"
 GROUPS = f"ou=groups,{SUFFIX}"
+# The same groups as posixGroup entries (memberUid: the members' uid; NIS, RFC 2307), for
+# FLEET_LDAP_GROUP_TYPE=posixGroup.
+POSIX_GROUPS = f"ou=posixgroups,{SUFFIX}"
 USERS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
 MEMBERS = {"gpu-admins": ["alice"], "team-search": ["alice", "bob"], "unmapped": ["carol"]}
 
@@ -27,6 +30,7 @@ CONFIG = """\
 include /etc/ldap/schema/core.schema
 include /etc/ldap/schema/cosine.schema
 include /etc/ldap/schema/inetorgperson.schema
+include /etc/ldap/schema/nis.schema
 pidfile {dir}/slapd.pid
 modulepath /usr/lib/ldap
 moduleload back_mdb
@@ -55,6 +59,10 @@ class Directory:
         members = [self.user_dn(n).encode() for n in names] or [ROOT_DN.encode()]
         self.connect().modify_s(f"cn={group},{GROUPS}", [(ldap.MOD_REPLACE, "member", members)])
 
+    def set_posix_members(self, group: str, names: list[str]) -> None:
+        members = [(ldap.MOD_REPLACE, "memberUid", [n.encode() for n in names])]
+        self.connect().modify_s(f"cn={group},{POSIX_GROUPS}", members)
+
     def set_description(self, name: str, text: str) -> None:
         self.connect().modify_s(
             self.user_dn(name), [(ldap.MOD_REPLACE, "description", [text.encode()])]
@@ -66,6 +74,7 @@ class Directory:
             (SUFFIX, {"objectClass": [b"dcObject", b"organization"], "o": [b"fleet"]}),
             (PEOPLE, {"objectClass": [b"organizationalUnit"]}),
             (GROUPS, {"objectClass": [b"organizationalUnit"]}),
+            (POSIX_GROUPS, {"objectClass": [b"organizationalUnit"]}),
         ]
         for name, password in USERS.items():
             entries.append(
@@ -90,6 +99,18 @@ class Directory:
                         "objectClass": [b"groupOfNames"],
                         "cn": [group.encode()],
                         "member": [self.user_dn(n).encode() for n in names],
+                    },
+                )
+            )
+        for gid, (group, names) in enumerate(MEMBERS.items(), start=20000):
+            entries.append(
+                (
+                    f"cn={group},{POSIX_GROUPS}",
+                    {
+                        "objectClass": [b"posixGroup"],
+                        "cn": [group.encode()],
+                        "gidNumber": [str(gid).encode()],
+                        "memberUid": [n.encode() for n in names],
                     },
                 )
             )

@@ -58,6 +58,23 @@ def test_a_group_removed_in_the_directory_removes_the_right_at_the_next_sign_in(
     assert team_roles("alice") == {}
 
 
+def test_posix_groups_map_to_roles_and_a_removed_member_loses_the_right(ldap_posix_on):
+    # FLEET_LDAP_GROUP_TYPE=posixGroup: membership is memberUid (the uid, not the DN).
+    sign_in("alice", "alice-pw")
+    assert role_of(user("alice")) == Role.ADMIN
+    assert team_roles("alice") == {"search": "operator"}
+    assert sorted(SsoIdentity.objects.get(user__username="alice").groups) == [
+        "gpu-admins",
+        "team-search",
+    ]
+
+    ldap_posix_on.set_posix_members("gpu-admins", [])
+    sign_in("alice", "alice-pw")
+
+    assert role_of(user("alice")) == Role.MEMBER  # a team role only
+    assert team_roles("alice") == {"search": "operator"}
+
+
 def test_a_wrong_directory_password_does_not_sign_in(ldap_on):
     response = Client().post("/login/", {"username": "alice", "password": "nope"})
     assert response.status_code == 200

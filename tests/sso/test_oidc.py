@@ -8,8 +8,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import requests
 from django.contrib.auth import get_user_model
 from django.test import Client
 
@@ -29,12 +31,17 @@ from tests.sso.oidc_provider import (
 # One worker runs them all under xdist: one provider process, started once.
 pytestmark = [pytest.mark.django_db, pytest.mark.xdist_group("sso-provider")]
 CALLBACK = "http://testserver/oidc/callback/"
+SIGNED_OUT = "http://testserver/login/"
 LOGOUT_EVENT = {"http://schemas.openid.net/event/backchannel-logout": {}}
 
 
 @pytest.fixture(scope="module")
 def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provider]:
-    with running_provider(tmp_path_factory.mktemp("idp") / "state", [CALLBACK]) as running:
+    with running_provider(
+        tmp_path_factory.mktemp("idp") / "state",
+        [CALLBACK],
+        post_logout_redirect_uris=[SIGNED_OUT],
+    ) as running:
         yield running
 
 
@@ -53,12 +60,12 @@ def oidc_on(settings: Any, provider: Provider, group_map: None) -> Iterator[Prov
         provider.set_groups(name, spec["groups"])
 
 
-def oidc_sign_in(username: str) -> tuple[Client, Any]:
+def oidc_sign_in(username: str, browser: requests.Session | None = None) -> tuple[Client, Any]:
     client = Client()
     start = client.get("/oidc/authenticate/")
     assert start.status_code == 302, start.content[:300]
     back = provider_sign_in(
-        start["Location"], username, USERS[username]["password"], until=CALLBACK
+        start["Location"], username, USERS[username]["password"], until=CALLBACK, session=browser
     )
     return client, client.get(back.removeprefix("http://testserver"))
 
@@ -206,3 +213,48 @@ def _other_key() -> bytes:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
+
+
+def test_signing_out_of_fleet_ends_the_session_at_the_provider_too(oidc_on):
+    browser = requests.Session()  # the browser's cookies at the provider
+    client, signed_in = oidc_sign_in("dana", browser)
+    assert signed_in.status_code == 302 and client.get("/").status_code == 200
+    id_token = client.session["oidc_id_token"]
+
+    out = client.post("/logout/")
+
+    # Fleet's session is over, and the browser goes on to the provider's end_session_endpoint.
+    assert client.get("/").status_code == 302
+    assert out.status_code == 302
+    at_provider = urlsplit(out["Location"])
+    assert out["Location"].startswith(f"{oidc_on.issuer}/logout/"), out["Location"]
+    query = parse_qs(at_provider.query)
+    assert query["id_token_hint"] == [id_token]
+    assert query["post_logout_redirect_uri"] == [SIGNED_OUT]
+    assert query["client_id"] == [CLIENT_ID]
+    # The provider accepts the hint, ends its session and sends the browser back to Fleet.
+    back = browser.get(out["Location"], allow_redirects=False, timeout=10)
+    assert back.status_code == 302, back.text[:300]
+    assert back.headers["Location"] == SIGNED_OUT
+    again = browser.get(f"{oidc_on.issuer}/authorize/?client_id={CLIENT_ID}", timeout=10)
+    assert "csrfmiddlewaretoken" in again.text  # its sign-in page: no session there any more
+
+
+def test_sign_out_stays_at_fleet_when_provider_logout_is_off_or_the_sign_in_was_local(
+    settings, oidc_on, make_user
+):
+    settings.FLEET_OIDC_PROVIDER_LOGOUT = False
+    client, _ = oidc_sign_in("dana")
+    out = client.post("/logout/")
+    assert (out.status_code, out["Location"]) == (302, "/login/")
+
+    settings.FLEET_OIDC_PROVIDER_LOGOUT = True
+    local = make_user("viewer", "dave")
+    local.set_password("local-pw-123")
+    local.save()
+    client = Client()
+    assert (
+        client.post("/login/", {"username": "dave", "password": "local-pw-123"}).status_code == 302
+    )
+    out = client.post("/logout/")
+    assert (out.status_code, out["Location"]) == (302, "/login/")

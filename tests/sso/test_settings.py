@@ -49,6 +49,14 @@ def test_sso_is_off_by_default_and_a_bad_group_map_stops_the_start(tmp_path):
         ({"FLEET_LOCAL_LOGIN": "off"}, "needs FLEET_BREAK_GLASS_USER"),
         ({"FLEET_OIDC_ISSUER": "https://id.example.com"}, "set FLEET_OIDC_CLIENT_ID"),
         ({"FLEET_LDAP_SERVER_URI": "ldap://ldap.example.com"}, "FLEET_LDAP_USER_SEARCH_BASE"),
+        (
+            {
+                "FLEET_LDAP_SERVER_URI": "ldap://ldap.example.com",
+                "FLEET_LDAP_USER_SEARCH_BASE": "ou=people,dc=example,dc=com",
+                "FLEET_LDAP_GROUP_TYPE": "posix",
+            },
+            "FLEET_LDAP_GROUP_TYPE must be one of groupOfNames, .*posixGroup",
+        ),
     ],
 )
 def test_a_half_configured_sign_in_stops_the_start_with_its_reason(monkeypatch, env, reason):

@@ -232,9 +232,13 @@ def test_any_role_gets_a_labelled_logs_panel_listing_the_placed_replicas(viewer_
     panel = re.search(r'<details id="dep-logs".*?</details>', html, re.S).group(0)
     assert '<label for="logs-replica">Replica</label>' in panel
     assert '<button type="button" class="btn small" id="logs-refresh">Refresh</button>' in panel
+    # Follow and Wrap are on by default; search and download are labelled controls.
     assert re.search(
-        r'<label[^>]*for="logs-follow"><input type="checkbox" id="logs-follow">', panel
+        r'<label[^>]*for="logs-follow"><input type="checkbox" id="logs-follow" checked>', panel
     )
+    assert re.search(r'<input type="checkbox" id="logs-wrap" checked>', panel)
+    assert '<label for="logs-search">Search</label>' in panel
+    assert 'id="logs-download">Download .txt</button>' in panel
     assert re.search(r'<pre id="logs-output"[^>]*aria-live="polite"', panel)
     options = re.findall(r'<option value="(\d+)">([^<]*)</option>', panel)
     allocations = Allocation.objects.filter(deployment=deployment).order_by("replica")

@@ -19,11 +19,13 @@ from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.moves import allocation_move
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.models import Operation
+from fleet.core.teams import team_create, team_quota_set
 from fleet.inventory.models import Gpu, Host
 from fleet.inventory.services import host_create
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from fleet.workflows.defrag import deployment_defrag_apply
+from fleet.workflows.reclaim import reclaim_start
 from fleet.workflows.repack import capacity_repack_apply
 from tests.agent_sim import SimAgent
 
@@ -73,6 +75,25 @@ def defrag_world(capture) -> World:
         name="big", request=DeploymentRequest(kind="mig", profile="4g.40gb"), replicas=1
     )
     return World(lambda: deployment_defrag_apply(deployment_id=big.pk), sync)
+
+
+def reclaim_world(capture) -> World:
+    """Two H100s with a borrowed small replica of *search* each; *ads*'s deserved share waits
+    for a 4g.40gb, which fits only once one of them moves."""
+    _, sync, small = _host_with_small_replicas(capture, 2)
+    search = team_create(name="search")
+    team_quota_set(team_id=search.pk, quota={"limit": {"mig_compute_slices": 14}})
+    Deployment.objects.filter(pk=small.pk).update(team=search)
+    Allocation.objects.filter(deployment=small).update(borrowed=True)
+    ads = team_create(name="ads")
+    team_quota_set(team_id=ads.pk, quota={"mig_compute_slices": 4})
+    big = deployment_create(
+        name="big",
+        request=DeploymentRequest(kind="mig", profile="4g.40gb"),
+        replicas=1,
+        team_id=ads.pk,
+    )
+    return World(lambda: reclaim_start(deployment_id=big.pk), sync)
 
 
 def repack_world(capture) -> World:
@@ -196,4 +217,5 @@ SCENARIOS: dict[str, Callable[..., World]] = {
     "drain": drain_world,
     "move": move_world,
     "repack": repack_world,
+    "reclaim": reclaim_world,
 }

@@ -31,9 +31,16 @@ def test_every_long_running_kind_is_an_operation_kind_and_registered_once():
     kinds = [entry.kind for entry in registry.REGISTRY]
     assert len(kinds) == len(set(kinds))
     assert set(kinds) <= set(OperationKind.values)
-    assert {"move", "drain", "rollout", "defrag", "repack", "drain_host", "layout_rollout"} == set(
-        kinds
-    )
+    assert {
+        "move",
+        "drain",
+        "rollout",
+        "defrag",
+        "repack",
+        "drain_host",
+        "layout_rollout",
+        "reclaim",
+    } == set(kinds)
 
 
 def test_the_beat_sweep_advances_every_running_operation_of_every_kind(monkeypatch):

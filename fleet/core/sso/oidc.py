@@ -24,11 +24,13 @@ from django.core.exceptions import ImproperlyConfigured, SuspiciousOperation
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
 from django.views.generic import View
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 from requests import RequestException
+from requests.models import PreparedRequest
 
 from fleet.core.models import SsoIdentity, SsoSource
 from fleet.core.sso import discovery
@@ -132,6 +134,33 @@ class OidcBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
             user.save(update_fields=["email"])
         sso_user_sync(user=user, source=SsoSource.OIDC, subject=subject, groups=groups_of(claims))
         return user
+
+
+def provider_logout_url(request: HttpRequest) -> str | None:
+    """Where to send a browser signing out of Fleet so that the provider's session ends too
+    (OpenID Connect RP-Initiated Logout 1.0): its ``end_session_endpoint`` with this session's ID
+    token as ``id_token_hint`` and Fleet's sign-in page as ``post_logout_redirect_uri`` (to be
+    registered with the provider). ``None`` when the session did not come from an OIDC sign-in,
+    when ``FLEET_OIDC_PROVIDER_LOGOUT`` is off, or when the provider publishes no such endpoint
+    or cannot be reached: then only Fleet's session ends. Read before the session is flushed."""
+    id_token = request.session.get("oidc_id_token")
+    if not (settings.FLEET_OIDC_ENABLED and settings.FLEET_OIDC_PROVIDER_LOGOUT and id_token):
+        return None
+    try:
+        end_session = discovery.endpoint("end_session_endpoint")
+    except ImproperlyConfigured as error:
+        logger.info("OIDC sign-out at the provider skipped: %s", error)
+        return None
+    prepared = PreparedRequest()
+    prepared.prepare_url(
+        end_session,
+        {
+            "id_token_hint": id_token,
+            "client_id": settings.OIDC_RP_CLIENT_ID,
+            "post_logout_redirect_uri": request.build_absolute_uri(reverse("web:login")),
+        },
+    )
+    return str(prepared.url)
 
 
 def _enabled() -> None:

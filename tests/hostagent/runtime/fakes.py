@@ -77,7 +77,10 @@ class FakeRuntime:
     def maintain(self) -> None:
         pass
 
-    def logs(self, allocation_id: int, tail: int) -> Output:
+    def capture(self) -> None:
+        pass
+
+    def logs(self, allocation_id: int, tail: int, *, before: int | None = None) -> Output:
         with self.lock:
             lines = self.output.get(allocation_id)
         if lines is None:

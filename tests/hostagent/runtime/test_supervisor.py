@@ -293,7 +293,7 @@ def test_a_runtime_failing_to_read_costs_only_that_answer(supervisor, runtime, m
     s = supervisor()
     s.place("GPU-1", [spec(4)])
 
-    def broken(allocation_id: int, tail: int) -> None:
+    def broken(allocation_id: int, tail: int, *, before: int | None = None) -> None:
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(runtime, "logs", broken)

@@ -45,6 +45,7 @@ def _populate(config: dict) -> None:
         client_type=Application.CLIENT_CONFIDENTIAL,
         authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE,
         redirect_uris=" ".join(config["redirect_uris"]),
+        post_logout_redirect_uris=" ".join(config.get("post_logout_redirect_uris", [])),
         skip_authorization=True,
         algorithm=Application.RS256_ALGORITHM,
     )

@@ -47,6 +47,10 @@ OAUTH2_PROVIDER = {
     "OIDC_ISS_ENDPOINT": ISSUER,
     "OIDC_RSA_PRIVATE_KEY": (STATE / "rsa.pem").read_text(),
     "OAUTH2_VALIDATOR_CLASS": "tests.sso.provider.validator.GroupsValidator",
+    # RP-initiated logout (end_session_endpoint in discovery): with a valid id_token_hint of the
+    # signed-in user, it signs out without asking and returns to a registered URI.
+    "OIDC_RP_INITIATED_LOGOUT_ENABLED": True,
+    "OIDC_RP_INITIATED_LOGOUT_ALWAYS_PROMPT": False,
     "SCOPES": {
         "openid": "OpenID Connect",
         "email": "E-mail",

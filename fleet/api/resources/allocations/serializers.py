@@ -188,6 +188,16 @@ class LogsQuerySerializer(serializers.Serializer[Any]):
     tail = serializers.IntegerField(
         min_value=1, max_value=protocol.MAX_LOG_LINES, default=protocol.DEFAULT_LOG_LINES
     )
+    before = serializers.IntegerField(min_value=1, max_value=protocol.MAX_LOG_SEQ, default=None)
+    q = serializers.CharField(
+        max_length=protocol.MAX_LOG_QUERY, allow_blank=True, trim_whitespace=False, default=""
+    )
+    download = serializers.BooleanField(default=False)
+
+    def validate_q(self, value: str) -> str:
+        if "\0" in value:
+            raise serializers.ValidationError("A search cannot contain a NUL character.")
+        return value
 
 
 class LogsSerializer(serializers.Serializer[Any]):
@@ -203,4 +213,20 @@ class LogsSerializer(serializers.Serializer[Any]):
         allow_null=True,
         help_text="Why the agent has no lines (no output yet, the replica is not on its host), "
         "else null.",
+    )
+    timestamps = serializers.ListField(
+        child=serializers.DateTimeField(allow_null=True),
+        help_text="When the agent captured each line (one per line, ISO 8601, UTC); null where "
+        "not known: lines the agent found already written, or an agent of an older release.",
+    )
+    cursors = serializers.ListField(
+        child=serializers.IntegerField(),
+        allow_null=True,
+        help_text="Each line's cursor (one per line, increasing): pass the first as `before` "
+        "for the lines older than these. Null when this output cannot be paged (a container's, "
+        "or an older agent's).",
+    )
+    older_gone = serializers.BooleanField(
+        help_text="Older output existed but the agent no longer keeps it (its ring holds the "
+        "newest 20,000 lines, 2 MiB): no `before` reaches it."
     )

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+from django.http import HttpResponse
+from django.http.response import HttpResponseBase
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.decorators import action, api_view
@@ -94,7 +98,25 @@ class AllocationViewSet(ReadViewSet[Allocation]):
                 f"Lines wanted, newest last (default {protocol.DEFAULT_LOG_LINES}, "
                 f"at most {protocol.MAX_LOG_LINES})."
             ),
-        )
+        ),
+        OpenApiParameter(
+            "before",
+            int,
+            description="Only lines older than this cursor (the first of `cursors` of an "
+            "earlier answer): older lines on demand, `tail` at a time.",
+        ),
+        OpenApiParameter(
+            "q",
+            str,
+            description=f"Only lines containing this text, compared without case (at most "
+            f"{protocol.MAX_LOG_QUERY} characters): the agent searches all the output it keeps.",
+        ),
+        OpenApiParameter(
+            "download",
+            bool,
+            description="`true`: the same lines as a `text/plain` attachment, one a line, each "
+            "after its time (ISO 8601) where known.",
+        ),
     ],
     responses={
         200: LogsSerializer,
@@ -105,22 +127,50 @@ class AllocationViewSet(ReadViewSet[Allocation]):
             404,
             described={
                 409: "`logs.agent_unreachable`: the host's agent has no open WebSocket "
-                "(offline, or on the REST transport)",
+                "(offline, or on the REST transport); `logs.no_older`: `before` was given for "
+                "output that cannot be paged (a container's, or an older agent's)",
                 504: f"`logs.timeout`: the agent did not answer within {WAIT_S:g} s",
             },
         ),
     },
     description=(
         "The last lines of one replica's output (its container's or process's stdout and "
-        "stderr), fetched from the agent of its host while you wait (a few seconds at most). "
-        "Its team's members and fleet viewers and up read them; another team's member gets "
-        "403 `auth.forbidden`."
+        "stderr) with the time the agent captured each, fetched from the agent of its host "
+        "while you wait (a few seconds at most). Older lines come with `before`, a search with "
+        "`q`, a text file with `download=true`. Its team's members and fleet viewers and up "
+        "read them; another team's member gets 403 `auth.forbidden`."
     ),
 )
 @api_view(["GET"])
-def allocation_logs(request: Request, pk: int) -> Response:
+def allocation_logs(request: Request, pk: int) -> HttpResponseBase:
     query = LogsQuerySerializer(data=request.query_params)
     query.is_valid(raise_exception=True)
+    wanted = query.validated_data
     authorize_replica_read(request.user, pk)
-    logs = replica_logs(allocation_id=pk, tail=query.validated_data["tail"])
-    return Response({"lines": logs.lines, "truncated": logs.truncated, "error": logs.error})
+    logs = replica_logs(
+        allocation_id=pk, tail=wanted["tail"], before=wanted["before"], q=wanted["q"] or None
+    )
+    times = [None if ts is None else _iso(ts) for ts in logs.stamps]
+    if wanted["download"]:
+        text = "".join(
+            f"{line}\n" if ts is None else f"{ts} {line}\n"
+            for ts, line in zip(times, logs.lines, strict=True)
+        )
+        response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="replica-{int(pk)}-logs.txt"'
+        return response
+    return Response(
+        {
+            "lines": logs.lines,
+            "truncated": logs.truncated,
+            "error": logs.error,
+            "timestamps": times,
+            "cursors": logs.seqs,
+            "older_gone": logs.gone,
+        }
+    )
+
+
+def _iso(ts: float) -> str:
+    """Unix seconds as ISO 8601 in UTC, to the millisecond (``2026-12-04T15:40:42.123Z``)."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,9 +1,10 @@
-# Fleet's server image: one image, four roles chosen by its command (deploy/container/entrypoint):
+# Fleet's server image: one image, its role chosen by its command (deploy/container/entrypoint):
 #   web (daphne on $FLEET_PORT, 8000), worker (Celery), beat (Celery beat, exactly one),
-#   migrate (migrations; run it once before the others after an upgrade), manage ARGS...
+#   migrate (migrations; run it once before the others after an upgrade), gateway (the
+#   endpoints' HAProxy, started as its child and kept in step: docs/endpoints.md), manage ARGS...
 # Settings come from the environment (docs/install.md: FLEET_MODE=production, FLEET_SECRET_KEY,
 # FLEET_SECRETS_KEY, FLEET_DATABASE_URL, FLEET_REDIS_URL, FLEET_ALLOWED_HOSTS ...).
-#   docker build -f deploy/container/Containerfile -t fleet .
+#   docker build -t fleet .          (deploy/compose/compose.yaml runs every role)
 # The base is an argument: Python 3.11+ with venv (CI builds one from Debian's packages with
 # debootstrap, as it cannot pull images: deploy/container/check.sh).
 ARG BASE=python:3.12-slim-bookworm
@@ -27,6 +28,11 @@ RUN python3 -m venv /opt/fleet/venv \
        /opt/fleet/venv/bin/django-admin collectstatic --noinput -v0
 
 FROM ${BASE}
+# HAProxy for the gateway role (Debian's package; its service is not started in a container).
+RUN apt-get update -qq \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends haproxy \
+       >/dev/null \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
 RUN (getent group fleet || groupadd --system --gid 10001 fleet) \
     && (id fleet || useradd --system --uid 10001 --gid fleet --home-dir /var/lib/fleet \
         --shell /usr/sbin/nologin fleet) \
@@ -43,6 +49,7 @@ ENV PATH=/opt/fleet/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/
     FLEET_DATA_DIR=/var/lib/fleet
 USER fleet:fleet
 WORKDIR /var/lib/fleet
-EXPOSE 8000
+# web: 8000; gateway: 8080 (its --listen).
+EXPOSE 8000 8080
 ENTRYPOINT ["/usr/local/bin/fleet-container"]
 CMD ["web"]

@@ -1,0 +1,113 @@
+"""What a reclaim reads: the borrowed replicas of other teams it may move or stop, whether a
+deployment's next replica is entitled to reclaim (within its team's deserved share), the plan
+(:func:`fleet.placement.reclaim.reclaim_plan`) on the fleet as it is. The claims of the
+reclaims in progress are :mod:`fleet.allocations.claims`.
+
+Read-only. The preview (:mod:`fleet.sharing.reclaim`) and the reclaim workflow
+(:mod:`fleet.workflows.reclaim`) both plan through :func:`reclaim_plan_of`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.utils import timezone
+
+from fleet.allocations.holdings import sharing_of, team_usage
+from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
+from fleet.allocations.rankings import placed_demands, placed_requests
+from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_request
+from fleet.core.models import Operation, OperationKind
+from fleet.core.priorities import NO_PRIORITY, effective_priority, priority_values
+from fleet.placement.quota import Usage, replica_demand
+from fleet.placement.reclaim import Borrowed, ReclaimPlan, reclaim_plan
+from fleet.placement.sharing import sharing_verdict
+
+NOT_ENTITLED = "reclaim.not_entitled"
+_PLACED = (AllocationState.PENDING, AllocationState.ACTIVE)
+
+
+@dataclass(frozen=True)
+class Preview:
+    """The plan, the borrowed allocations it names (by planner key), and why none when so."""
+
+    plan: ReclaimPlan
+    allocations: dict[tuple[str, int], Allocation]
+    code: str = ""
+
+
+def allocation_key(allocation: Allocation) -> tuple[str, int]:
+    """How the planner names the replica (:class:`fleet.placement.defrag.Move`)."""
+    if allocation.kind == RequestKind.MIG:
+        return ("mig", allocation.partition_id)
+    if allocation.kind == RequestKind.MPS:
+        return ("mps", allocation.pk)
+    return ("gpu", allocation.gpu_id)
+
+
+def borrowed_of_others(team_id: int) -> tuple[list[Borrowed], dict[tuple[str, int], Allocation]]:
+    """Other teams' borrowed allocations in place, as the planner sees them. A replica in the
+    middle of a move (either copy) is left out: its move decides where it ends up."""
+    values = priority_values()
+    rows = (
+        Allocation.objects.placed()
+        .filter(borrowed=True, replaces__isnull=True)
+        .exclude(successor__state__in=_PLACED)
+        .exclude(deployment__team_id=team_id)
+        .select_related("deployment__team")
+    )
+    found, by_key = [], {}
+    for a in rows:
+        d = a.deployment
+        value = values.get(effective_priority(d.priority, d.team.default_priority), NO_PRIORITY)
+        started = a.started_at or a.created_at
+        key = allocation_key(a)
+        found.append(Borrowed(key, a.gpu_id, value, started.timestamp()))
+        by_key[key] = a
+    return found, by_key
+
+
+def entitled(deployment: Deployment) -> bool:
+    """Whether the deployment's next replica is within its team's deserved share (only such a
+    replica reclaims)."""
+    sharing = sharing_of(deployment.team)
+    demand = replica_demand(placement_request(deployment))
+    verdict = sharing_verdict(sharing, team_usage(deployment.team_id), demand, Usage(), Usage())
+    return bool(sharing.deserved.bounded and verdict.allowed and not verdict.borrowed)
+
+
+def reclaim_plan_of(deployment: Deployment) -> Preview:
+    """What a reclaim would do now for the deployment's next replica (read-only)."""
+    if not entitled(deployment):
+        none = ReclaimPlan(
+            "none",
+            reason="Only a replica within its team's deserved share reclaims; this one is not.",
+        )
+        return Preview(none, {}, NOT_ENTITLED)
+    borrowed, by_key = borrowed_of_others(deployment.team_id)
+    plan = reclaim_plan(
+        fleet_snapshot(),
+        placement_request(deployment),
+        borrowed=borrowed,
+        now_s=timezone.now().timestamp(),
+        min_runtime_s=float(settings.FLEET_RECLAIM_MIN_RUNTIME_S),
+        demand=placement_demand(deployment),
+        requests=placed_requests(),
+        demands=placed_demands(),
+    )
+    return Preview(plan, by_key)
+
+
+def team_reclaims(team_id: int, limit: int = 20) -> list[Operation]:
+    """The latest reclaims that took from the team (borrower) or gave back to it (lender)."""
+    found = []
+    for operation in Operation.objects.filter(kind=OperationKind.RECLAIM).order_by("-pk")[:500]:
+        payload = operation.payload
+        teams = {payload.get("lender", {}).get("team")}
+        teams |= {b.get("team") for b in payload.get("borrowers", [])}
+        if team_id in teams:
+            found.append(operation)
+            if len(found) >= limit:
+                break
+    return found

@@ -1,0 +1,82 @@
+"""When Fleet reclaims: beat (``fleet.reclaim``, every ``FLEET_RECLAIM_EVERY_S``, 3 s) walks the
+queue in the order it is served and starts a reclaim (:func:`fleet.workflows.reclaim.reclaim_start`)
+for the first waiting replica that its team's deserved share entitles and that only moving or
+stopping other teams' borrowed replicas would place. A replica that fits now is the engine's or
+an operator's to place; a replica past its deserved share never reclaims.
+
+One reclaim runs at a time, fleet-wide: each plans on the fleet as the one before it left it, and
+two never count on the same freed capacity. Starting is serialised (a PostgreSQL advisory lock,
+taken before any row lock; SQLite serialises writers): two sweeps at once start one reclaim. A
+claimant whose reclaim failed is left alone for ``FLEET_RECLAIM_RETRY_S`` (60 s).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from fleet.allocations.models import Allocation
+from fleet.allocations.reclaims import entitled
+from fleet.core.errors import ServiceError
+from fleet.core.models import Operation, OperationKind, OperationStatus
+from fleet.core.operations import RUNNING
+from fleet.placement.fairshare import queue_order
+from fleet.sharing.queue import current_shares, waiting_replicas
+from fleet.workflows.reclaim import reclaim_start
+
+ADVISORY_KEY = 0x5EC1A1
+"""The advisory lock that serialises starting reclaims (PostgreSQL)."""
+MAX_TRIED = 20
+"""Entitled deployments one sweep plans for at most (each plan runs the move planner)."""
+
+
+def _serialise() -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_KEY])
+
+
+def _recently_failed() -> set[int]:
+    since = timezone.now() - timedelta(seconds=float(settings.FLEET_RECLAIM_RETRY_S))
+    return set(
+        Operation.objects.filter(
+            kind=OperationKind.RECLAIM,
+            status__in=(OperationStatus.FAILED, OperationStatus.EXPIRED),
+            finished_at__gte=since,
+        )
+        .exclude(deployment=None)
+        .values_list("deployment_id", flat=True)
+    )
+
+
+def reclaims_start() -> list[int]:
+    """Start the next reclaim, if one is needed and none runs; returns the operations started."""
+    if not Allocation.objects.placed().filter(borrowed=True).exists():
+        return []  # nothing borrowed: nothing to reclaim (one query on most beats)
+    with transaction.atomic():
+        _serialise()
+        if Operation.objects.filter(kind=OperationKind.RECLAIM, status__in=RUNNING).exists():
+            return []
+        waiting, deployments = waiting_replicas()
+        if not waiting:
+            return []
+        skipped = _recently_failed()
+        tried: set[int] = set()
+        for queued in queue_order(waiting, current_shares()):
+            deployment = deployments[queued.waiting.deployment_id]
+            if deployment.pk in tried or deployment.pk in skipped:
+                continue
+            tried.add(deployment.pk)
+            if len(tried) > MAX_TRIED:
+                break
+            if not deployment.team.has_quota or not entitled(deployment):
+                continue
+            try:
+                with transaction.atomic():
+                    return [reclaim_start(deployment_id=deployment.pk).pk]
+            except ServiceError:  # fits now, or no net gain: the next one in the queue
+                continue
+    return []

@@ -1,0 +1,290 @@
+"""The reclaim carried out: moves first (make before break), stops only if still needed, then the
+claimant placed; no net gain touches nothing; a stopped replica's deployment is claimed off the
+GPUs it left while the reclaim runs (no cycling); every reclaim is an operation with webhooks."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.agents.delivery import agent_ack
+from fleet.agents.discovery import agent_hello
+from fleet.agents.documents import host_desired_state
+from fleet.agents.enrollment import host_issue_token
+from fleet.allocations.autoplace import deployment_autoplace
+from fleet.allocations.models import Allocation, Deployment
+from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
+from fleet.core.alerts import RECLAIM_FINISHED, RECLAIM_STARTED
+from fleet.core.errors import Conflict, RuleViolation
+from fleet.core.models import AlertDelivery, Operation, OperationKind
+from fleet.core.operations import operation_record
+from fleet.core.teams import team_create, team_quota_set
+from fleet.inventory.models import Gpu, Host
+from fleet.inventory.services import host_create
+from fleet.partitioning.models import Partition
+from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
+from fleet.sharing.reclaiming import reclaims_start
+from fleet.workflows.reclaim import reclaim_advance, reclaim_start
+from tests.agent_sim import SimAgent
+from tests.factories import GpuFactory, HostFactory, webhook
+from tests.helpers import snapshot_rows
+
+pytestmark = pytest.mark.django_db
+
+WHOLE = DeploymentRequest(kind="gpu", gpu_count=1)
+
+
+@pytest.fixture
+def lent_mig(django_capture_on_commit_callbacks, settings):
+    """Two H100s, each with a borrowed 1g.10gb replica of *search* at start 0; *ads* (deserved 4
+    compute slices) waits for a 4g.40gb, which fits on neither until one of them moves."""
+    settings.FLEET_RECLAIM_MIN_RUNTIME_S = 0
+    host, _ = host_create(name="node")
+    host_issue_token(host)
+    agent = SimAgent(["h100-sxm5-80gb", "h100-sxm5-80gb"])
+    Host.objects.filter(pk=host.pk).update(hostname="sim-0", status="ready")
+    agent_hello(host=host, hello=agent.hello())
+    gpus = list(Gpu.objects.filter(host=host).order_by("index"))
+    for gpu in gpus:
+        gpu_set_layout(
+            gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("1g.10gb", 0),))
+        )
+    search = team_create(name="search")
+    team_quota_set(team_id=search.pk, quota={"limit": {"mig_compute_slices": 14}})
+    small = deployment_create(
+        name="small",
+        request=DeploymentRequest(kind="mig", profile="1g.10gb"),
+        replicas=2,
+        team_id=search.pk,
+    )
+    for gpu in gpus:
+        deployment_place(deployment_id=small.pk, partition_id=Partition.objects.get(gpu=gpu).pk)
+    ads = team_create(name="ads")
+    team_quota_set(team_id=ads.pk, quota={"mig_compute_slices": 4})
+    big = deployment_create(
+        name="big",
+        request=DeploymentRequest(kind="mig", profile="4g.40gb"),
+        replicas=1,
+        team_id=ads.pk,
+    )
+
+    def sync():
+        with django_capture_on_commit_callbacks(execute=True):
+            agent_ack(host=host, ack=agent.apply(host_desired_state(Host.objects.get(pk=host.pk))))
+
+    sync()
+    return {"small": small, "big": big, "search": search, "ads": ads, "sync": sync}
+
+
+@pytest.fixture
+def lent_whole(settings):
+    """Two whole GPUs, both held by *search*: one guaranteed, one borrowed; *ads* (deserved 1)
+    waits for one."""
+    settings.FLEET_RECLAIM_MIN_RUNTIME_S = 0
+    host = HostFactory()
+    gpus = [GpuFactory(host=host) for _ in range(2)]
+    for gpu in gpus:
+        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
+    search = team_create(name="search")
+    team_quota_set(team_id=search.pk, quota={"gpus": 1, "limit": {"gpus": 2}})
+    train = deployment_create(name="train", request=WHOLE, replicas=2, team_id=search.pk)
+    for gpu in gpus:
+        deployment_place(deployment_id=train.pk, gpu_id=gpu.pk)
+    ads = team_create(name="ads")
+    team_quota_set(team_id=ads.pk, quota={"gpus": 1})
+    serve = deployment_create(name="serve", request=WHOLE, replicas=1, team_id=ads.pk)
+    return {
+        "serve": serve,
+        "train": train,
+        "ads": ads,
+        "search": search,
+        "borrowed": Allocation.objects.get(borrowed=True),
+    }
+
+
+def _run(operation, sync=None, rounds=8):
+    for _ in range(rounds):
+        if sync is not None:
+            sync()
+        reclaim_advance(operation_id=operation.pk)
+        operation.refresh_from_db()
+        if operation.status != "dispatched":
+            break
+    return operation
+
+
+def test_a_reclaim_moves_a_borrowed_replica_and_stops_nobody(lent_mig):
+    webhook("https://hooks.example/r", [RECLAIM_STARTED, RECLAIM_FINISHED])
+    started = reclaims_start()
+    assert len(started) == 1
+    operation = Operation.objects.get(pk=started[0])
+    assert operation.kind == OperationKind.RECLAIM
+    payload = operation.payload
+    assert payload["action"] == "move" and payload["planned_stops"] == []
+    assert payload["lender"]["name"] == "ads"
+    assert [b["name"] for b in payload["borrowers"]] == ["search"]
+    assert next(s["name"] for s in payload["plan"] if s["kind"] == "move").startswith("small[")
+    assert "no smaller set" in payload["bound"]
+    operation = _run(operation, lent_mig["sync"])
+    assert operation.status == "succeeded", operation.payload["log"]
+    assert operation.result["moved"] == 1 and operation.result["stopped"] == []
+    placed = Allocation.objects.get(deployment=lent_mig["big"])
+    assert placed.partition.profile_name == "4g.40gb" and not placed.borrowed
+    # The borrower kept both its running replicas, still borrowed.
+    small = Allocation.objects.placed().filter(deployment=lent_mig["small"])
+    assert small.count() == 2 and all(a.borrowed for a in small)
+    events = list(AlertDelivery.objects.order_by("pk").values_list("event", flat=True))
+    assert events == [RECLAIM_STARTED, RECLAIM_FINISHED]
+    finished = AlertDelivery.objects.get(event=RECLAIM_FINISHED).payload["subject"]
+    assert finished["lender"]["name"] == "ads" and finished["stops"] == []
+
+
+def test_a_reclaim_stops_a_borrowed_replica_only_when_no_move_would_do(lent_whole):
+    before = Operation.objects.count()
+    [pk] = reclaims_start()
+    operation = Operation.objects.get(pk=pk)
+    borrowed = lent_whole["borrowed"]
+    assert operation.payload["action"] == "stop"
+    assert [s["allocation"] for s in operation.payload["planned_stops"]] == [borrowed.pk]
+    assert "whole-GPU replicas are not moved" in operation.payload["bound"]
+    operation = _run(operation)
+    assert operation.status == "succeeded", operation.payload["log"]
+    serve = Allocation.objects.get(deployment=lent_whole["serve"])
+    assert serve.gpu_id == borrowed.gpu_id and not serve.borrowed
+    # The borrowed replica was evicted, not deleted: its deployment still wants 2, 1 waits.
+    train = lent_whole["train"]
+    train.refresh_from_db()
+    assert train.replicas == 2
+    assert Allocation.objects.placed().filter(deployment=train).count() == 1
+    evicts = Operation.objects.filter(pk__gt=before, kind="evict", deployment=train)
+    assert evicts.count() == 1
+    assert operation.payload["claims"] == [{"deployment": train.pk, "gpus": [borrowed.gpu_id]}]
+    # Nothing more to reclaim: train is past its deserved share, serve is placed.
+    assert reclaims_start() == []
+
+
+def test_no_net_gain_touches_nothing(lent_whole, settings):
+    settings.FLEET_RECLAIM_MIN_RUNTIME_S = 3600  # the borrowed replica is too young to stop
+    before = snapshot_rows()
+    assert reclaims_start() == []
+    with pytest.raises(Conflict) as refused:
+        reclaim_start(deployment_id=lent_whole["serve"].pk)
+    assert refused.value.code == "reclaim.no_gain"
+    assert snapshot_rows() == before
+
+
+def test_a_replica_past_its_deserved_share_never_reclaims(lent_whole):
+    with pytest.raises(Conflict) as refused:
+        reclaim_start(deployment_id=lent_whole["train"].pk)
+    assert refused.value.code == "reclaim.not_entitled"
+
+
+def test_stops_only_if_still_needed(lent_whole):
+    [pk] = reclaims_start()
+    # Capacity comes back before the reclaim's first step: nobody is stopped.
+    extra = GpuFactory(host=lent_whole["borrowed"].gpu.host)
+    gpu_set_layout(gpu_id=extra.pk, spec=LayoutSpec(mode="dedicated"))
+    operation = _run(Operation.objects.get(pk=pk))
+    assert operation.status == "succeeded", operation.payload["log"]
+    assert operation.result["stopped"] == []
+    assert Allocation.objects.get(deployment=lent_whole["serve"]).gpu_id == extra.pk
+    assert Allocation.objects.placed().filter(deployment=lent_whole["train"]).count() == 2
+    assert any("nothing stopped" in e["note"] for e in operation.payload["log"])
+
+
+def test_one_reclaim_runs_at_a_time(lent_whole):
+    [pk] = reclaims_start()
+    other = deployment_create(name="other", request=WHOLE, replicas=1, team_id=lent_whole["ads"].pk)
+    assert reclaims_start() == []
+    with pytest.raises(Conflict) as twice:
+        reclaim_start(deployment_id=lent_whole["serve"].pk)
+    assert twice.value.code == "reclaim.in_progress"
+    assert Operation.objects.filter(kind=OperationKind.RECLAIM).count() == 1
+    assert other.pk and pk
+
+
+def test_a_stopped_replica_is_not_placed_back_while_the_claim_holds(lent_whole):
+    train, borrowed = lent_whole["train"], lent_whole["borrowed"]
+    gpu = borrowed.gpu
+    Allocation.objects.filter(pk=borrowed.pk).delete()  # as if a reclaim had stopped it
+    # (nothing of ads waits now: borrowing alone would let train take the GPU back)
+    Deployment.objects.filter(pk=lent_whole["serve"].pk).update(replicas=0)
+    claim = operation_record(
+        kind=OperationKind.RECLAIM,
+        summary="a reclaim in progress",
+        status="dispatched",
+        payload={"claims": [{"deployment": train.pk, "gpus": [gpu.pk]}]},
+    )
+    before = snapshot_rows()
+    with pytest.raises(RuleViolation) as refused:
+        deployment_place(deployment_id=train.pk, gpu_id=gpu.pk)
+    assert refused.value.code == "reclaim.claimed"
+    with pytest.raises(RuleViolation) as auto:
+        deployment_autoplace(deployment_id=train.pk, limit=1)
+    assert "reclaim.claimed" in {v["code"] for v in auto.value.details["violations"]}
+    assert snapshot_rows() == before
+    Operation.objects.filter(pk=claim.pk).update(status="succeeded")
+    deployment_place(deployment_id=train.pk, gpu_id=gpu.pk)  # the claim no longer holds
+
+
+def test_the_team_pages_show_the_reclaim(lent_whole, admin_user, client):
+    [pk] = reclaims_start()
+    _run(Operation.objects.get(pk=pk))
+    client.force_login(admin_user)
+    for team in (lent_whole["search"], lent_whole["ads"]):
+        page = client.get(f"/teams/{team.pk}/").content.decode()
+        assert f'data-operation="{pk}"' in page and "Stopped train[" in page, team.name
+        assert "Why no fewer: 1 stop(s)" in page
+
+
+def test_a_stopped_mig_replica_leaves_its_slice_destroyed_for_the_claimant(
+    django_capture_on_commit_callbacks, settings
+):
+    """x holds ads's 4g.40gb at 0 and 3g.40gb at 4 (full); y holds ads's 3g.40gb at 0 and
+    search's borrowed 1g.10gb at 4. ads's next 3g.40gb fits only at y's back half: no move
+    makes room (x is full), so the 1g is stopped, its slice destroyed, and the 3g created
+    there."""
+    settings.FLEET_RECLAIM_MIN_RUNTIME_S = 0
+    host, _ = host_create(name="node")
+    host_issue_token(host)
+    agent = SimAgent(["h100-sxm5-80gb", "h100-sxm5-80gb"])
+    Host.objects.filter(pk=host.pk).update(hostname="sim-0", status="ready")
+    agent_hello(host=host, hello=agent.hello())
+    x, y = Gpu.objects.filter(host=host).order_by("index")
+    layouts = {
+        x.pk: (MigInstanceSpec("4g.40gb", 0), MigInstanceSpec("3g.40gb", 4)),
+        y.pk: (MigInstanceSpec("3g.40gb", 0), MigInstanceSpec("1g.10gb", 4)),
+    }
+    for gpu_id, instances in layouts.items():
+        gpu_set_layout(gpu_id=gpu_id, spec=LayoutSpec(mode="mig", instances=instances))
+    search = team_create(name="search")
+    team_quota_set(team_id=search.pk, quota={"limit": {"mig_compute_slices": 14}})
+    ads = team_create(name="ads")
+    team_quota_set(team_id=ads.pk, quota={"mig_compute_slices": 14})
+
+    def mig(name, profile, team):
+        request = DeploymentRequest(kind="mig", profile=profile)
+        return deployment_create(name=name, request=request, replicas=1, team_id=team.pk)
+
+    for partition in Partition.objects.filter(gpu__host=host, kind="mig").order_by("pk"):
+        owner = search if partition.profile_name == "1g.10gb" else ads
+        d = mig(f"{owner.name}-{partition.pk}", partition.profile_name, owner)
+        deployment_place(deployment_id=d.pk, partition_id=partition.pk)
+    lent = Allocation.objects.get(borrowed=True)
+    assert lent.gpu_id == y.pk
+    last = mig("ads-last", "3g.40gb", ads)
+
+    def sync():
+        with django_capture_on_commit_callbacks(execute=True):
+            agent_ack(host=host, ack=agent.apply(host_desired_state(Host.objects.get(pk=host.pk))))
+
+    sync()
+    [pk] = reclaims_start()
+    operation = _run(Operation.objects.get(pk=pk), sync)
+    assert operation.status == "succeeded", operation.payload["log"]
+    assert operation.payload["action"] == "stop"
+    assert [s["allocation"] for s in operation.payload["stopped"]] == [lent.pk]
+    assert operation.payload["destroy"] == [lent.partition_id]
+    assert not Partition.objects.filter(pk=lent.partition_id).exists()
+    placed = Allocation.objects.get(deployment=last)
+    assert (placed.gpu_id, placed.partition.start) == (y.pk, 4)
+    assert not Allocation.objects.filter(deployment=lent.deployment).exists()
