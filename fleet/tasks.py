@@ -121,6 +121,15 @@ def retry_replicas() -> int:
     return len(replicas_retry())
 
 
+@app.task(name="fleet.wit_refresh", ignore_result=True)
+def wit_refresh() -> int:
+    """Beat: compute and cache what would it take for every waiting replica, when the fleet
+    changed since the last run (:mod:`fleet.sharing.wit`)."""
+    from fleet.sharing.wit import wit_refresh as refresh
+
+    return refresh().computed
+
+
 @app.task(name="fleet.prune_login_failures", ignore_result=True)
 def prune_login_failures() -> int:
     """Beat: forget failed sign-ins older than FLEET_LOGIN_FAILURES_KEEP_DAYS (30 days)."""

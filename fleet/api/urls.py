@@ -24,6 +24,7 @@ from fleet.api.resources.secrets import views as secrets
 from fleet.api.resources.teams import views as teams
 from fleet.api.resources.tokens import views as tokens
 from fleet.api.resources.usage import views as usage
+from fleet.api.resources.wit import views as wit
 
 
 class CommandRouter(SimpleRouter):
@@ -71,6 +72,11 @@ urlpatterns = [
     path("mig/migparted", mig.migparted_import, name="mig-migparted"),
     path("gpus/<int:pk>/migparted", mig.migparted_export, name="gpu-migparted"),
     path("allocations/<int:pk>/logs", allocations.allocation_logs, name="allocation-logs"),
+    path(
+        "allocations/<str:id>/what-would-it-take",
+        wit.what_would_it_take,
+        name="allocation-what-would-it-take",
+    ),
     path("teams/<int:pk>/policy", policies.team_policy, name="team-policy"),
     path("teams/<int:pk>/secrets", secrets.team_secrets, name="team-secrets"),
     path("teams/<int:pk>/secrets/<str:name>", secrets.team_secret, name="team-secret"),

@@ -23,3 +23,5 @@ FLEET_FAIRSHARE_HALF_LIFE_S = env_float("FLEET_FAIRSHARE_HALF_LIFE_S", 7 * 86400
 FLEET_RECLAIM_MIN_RUNTIME_S = env_float("FLEET_RECLAIM_MIN_RUNTIME_S", 600.0)
 # A claimant whose reclaim failed is not tried again for this long (a failing move, say).
 FLEET_RECLAIM_RETRY_S = env_float("FLEET_RECLAIM_RETRY_S", 60.0)
+# What would it take? The layout advisor's limit per GPU product in the background refresh.
+FLEET_WIT_ADVICE_SECONDS = env_float("FLEET_WIT_ADVICE_SECONDS", 2.0)

@@ -90,6 +90,13 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": env_float("FLEET_RECLAIM_EVERY_S", 3.0)},
     },
     "retry-replicas": {"task": "fleet.retry_replicas", "schedule": 10.0},
+    # What would it take? for every waiting replica, recomputed when the fleet changed
+    # (fleet.sharing.wit); a run that waited past the next one is dropped.
+    "wit-refresh": {
+        "task": "fleet.wit_refresh",
+        "schedule": env_float("FLEET_WIT_REFRESH_SECONDS", 5.0),
+        "options": {"expires": env_float("FLEET_WIT_REFRESH_SECONDS", 5.0)},
+    },
     "telemetry-rollup": {"task": "fleet.telemetry_rollup", "schedule": 60.0},
     "telemetry-retention": {"task": "fleet.telemetry_retention", "schedule": 3600.0},
     "prune-login-failures": {"task": "fleet.prune_login_failures", "schedule": 3600.0},

@@ -5,6 +5,7 @@ import { api, debounce, refreshOnChanges, refreshParts, toast } from "./core.js"
 import { confirmAction } from "./confirm.js";
 import { wireLogs } from "./logs.js";
 import { placeAll, wirePlacing } from "./placing.js";
+import { loadWit } from "./wit.js";
 
 const page = /** @type {HTMLElement} */ (document.getElementById("deployment-page"));
 const deploymentId = Number(page.dataset.deployment);
@@ -44,8 +45,33 @@ const refresh = debounce(async () => {
     showGone();
     return;
   }
-  if (ok) syncLogReplicas();
+  if (ok) {
+    syncLogReplicas();
+    showWit();
+  }
 }, 250);
+
+/**
+ * "What would it take?" for the first replica the table shows without a place; the panel hides
+ * (and asks nothing) when every replica is placed.
+ */
+const witBox = document.getElementById("wit-box");
+async function showWit() {
+  const panel = document.getElementById("wit-panel");
+  if (!witBox || !panel || witBox.dataset.witState === "applying") return;
+  const row = /** @type {HTMLElement | null} */ (
+    document.querySelector('#replicas tr[data-allocation-state="unplaced"]')
+  );
+  if (!row) {
+    panel.hidden = true;
+    witBox.dataset.witState = "placed";
+    return;
+  }
+  panel.hidden = false;
+  const waiting = await loadWit(witBox, `${deploymentId}.${row.dataset.replica}`);
+  panel.hidden = !waiting;
+}
+showWit();
 
 // The gateways measure an endpoint's traffic every second, with no change event: while the page
 // is visible, its numbers are re-read every 5 s.

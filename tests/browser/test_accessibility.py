@@ -136,6 +136,22 @@ def _open_deployment(session: Session) -> None:
     session.wait_live()
 
 
+def _open_deployment_waiting(session: Session) -> None:
+    """A deployment with a waiting replica: its what-would-it-take panel drawn."""
+    status, body = session.api("GET", "/api/v1/queue/")
+    assert status == 200 and body["waiting"], "the demo fleet has a waiting replica"
+    session.page.goto(f"{session.stack.url}/deployments/{body['waiting'][0]['deployment']}/")
+    session.wait_live()
+    session.page.wait_for_selector('#wit-box[data-wit-state="ready"] .wit-plan')
+
+
+def _open_wit_dialog(session: Session) -> None:
+    _open_fleet(session)
+    _open_tray(session)
+    session.page.locator('#tray .dep [data-action="wit"]').first.click()
+    session.page.wait_for_selector("#wit-dialog[open] .wit-plan")
+
+
 def _open_capacity(session: Session) -> None:
     session.page.goto(session.stack.url + "/capacity/")
     session.wait_live()
@@ -212,11 +228,13 @@ PAGES: dict[str, Callable[[Session], None]] = {
     "fleet": _open_fleet,
     "fleet-new-deployment-dialog": _open_new_deployment_dialog,
     "fleet-place-dialog": _open_place_dialog,
+    "fleet-wit-dialog": _open_wit_dialog,
     "gpu": _open_gpu,
     "layout": _open_layout,
     "operations": _open_operations,
     "deployments": _open_deployments,
     "deployment": _open_deployment,
+    "deployment-what-would-it-take": _open_deployment_waiting,
     "capacity": _open_capacity,
     "capacity-repack-proposal": _open_repack_proposal,
     "fleet-highlighted": _open_fleet_highlighted,

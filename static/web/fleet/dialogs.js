@@ -9,6 +9,7 @@ import { place } from "./place.js";
 import { showPolicy } from "./policy.js";
 import { hostsBox, trayBox } from "./state.js";
 import { confirmAction } from "../confirm.js";
+import { openWitDialog } from "../wit.js";
 import { splitArgs, syncWorkload, workloadBody } from "../workload_form.js";
 
 export { splitArgs };
@@ -291,6 +292,8 @@ export function enableDialogs() {
     else if (button.dataset.action === "place-all")
       placeAll(dep, /** @type {HTMLButtonElement} */ (button));
     else if (button.dataset.action === "new-deployment") openNewDialog();
+    else if (button.dataset.action === "wit")
+      openWitDialog(`${dep.dataset.deployment}.next`, dep.dataset.name || "");
   });
   trayBox.addEventListener("keydown", (e) => {
     const target = /** @type {HTMLElement} */ (e.target);

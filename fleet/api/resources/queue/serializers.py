@@ -18,6 +18,9 @@ class ReasonSerializer(serializers.Serializer[Any]):
 
 
 class QueuedReplicaSerializer(serializers.Serializer[Any]):
+    id = serializers.CharField(
+        help_text="`DEPLOYMENT.REPLICA`: the id `GET /allocations/{id}/what-would-it-take` takes."
+    )
     position = serializers.IntegerField(help_text="1 is served first.")
     deployment = serializers.IntegerField()
     deployment_name = serializers.CharField()

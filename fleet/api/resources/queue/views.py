@@ -20,6 +20,7 @@ from fleet.sharing.reclaim import Preview, reclaim_preview
 def entry_body(entry: QueueEntry) -> dict[str, Any]:
     waiting = entry.queued.waiting
     return {
+        "id": f"{entry.deployment.pk}.{waiting.replica}",
         "position": entry.queued.position,
         "deployment": entry.deployment.pk,
         "deployment_name": entry.deployment.name,

@@ -1,0 +1,768 @@
+"""What would it take? For a waiting replica, the smallest actions that would place it, ranked
+(:func:`fleet.placement.wit.rank_plans`), each with the exact API requests that apply it.
+
+The plans, from the planners Fleet has:
+
+* ``place``: it fits now (``POST /deployments/{id}/place``);
+* ``moves``: the fewest moves of other replicas (MIG and MPS: the defrag planner, every smaller
+  set searched; whole GPUs: the repack planner, with CP-SAT's proven bound), applied by
+  ``POST /deployments/{id}/defrag`` or ``POST /capacity/repack``;
+* ``reshape``: one GPU's new MIG layout from the layout advisor (``POST /rollouts/``);
+* ``stop``: borrowed replicas of other teams stopped, as a reclaim would
+  (:func:`fleet.sharing.reclaim.reclaim_preview`; ``POST /deployments/{id}/evict`` each);
+* ``quota``: the smallest change of its team's quota, when that is what blocks it
+  (``PUT /teams/{id}/quota``); when capacity blocks it too, the capacity plans carry the change
+  first;
+* ``wait``: the earliest time it fits from what the fleet already gives back (replicas
+  stopping, the old copies of moves in flight) and layout rollouts that will place it; Fleet
+  knows no exit time of a workload, so the time is ``null`` (unknown) unless none is needed.
+
+Answers are per deployment (its waiting replicas ask for the same thing; the plans place its
+next one) and cached by the fleet's **fingerprint** (a hash of what the engine places by: the
+hosts, GPUs, partitions and allocations, the teams' quotas and the waiting replicas): any
+placement change makes a new fingerprint, so an answer for another fleet is never served. Beat
+refreshes every waiting deployment's answer (:func:`wit_refresh`); a request that misses the
+cache computes its answer at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db.models import Count, Max, Q
+from django.utils import timezone
+
+from fleet.allocations.borrowing import admission, free_capacity, others_need
+from fleet.allocations.holdings import sharing_of, team_usage
+from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
+from fleet.allocations.planning.advice import capacity_advice
+from fleet.allocations.planning.repack_plans import capacity_repack_plan
+from fleet.allocations.rankings import placed_demands, placed_requests
+from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_request
+from fleet.core.errors import Conflict, NotFound, ServiceError
+from fleet.core.models import Operation, OperationKind, Team
+from fleet.core.operations import RUNNING
+from fleet.inventory.models import Gpu, Host
+from fleet.partitioning.models import Partition
+from fleet.placement import Target, rank
+from fleet.placement.defrag import plan_moves
+from fleet.placement.quota import replica_demand
+from fleet.placement.snapshot import (
+    Demand,
+    FleetSnapshot,
+    PlacementRequest,
+    WholeGpuRequest,
+)
+from fleet.placement.wit import (
+    ApiRequest,
+    Plan,
+    Release,
+    fewest_releases,
+    quota_change,
+    rank_plans,
+    with_prefix,
+)
+from fleet.sharing.reclaim import reclaim_preview
+
+logger = logging.getLogger(__name__)
+
+CACHE_PREFIX = "wit:v1"
+CACHE_TTL_S = 600
+REFRESH_EVERY_S = 60.0
+"""The refresh recomputes every answer at least this often, changed fleet or not: time alone
+changes some (a borrowed replica passing ``FLEET_RECLAIM_MIN_RUNTIME_S`` may be stopped)."""
+MAX_AGE_S = 3 * REFRESH_EVERY_S
+"""A request recomputes an answer older than this (the refresh has not come to it)."""
+REPACK_TIME_LIMIT_S = 1.0
+"""CP-SAT's limit per product for a whole-GPU replica's moves (its bound is proven within it)."""
+ADVICE_TIME_LIMIT_S = 2.0
+"""The layout advisor's limit per product, in the background refresh."""
+ON_DEMAND_ADVICE_TIME_LIMIT_S = 0.3
+"""The advisor's limit when a request computes an answer the cache missed."""
+
+
+# -- the replica asked about ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WaitingRef:
+    deployment: Deployment
+    replica: int
+
+
+NEXT = -1
+"""The replica number of ``"12.next"``: the deployment's first replica without a place."""
+
+
+def parse_ref(ref: str) -> tuple[int | None, int | None, int | None]:
+    """``"12.3"`` (deployment 12's replica 3), ``"12.next"`` (its first waiting replica:
+    :data:`NEXT`) or ``"57"`` (allocation 57): (deployment, replica, allocation); all ``None``
+    when it names none of these."""
+    text = str(ref).strip()
+    if text.isdigit() and len(text) <= 12:
+        return None, None, int(text)
+    head, dot, tail = text.partition(".")
+    if not (dot and head.isdigit() and len(head) <= 12):
+        return None, None, None
+    if tail == "next":
+        return int(head), NEXT, None
+    if tail.isdigit() and len(tail) <= 6:
+        return int(head), int(tail), None
+    return None, None, None
+
+
+def _not_found(ref: str) -> NotFound:
+    return NotFound(
+        "replica.not_found",
+        f"No replica {ref!r}: name a waiting replica as DEPLOYMENT.REPLICA (the queue's `id`), "
+        "or an allocation by its id.",
+        {"id": str(ref)[:64]},
+    )
+
+
+def waiting_ref(ref: str) -> WaitingRef:
+    """The waiting replica ``ref`` names. Raises 404 ``replica.not_found`` for nothing, 409
+    ``wit.placed`` for a replica in place (an allocation, or a replica number that has one)."""
+    deployment_id, replica, allocation_id = parse_ref(ref)
+    if allocation_id is not None:
+        found = Allocation.objects.filter(pk=allocation_id).values_list("deployment_id", "replica")
+        row = found.first()
+        if row is None:
+            raise _not_found(ref)
+        raise _placed(ref, row[0], row[1], allocation_id)
+    if deployment_id is None or replica is None:
+        raise _not_found(ref)
+    deployment = (
+        Deployment.objects.select_related("team").filter(pk=deployment_id, deleting=False).first()
+    )
+    if deployment is None or replica >= deployment.replicas:
+        raise _not_found(ref)
+    if replica == NEXT:
+        taken = set(
+            Allocation.objects.placed()
+            .filter(deployment_id=deployment_id)
+            .values_list("replica", flat=True)
+        )
+        free = [r for r in range(deployment.replicas) if r not in taken]
+        if not free:
+            raise Conflict(
+                "wit.placed",
+                f"Every replica of deployment {deployment_id} is placed: nothing needs to happen.",
+                {"deployment": deployment_id},
+            )
+        return WaitingRef(deployment, free[0])
+    placed = (
+        Allocation.objects.placed()
+        .filter(deployment_id=deployment_id, replica=replica)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if placed is not None:
+        raise _placed(ref, deployment_id, replica, placed)
+    return WaitingRef(deployment, replica)
+
+
+def _placed(ref: str, deployment_id: int, replica: int, allocation_id: int) -> Conflict:
+    return Conflict(
+        "wit.placed",
+        f"Replica {deployment_id}.{replica} is placed (allocation {allocation_id}): nothing "
+        "needs to happen for it to run.",
+        {"deployment": deployment_id, "replica": replica, "allocation": allocation_id},
+    )
+
+
+# -- the fingerprint and the cache ---------------------------------------------------------------
+
+
+def fleet_fingerprint() -> str:
+    """A hash of what every answer depends on, read in a few cheap queries (no snapshot): the
+    hosts' status, labels, runtimes and reservations; the GPUs' mode, health and cordons; the
+    partitions and allocations (how many, the newest, the latest change: a place, an eviction,
+    a move, a layout); the teams' quotas and limits; the deployments and their placed replicas;
+    the replicas releasing and the rollouts running. What an agent reports every few seconds
+    (free CPU and memory) is left out: it would make every answer stale at once."""
+    digest = hashlib.blake2b(digest_size=16)
+    hosts = Host.objects.order_by("pk").values_list(
+        "pk", "status", "labels", "runtime", "process_runtime"
+    )
+    digest.update(repr(list(hosts)).encode())
+    reserved = Host.reserved_for.through.objects.order_by("pk").values_list(
+        "pk", "host_id", "team_id"
+    )
+    digest.update(repr(list(reserved)).encode())
+    gpus = Gpu.objects.order_by("pk").values_list("pk", "mode", "health", "cordoned", "product_key")
+    digest.update(repr(list(gpus)).encode())
+    for model in (Partition, Allocation):
+        summary = model.objects.aggregate(n=Count("pk"), last=Max("pk"), changed=Max("updated_at"))
+        digest.update(repr(sorted(summary.items())).encode())
+    teams = Team.objects.order_by("pk").values_list(
+        "pk",
+        "quota_gpus",
+        "quota_mig_compute_slices",
+        "quota_mps_memory_mib",
+        "quota_mig_profiles",
+        "limit_gpus",
+        "limit_mig_compute_slices",
+        "limit_mps_memory_mib",
+        "limit_mig_profiles",
+    )
+    digest.update(repr(list(teams)).encode())
+    deployments = (
+        Deployment.objects.filter(deleting=False)
+        .order_by("pk")
+        .annotate(
+            placed=Count("allocations", filter=~Q(allocations__state=AllocationState.RELEASING))
+        )
+        .values_list("pk", "replicas", "team_id", "placed", "auto_place", "priority")
+    )
+    digest.update(repr(list(deployments)).encode())
+    releasing = Allocation.objects.releasing().order_by("pk").values_list("pk", flat=True)
+    digest.update(repr(list(releasing)).encode())
+    rollouts = Operation.objects.filter(
+        kind=OperationKind.LAYOUT_ROLLOUT, status__in=RUNNING
+    ).values_list("pk", flat=True)
+    digest.update(repr(sorted(rollouts)).encode())
+    return digest.hexdigest()
+
+
+def _key(fingerprint: str, deployment_id: int) -> str:
+    return f"{CACHE_PREFIX}:{fingerprint}:{deployment_id}"
+
+
+def cached_answer(fingerprint: str, deployment_id: int) -> dict[str, Any] | None:
+    found: dict[str, Any] | None = cache.get(_key(fingerprint, deployment_id))
+    return found
+
+
+# -- the answer ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    """What the answers of one refresh share: the snapshot, the moved replicas' requests and
+    demands, and the advisor's proposals per product (computed once)."""
+
+    snapshot: FleetSnapshot
+    fingerprint: str
+    advice_time_limit_s: float
+    requests: dict[tuple[str, int], PlacementRequest] | None = None
+    demands: dict[tuple[str, int], Demand] | None = None
+    advice: dict[str, dict[str, Any] | None] | None = None
+    memo: dict[Any, Any] = field(default_factory=dict)
+
+    def moved_requests(self) -> dict[tuple[str, int], PlacementRequest]:
+        if self.requests is None:
+            self.requests = placed_requests()
+        return self.requests
+
+    def moved_demands(self) -> dict[tuple[str, int], Demand]:
+        if self.demands is None:
+            self.demands = placed_demands()
+        return self.demands
+
+    def advice_of(self, product_key: str) -> dict[str, Any] | None:
+        if self.advice is None:
+            self.advice = {}
+        if product_key not in self.advice:
+            try:
+                found = capacity_advice(product=product_key, time_limit_s=self.advice_time_limit_s)
+                self.advice[product_key] = dict(found)
+            except ServiceError:
+                self.advice[product_key] = None
+        return self.advice[product_key]
+
+
+def new_context(advice_time_limit_s: float = ADVICE_TIME_LIMIT_S) -> Context:
+    fingerprint = fleet_fingerprint()  # first: a change while the snapshot is read shows later
+    return Context(fleet_snapshot(), fingerprint, advice_time_limit_s)
+
+
+def _place_request(deployment: Deployment, target: Target, after: str = "") -> ApiRequest:
+    """``POST /deployments/{id}/place`` on the engine's target: its free partition, else its GPU
+    (a new MIG instance in free space, an MPS share, whole GPUs)."""
+    body = (
+        {"partition": target.partition_id}
+        if target.partition_id is not None and target.new_instance is None
+        else {"gpu": target.gpu_id}
+    )
+    return ApiRequest("POST", f"/deployments/{deployment.pk}/place", body, after=after)
+
+
+def _then_place(
+    deployment: Deployment, target: Target | None, after: str
+) -> tuple[ApiRequest, ...]:
+    """The request that places it once ``after`` is done (none when the engine does it)."""
+    if deployment.auto_place or target is None:
+        return ()
+    return (_place_request(deployment, target, after),)
+
+
+def compute_answer(deployment: Deployment, context: Context) -> dict[str, Any]:
+    """The ranked plans for the deployment's next waiting replica (user-independent)."""
+    started = time.perf_counter()
+    snapshot = context.snapshot
+    request = placement_request(deployment)
+    demand = placement_demand(deployment)
+    team = deployment.team
+    blockers = _quota_blockers(team, request)
+    best = rank(snapshot, request, demand=demand).best
+    fits = best is not None
+    plans: list[Plan] = []
+    if best is not None:
+        plans.append(_place_plan(deployment, best))
+    else:
+        plans += _moves_plans(deployment, request, demand, context)
+        plans += _reshape_plans(deployment, request, context)
+        if not blockers:
+            plans += _stop_plans(deployment)
+    if blockers:
+        plans = _with_quota(deployment, request, plans, best)
+    plans.append(_wait_plan(deployment, request, demand, snapshot, blockers, fits))
+    ranked = rank_plans(plans)
+    return {
+        "deployment": deployment.pk,
+        "deployment_name": deployment.name,
+        "team": team.pk,
+        "team_name": team.name,
+        "blocked_by": "none" if fits and not blockers else ("quota" if blockers else "capacity"),
+        "quota_reasons": [v.as_dict() for v in blockers],
+        "fingerprint": context.fingerprint,
+        "computed_at": timezone.now().isoformat(),
+        "computed_s": time.time(),
+        "compute_ms": round((time.perf_counter() - started) * 1000, 1),
+        "plans": [_plan_body(p, n) for n, p in enumerate(ranked, start=1)],
+    }
+
+
+def _plan_body(plan: Plan, position: int) -> dict[str, Any]:
+    return {
+        "rank": position,
+        "kind": plan.kind,
+        "summary": plan.summary,
+        "requests": [r.as_dict() for r in plan.requests],
+        "moved": plan.moved,
+        "stopped": plan.stopped,
+        "reshaped": plan.reshaped,
+        "changes_policy": plan.changes_policy,
+        "destructive": plan.destructive,
+        "role": plan.role,
+        "proof": dict(plan.proof),
+        "details": dict(plan.details),
+    }
+
+
+def _quota_blockers(team: Team, request: PlacementRequest) -> list[Any]:
+    if not team.shares_bounded:
+        return []
+    verdict = admission(team, team_usage(team.pk), replica_demand(request))
+    return list(verdict.violations)
+
+
+def _place_plan(deployment: Deployment, target: Target) -> Plan:
+    how = "the engine places it" if deployment.auto_place else "place it"
+    return Plan(
+        "place",
+        f"It fits now: {how}.",
+        (_place_request(deployment, target),),
+        role="team_operator",
+    )
+
+
+def _moves_plans(
+    deployment: Deployment, request: PlacementRequest, demand: Demand, context: Context
+) -> list[Plan]:
+    if isinstance(request, WholeGpuRequest):
+        return _repack_plans(deployment, request, demand, context)
+    key = ("moves", request, demand)
+    if key not in context.memo:  # deployments asking the same get the same plan
+        context.memo[key] = plan_moves(
+            context.snapshot,
+            request,
+            demand=demand,
+            requests=context.moved_requests(),
+            demands=context.moved_demands(),
+        )
+    plan = context.memo[key]
+    if plan.target is None:
+        return []
+    workloads = sum(1 for m in plan.moves if m.occupied)
+    idle = len(plan.moves) - workloads
+    size = len(plan.moves)
+    return [
+        Plan(
+            "moves",
+            f"Move {workloads} replica{'s' * (workloads != 1)} (make before break)"
+            + (f" and destroy {idle} idle slice{'s' * (idle != 1)}" if idle else "")
+            + ", then place it.",
+            (ApiRequest("POST", f"/deployments/{deployment.pk}/defrag", None),),
+            moved=workloads,
+            destructive=True,
+            role="operator",
+            proof={
+                "bound": size,
+                "method": "exhaustive",
+                "status": "optimal",
+                "claim": f"No set of fewer than {size} replicas and idle slices on one GPU, "
+                "moved elsewhere, makes room for it: every smaller set of every GPU it could "
+                "use was tried.",
+            },
+            details={
+                "target_gpu": plan.target.gpu_id,
+                "moves": [
+                    {
+                        "kind": m.kind,
+                        "allocation": m.allocation_id,
+                        "from_gpu": m.from_gpu,
+                        "to_gpu": m.to_gpu,
+                        "occupied": m.occupied,
+                    }
+                    for m in plan.moves
+                ],
+            },
+        )
+    ]
+
+
+def _repack_plans(
+    deployment: Deployment, request: WholeGpuRequest, demand: Demand, context: Context
+) -> list[Plan]:
+    products = sorted({g.product_key for g in context.snapshot.gpus if g.product_key})
+    if demand.products:
+        products = [p for p in products if p in demand.products]
+    best, target = None, None
+    for key in products:
+        memo = ("repack", key, request.count)
+        if memo not in context.memo:  # the same for every deployment: computed once
+            context.memo[memo] = capacity_repack_plan(
+                product_key=key, count=request.count, time_limit_s=REPACK_TIME_LIMIT_S
+            )
+        plan = context.memo[memo]
+        after = rank(plan.snapshot, request, demand=demand).best if plan.feasible else None
+        if after is None:
+            continue
+        if best is None or plan.cost < best.cost:
+            best, target = plan, after
+    if best is None:
+        return []
+    n = best.cost
+    requests = (
+        ApiRequest(
+            "POST",
+            "/capacity/repack",
+            {"product": best.product_key, "free_gpus": request.count, "max_unavailable": 1},
+        ),
+        *_then_place(deployment, target, after="operation"),
+    )
+    return [
+        Plan(
+            "moves",
+            f"Move {n} replica{'s' * (n != 1)} (make before break) to empty "
+            f"{request.count} {best.product_key} GPU{'s' * (request.count != 1)}, then place it.",
+            requests,
+            moved=n,
+            destructive=True,
+            role="operator",
+            proof={
+                "bound": best.bound,
+                "method": best.method,
+                "status": best.status,
+                "claim": f"No plan emptying {request.count} GPU{'s' * (request.count != 1)} of "
+                f"{best.product_key} moves fewer than {best.bound} replicas"
+                + (" (proven optimal)." if best.bound == n else f"; this one moves {n}."),
+            },
+            details={"freed_gpus": list(best.freed), "product": best.product_key},
+        )
+    ]
+
+
+def _reshape_plans(
+    deployment: Deployment, request: PlacementRequest, context: Context
+) -> list[Plan]:
+    if isinstance(request, WholeGpuRequest):
+        return []
+    products = sorted(
+        {g.product_key for g in context.snapshot.gpus if g.mode == "mig" and g.product_key}
+    )
+    found: list[Plan] = []
+    for key in products:
+        advice = context.advice_of(key)
+        if not advice:
+            continue
+        plan = _one_reshape(deployment, advice)
+        if plan is not None:
+            found.append(plan)
+    return sorted(found, key=lambda p: p.cost)[:1]
+
+
+def _one_reshape(deployment: Deployment, advice: dict[str, Any]) -> Plan | None:
+    """The advisor's layout of one GPU that serves the deployment, not drained (it moves
+    nobody) first; else the whole rollout when it places the deployment."""
+    serving = [
+        g
+        for g in advice.get("gpus", [])
+        if any(p["serves"] == deployment.name for p in g.get("places", []))
+    ]
+    solver = advice.get("solver", {})
+    proof = {
+        "bound": solver.get("bound"),
+        "method": "cp-sat" if solver.get("status") != "heuristic" else "greedy",
+        "status": solver.get("status"),
+        "claim": "The layout advisor's proposal: the most waiting replicas placed, then the "
+        "fewest running ones moved (its objective and proven bound).",
+    }
+    quiet = sorted((g for g in serving if not g["drained"]), key=lambda g: g["moved_replicas"])
+    if quiet:
+        g = quiet[0]
+        body = {
+            "selector": {"gpus": [g["gpu"]]},
+            "layouts": [{"gpu": g["gpu"], "layout": g["layout"]}],
+            "max_unavailable": 1,
+            "place_waiting": [deployment.pk],
+        }
+        return Plan(
+            "reshape",
+            f"Reshape {g['name']} (idle slices only: nobody moves), then place it.",
+            (ApiRequest("POST", "/rollouts/", body),),
+            reshaped=1,
+            destructive=True,
+            role="operator",
+            proof=proof,
+            details={"gpus": [g["gpu"]], "product": advice.get("product_key")},
+        )
+    rollout = advice.get("rollout")
+    if not serving or not rollout or deployment.pk not in rollout.get("place_waiting", []):
+        return None
+    moved = int(advice.get("moved_replicas", 0))
+    gpus = [g["gpu"] for g in advice.get("gpus", [])]
+    return Plan(
+        "reshape",
+        f"Reshape {len(gpus)} GPU{'s' * (len(gpus) != 1)} (the advisor's rollout, moving "
+        f"{moved} replica{'s' * (moved != 1)}), then place it.",
+        (ApiRequest("POST", "/rollouts/", rollout),),
+        moved=moved,
+        reshaped=len(gpus),
+        destructive=True,
+        role="operator",
+        proof=proof,
+        details={"gpus": gpus, "product": advice.get("product_key")},
+    )
+
+
+def _stop_plans(deployment: Deployment) -> list[Plan]:
+    preview = reclaim_preview(deployment.pk)
+    plan = preview.plan
+    if plan.action != "stop":
+        return []
+    stopped = [preview.allocations[b.key] for b in plan.stops]
+    requests = [
+        ApiRequest("POST", f"/deployments/{a.deployment_id}/evict", {"replica": a.replica})
+        for a in stopped
+    ]
+    n = len(stopped)
+    return [
+        Plan(
+            "stop",
+            f"Stop {n} borrowed replica{'s' * (n != 1)} of other teams (they wait again), "
+            "as a reclaim would, then place it.",
+            (*requests, *_then_place(deployment, plan.target, after="released")),
+            stopped=n,
+            destructive=True,
+            role="operator",
+            proof={
+                "bound": n,
+                "method": "reclaim",
+                "status": "optimal",
+                "claim": "The reclaim plan: nothing fits and no moves of borrowed replicas make "
+                "room; these are the fewest stops on one host, lowest priority and most "
+                "recently started first.",
+            },
+            details={
+                "stops": [
+                    {
+                        "allocation": a.pk,
+                        "deployment": a.deployment_id,
+                        "replica": a.replica,
+                        "gpu": a.gpu_id,
+                    }
+                    for a in stopped
+                ]
+            },
+        )
+    ]
+
+
+def _with_quota(
+    deployment: Deployment, request: PlacementRequest, plans: list[Plan], best: Target | None
+) -> list[Plan]:
+    """Its team's quota blocks it: the quota change alone when it then fits, and before every
+    capacity plan otherwise (a capacity plan alone would not place it)."""
+    team = deployment.team
+    change = quota_change(
+        sharing_of(team),
+        team_usage(team.pk),
+        replica_demand(request),
+        free_capacity(),
+        others_need(team.pk),
+    )
+    if change is None:
+        return []
+    put = ApiRequest("PUT", f"/teams/{team.pk}/quota", change.body)
+    raised = ", ".join(f"{where} {kind} {old} → {new}" for where, kind, old, new in change.raised)
+    if best is not None:
+        return [
+            Plan(
+                "quota",
+                f"Raise team {team.name}'s quota ({raised}), then place it.",
+                (put, _place_request(deployment, best)),
+                changes_policy=True,
+                role="admin",
+                details={"raised": [list(r) for r in change.raised], "borrowed": change.borrowed},
+            )
+        ]
+    note = f"Raise team {team.name}'s quota ({raised});"
+    return [with_prefix(p, (put,), "admin", note) for p in plans if p.kind != "place"]
+
+
+def _releases(snapshot: FleetSnapshot) -> list[Release]:
+    """What the fleet gives back already: replicas releasing, and the old copies of moves in
+    flight (released once the new copy runs). No exit time is known: ``by_s`` is ``None``."""
+    old_copies = Allocation.objects.placed().filter(successor__isnull=False)
+    rows = list(Allocation.objects.releasing()) + list(old_copies)
+    found = []
+    for a in rows:
+        if a.kind == RequestKind.GPU:
+            key = ("gpu", a.gpu_id)
+        else:
+            key = ("mig" if a.kind == RequestKind.MIG else "mps", a.pk)
+        what = "stopping" if a.state == AllocationState.RELEASING else "moving"
+        found.append(Release(key, a.gpu_id, None, f"{a.deployment_id}.{a.replica} {what}"))
+    return found
+
+
+def _wait_plan(
+    deployment: Deployment,
+    request: PlacementRequest,
+    demand: Demand,
+    snapshot: FleetSnapshot,
+    blockers: list[Any],
+    fits: bool,
+) -> Plan:
+    """When it fits with nobody acting, as far as Fleet knows."""
+    if fits and not blockers:
+        return _wait("now", timezone.now().isoformat(), "It fits now.")
+    if blockers:
+        return _wait(
+            "unknown",
+            None,
+            "Its team's quota blocks it: it fits when the team's own replicas end, which Fleet "
+            "cannot foresee.",
+        )
+    rollouts = Operation.objects.filter(
+        kind=OperationKind.LAYOUT_ROLLOUT, status__in=RUNNING
+    ).order_by("pk")
+    for op in rollouts:
+        if deployment.pk in (op.payload or {}).get("place_waiting", []):
+            return _wait(
+                "rollout",
+                None,
+                f"Layout rollout {op.pk} places it when it ends (its end time is unknown).",
+                operation=op.pk,
+            )
+    releases = _releases(snapshot)
+    needed = fewest_releases(
+        releases, lambda s: rank(s, request, demand=demand).best is not None, snapshot
+    )
+    if needed is not None:
+        n = len(needed)
+        return _wait(
+            "releases",
+            None,
+            f"It fits once {n} replica{'s' * (n != 1)} now stopping or moving "
+            f"{'have' if n != 1 else 'has'} given back {'their' if n != 1 else 'its'} slice "
+            "(when their workloads exit: the time is unknown).",
+            releases=[r.what for r in needed],
+        )
+    return _wait(
+        "unknown",
+        None,
+        "Nothing scheduled frees room for it: no replica is stopping or moving out of its way "
+        "and no rollout will place it. Scheduled drains only take capacity away.",
+    )
+
+
+def _wait(when: str, at: str | None, summary: str, **details: Any) -> Plan:
+    return Plan("wait", summary, details={"when": when, "at": at, **details})
+
+
+# -- reading and refreshing ----------------------------------------------------------------------
+
+
+def answer_for(ref: str) -> tuple[WaitingRef, dict[str, Any], bool]:
+    """The answer for the waiting replica ``ref`` names: cached when the fleet has not changed
+    since it was computed, less than :data:`REFRESH_EVERY_S` ago (``True``), else computed now
+    and cached."""
+    waiting = waiting_ref(ref)
+    fingerprint = fleet_fingerprint()
+    found = cached_answer(fingerprint, waiting.deployment.pk)
+    if found is not None and time.time() - found.get("computed_s", 0) < MAX_AGE_S:
+        return waiting, found, True
+    context = Context(fleet_snapshot(), fingerprint, ON_DEMAND_ADVICE_TIME_LIMIT_S)
+    answer = compute_answer(waiting.deployment, context)
+    cache.set(_key(fingerprint, waiting.deployment.pk), answer, CACHE_TTL_S)
+    return waiting, answer, False
+
+
+def waiting_deployments() -> list[Deployment]:
+    """Every live deployment with a replica not in place."""
+    rows = (
+        Deployment.objects.filter(deleting=False)
+        .select_related("team")
+        .annotate(
+            placed=Count(
+                "allocations__replica",
+                filter=~Q(allocations__state=AllocationState.RELEASING),
+                distinct=True,
+            )
+        )
+        .order_by("pk")
+    )
+    return [d for d in rows if d.placed < d.replicas]
+
+
+@dataclass(frozen=True)
+class Refresh:
+    fingerprint: str
+    computed: int
+    skipped: bool
+    seconds: float
+
+
+def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
+    """Beat: compute and cache the answer of every waiting deployment, unless the fleet has not
+    changed since the last refresh less than :data:`REFRESH_EVERY_S` ago; an answer computed
+    (on demand) for this fleet within that time is kept."""
+    started = time.perf_counter()
+    context = new_context(float(settings.FLEET_WIT_ADVICE_SECONDS))
+    done = f"{CACHE_PREFIX}:done:{context.fingerprint}"
+    if deployments is None and cache.get(done):
+        return Refresh(context.fingerprint, 0, True, time.perf_counter() - started)
+    computed = 0
+    for deployment in deployments if deployments is not None else waiting_deployments():
+        key = _key(context.fingerprint, deployment.pk)
+        found = cache.get(key)
+        if found is not None and time.time() - found.get("computed_s", 0) < REFRESH_EVERY_S:
+            continue
+        try:
+            cache.set(key, compute_answer(deployment, context), CACHE_TTL_S)
+            computed += 1
+        except Exception:  # one deployment's failure must not stop the others' answers
+            logger.exception("what-would-it-take failed for deployment %s", deployment.pk)
+    cache.set(done, True, REFRESH_EVERY_S)
+    return Refresh(context.fingerprint, computed, False, time.perf_counter() - started)

@@ -1,0 +1,228 @@
+"""``GET /api/v1/allocations/{id}/what-would-it-take``: the ranked plans that would place a
+waiting replica, each the exact requests that apply it; applied, the top plan places it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+
+from fleet.allocations.models import Allocation
+from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
+from fleet.core.teams import team_create, team_quota_set
+from fleet.partitioning.models import Partition
+from fleet.partitioning.services import LayoutSpec, gpu_set_layout
+from fleet.sharing.wit import waiting_deployments, wit_refresh
+from tests.factories import GpuFactory, HostFactory
+from tests.helpers import assert_error, snapshot_rows
+
+pytestmark = pytest.mark.django_db
+
+WHOLE = DeploymentRequest(kind="gpu", gpu_count=1)
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    cache.clear()
+    yield
+    cache.clear()
+
+
+def wit(client: Any, ref: str) -> Any:
+    return client.get(f"/api/v1/allocations/{ref}/what-would-it-take")
+
+
+def send(client: Any, request: dict[str, Any]) -> Any:
+    """One request of a plan, exactly as the plan gives it."""
+    path = "/api/v1" + request["path"]
+    method = getattr(client, request["method"].lower())
+    if request["body"] is None:
+        return method(path)
+    return method(path, request["body"], format="json")
+
+
+def dedicated_gpus(n: int, host: Any = None) -> list[Any]:
+    host = host or HostFactory()
+    gpus = [GpuFactory(host=host) for _ in range(n)]
+    for gpu in gpus:
+        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
+    return gpus
+
+
+@pytest.fixture
+def lent_fleet(settings):
+    """Two GPUs, both held by *search* (one borrowed); *ads* (deserved 1) waits."""
+    settings.FLEET_RECLAIM_MIN_RUNTIME_S = 0
+    gpus = dedicated_gpus(2)
+    search = team_create(name="search")
+    team_quota_set(team_id=search.pk, quota={"gpus": 1, "limit": {"gpus": 2}})
+    train = deployment_create(name="train", request=WHOLE, replicas=2, team_id=search.pk)
+    for gpu in gpus:
+        deployment_place(deployment_id=train.pk, gpu_id=gpu.pk)
+    ads = team_create(name="ads")
+    team_quota_set(team_id=ads.pk, quota={"gpus": 1})
+    serve = deployment_create(name="serve", request=WHOLE, replicas=1, team_id=ads.pk)
+    return {"serve": serve, "train": train, "borrowed": Allocation.objects.get(borrowed=True)}
+
+
+def test_stopping_borrowed_work_is_the_plan_and_reading_changes_nothing(
+    viewer_client, operator_client, lent_fleet
+):
+    serve, borrowed = lent_fleet["serve"], lent_fleet["borrowed"]
+    before = snapshot_rows()
+    response = wit(viewer_client, f"{serve.pk}.0")
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert snapshot_rows() == before
+    assert (body["id"], body["blocked_by"]) == (f"{serve.pk}.0", "capacity")
+    kinds = [p["kind"] for p in body["plans"]]
+    assert kinds == ["stop", "wait"]
+    stop = body["plans"][0]
+    assert stop["rank"] == 1 and stop["stopped"] == 1 and stop["destructive"]
+    assert stop["requests"] == [
+        {
+            "method": "POST",
+            "path": f"/deployments/{borrowed.deployment_id}/evict",
+            "body": {"replica": borrowed.replica},
+            "after": "",
+        },
+        {
+            "method": "POST",
+            "path": f"/deployments/{serve.pk}/place",
+            "body": {"gpu": borrowed.gpu_id},
+            "after": "released",
+        },
+    ]
+    assert stop["role"] == "operator" and stop["may_apply"] is False  # a viewer
+    assert wit(operator_client, f"{serve.pk}.0").json()["plans"][0]["may_apply"] is True
+    wait = body["plans"][-1]
+    assert wait["details"]["when"] == "unknown" and wait["details"]["at"] is None
+    assert wait["requests"] == [] and wait["may_apply"] is False
+
+
+def test_a_quota_block_answers_the_exact_quota_body_and_applying_it_places_the_replica(
+    admin_client, viewer_client
+):
+    first, _ = dedicated_gpus(2)
+    team = team_create(name="ads")
+    team_quota_set(team_id=team.pk, quota={"gpus": 1})
+    serve = deployment_create(name="serve", request=WHOLE, replicas=2, team_id=team.pk)
+    deployment_place(deployment_id=serve.pk, gpu_id=first.pk)
+    body = wit(viewer_client, f"{serve.pk}.1").json()
+    assert body["blocked_by"] == "quota"
+    assert body["quota_reasons"][0]["code"] == "quota.exceeded"
+    top = body["plans"][0]
+    assert top["kind"] == "quota" and top["role"] == "admin" and top["changes_policy"]
+    assert top["requests"][0] == {
+        "method": "PUT",
+        "path": f"/teams/{team.pk}/quota",
+        "body": {"gpus": 2},
+        "after": "",
+    }
+    assert top["may_apply"] is False
+    admin_plan = wit(admin_client, f"{serve.pk}.1").json()["plans"][0]
+    assert admin_plan["may_apply"] is True
+    for request in admin_plan["requests"]:
+        assert send(admin_client, request).status_code < 300
+    assert Allocation.objects.placed().filter(deployment=serve).count() == 2
+    assert_error(wit(viewer_client, f"{serve.pk}.1"), 409, "wit.placed")
+
+
+def test_a_replica_that_fits_now_is_placed_by_its_one_plan(operator_client):
+    (gpu,) = dedicated_gpus(1)
+    serve = deployment_create(name="serve", request=WHOLE, replicas=1)
+    body = wit(operator_client, f"{serve.pk}.0").json()
+    assert body["blocked_by"] == "none"
+    assert [p["kind"] for p in body["plans"]] == ["place", "wait"]
+    place = body["plans"][0]
+    assert place["requests"] == [
+        {
+            "method": "POST",
+            "path": f"/deployments/{serve.pk}/place",
+            "body": {"gpu": gpu.pk},
+            "after": "",
+        }
+    ]
+    assert send(operator_client, place["requests"][0]).status_code == 202
+    assert Allocation.objects.placed().filter(deployment=serve).count() == 1
+
+
+def test_k_moves_carry_the_planners_proof_and_apply_as_a_defrag(operator_client, viewer_client):
+    host = HostFactory()
+    gpus = [GpuFactory(host=host, product_key="h100-sxm5-80gb") for _ in range(2)]
+    small = deployment_create(
+        name="small", request=DeploymentRequest(kind="mig", profile="1g.10gb"), replicas=2
+    )
+    for gpu in gpus:  # a 1g busy in the middle of each grid: no 7g fits anywhere
+        operator_client.put(
+            f"/api/v1/gpus/{gpu.pk}/layout",
+            {"mode": "mig", "instances": [{"profile": "1g.10gb", "start": 3}]},
+            format="json",
+        )
+        deployment_place(deployment_id=small.pk, partition_id=Partition.objects.get(gpu=gpu).pk)
+    big = deployment_create(
+        name="big", request=DeploymentRequest(kind="mig", profile="7g.80gb"), replicas=1
+    )
+    body = wit(viewer_client, f"{big.pk}.0").json()
+    moves = next(p for p in body["plans"] if p["kind"] == "moves")
+    assert moves["moved"] == 1 and moves["proof"]["bound"] == 1
+    assert moves["proof"]["method"] == "exhaustive"
+    assert moves["requests"] == [
+        {"method": "POST", "path": f"/deployments/{big.pk}/defrag", "body": None, "after": ""}
+    ]
+    assert body["plans"][0]["kind"] == "moves"  # one move beats any reshape or stop
+    assert body["plans"][-1]["kind"] == "wait"
+
+
+@pytest.mark.parametrize("ref", ["abc", "999999.0", "1.2.3", "-1", "999999", "999999.next"])
+def test_bad_ids_are_404(viewer_client, ref):
+    assert_error(wit(viewer_client, ref), 404, "replica.not_found")
+
+
+def test_next_names_the_first_waiting_replica_and_is_409_when_none_waits(viewer_client):
+    (gpu,) = dedicated_gpus(1)
+    serve = deployment_create(name="serve", request=WHOLE, replicas=2)
+    deployment_place(deployment_id=serve.pk, gpu_id=gpu.pk)
+    body = wit(viewer_client, f"{serve.pk}.next").json()
+    assert (body["id"], body["replica"]) == (f"{serve.pk}.1", 1)
+    alone = deployment_create(name="alone", request=WHOLE, replicas=0)
+    assert_error(wit(viewer_client, f"{alone.pk}.next"), 409, "wit.placed")
+
+
+def test_a_replica_number_past_the_deployment_is_404(viewer_client):
+    serve = deployment_create(name="serve", request=WHOLE, replicas=1)
+    assert_error(wit(viewer_client, f"{serve.pk}.1"), 404, "replica.not_found")
+
+
+def test_a_placed_replica_is_409_by_allocation_and_by_replica(viewer_client):
+    (gpu,) = dedicated_gpus(1)
+    serve = deployment_create(name="serve", request=WHOLE, replicas=1)
+    deployment_place(deployment_id=serve.pk, gpu_id=gpu.pk)
+    allocation = Allocation.objects.get(deployment=serve)
+    for ref in (str(allocation.pk), f"{serve.pk}.0"):
+        error = assert_error(wit(viewer_client, ref), 409, "wit.placed")
+        assert error["details"]["allocation"] == allocation.pk
+
+
+def test_anonymous_callers_are_refused(anon_client):
+    assert wit(anon_client, "1.0").status_code in (401, 403)
+
+
+def test_the_background_refresh_answers_every_waiting_replica_from_the_cache(
+    viewer_client, lent_fleet
+):
+    refresh = wit_refresh()
+    assert not refresh.skipped and refresh.computed == len(waiting_deployments()) == 1
+    assert wit_refresh().skipped  # nothing changed: nothing recomputed
+    body = wit(viewer_client, f"{lent_fleet['serve'].pk}.0").json()
+    assert body["cached"] is True and body["fingerprint"] == refresh.fingerprint
+
+
+def test_a_placement_change_makes_the_cached_answer_stale(viewer_client, lent_fleet):
+    serve = lent_fleet["serve"]
+    wit_refresh()
+    assert wit(viewer_client, f"{serve.pk}.0").json()["cached"] is True
+    Allocation.objects.filter(pk=lent_fleet["borrowed"].pk).delete()  # a GPU frees
+    body = wit(viewer_client, f"{serve.pk}.0").json()
+    assert body["cached"] is False and body["plans"][0]["kind"] == "place"
