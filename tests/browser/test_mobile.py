@@ -61,12 +61,17 @@ def _open_tray_drawer(session: Session) -> None:
 def test_no_element_overflows_a_420_px_viewport_on_any_page_in_either_scheme(
     phone: Callable[[str], Session], screenshots: Path
 ) -> None:
-    session = phone("admin")
-    page = session.page
+    admin, viewer = phone("admin"), phone("viewer")
     pages = {**PAGES, "fleet-tray-drawer": _open_tray_drawer, "alerts": _open_alerts}
     login = pages.pop("login")  # it signs out: last
+    no_access = pages.pop("no-access")  # an admin opens every page: a viewer's styled 403
     found: dict[str, list[str]] = {}
-    for name, open_page in [*pages.items(), ("login", login)]:
+    for name, open_page, session in [
+        *((n, o, admin) for n, o in pages.items()),
+        ("no-access", no_access, viewer),
+        ("login", login, admin),
+    ]:
+        page = session.page
         open_page(session)
         for scheme in ("dark", "light"):
             page.emulate_media(color_scheme=scheme)
@@ -76,7 +81,7 @@ def test_no_element_overflows_a_420_px_viewport_on_any_page_in_either_scheme(
                 found[f"{name} ({scheme}, scroll width {wide})"] = out[:6]
         page.screenshot(path=str(screenshots / f"mobile-{name}.png"))
     assert found == {}, "\n".join(f"{k}: {v}" for k, v in found.items())
-    assert session.errors == []
+    assert admin.errors == [] and viewer.errors == []
 
 
 def test_tables_read_as_labelled_cards_on_a_phone(phone: Callable[[str], Session]) -> None:
