@@ -25,7 +25,7 @@ from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_lay
 from fleet.sharing.reclaiming import reclaims_start
 from fleet.workflows.reclaim import reclaim_advance, reclaim_start
 from tests.agent_sim import SimAgent
-from tests.factories import GpuFactory, HostFactory, webhook
+from tests.factories import GpuFactory, webhook
 from tests.helpers import snapshot_rows
 
 pytestmark = pytest.mark.django_db
@@ -73,32 +73,6 @@ def lent_mig(django_capture_on_commit_callbacks, settings):
 
     sync()
     return {"small": small, "big": big, "search": search, "ads": ads, "sync": sync}
-
-
-@pytest.fixture
-def lent_whole(settings):
-    """Two whole GPUs, both held by *search*: one guaranteed, one borrowed; *ads* (deserved 1)
-    waits for one."""
-    settings.FLEET_RECLAIM_MIN_RUNTIME_S = 0
-    host = HostFactory()
-    gpus = [GpuFactory(host=host) for _ in range(2)]
-    for gpu in gpus:
-        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
-    search = team_create(name="search")
-    team_quota_set(team_id=search.pk, quota={"gpus": 1, "limit": {"gpus": 2}})
-    train = deployment_create(name="train", request=WHOLE, replicas=2, team_id=search.pk)
-    for gpu in gpus:
-        deployment_place(deployment_id=train.pk, gpu_id=gpu.pk)
-    ads = team_create(name="ads")
-    team_quota_set(team_id=ads.pk, quota={"gpus": 1})
-    serve = deployment_create(name="serve", request=WHOLE, replicas=1, team_id=ads.pk)
-    return {
-        "serve": serve,
-        "train": train,
-        "ads": ads,
-        "search": search,
-        "borrowed": Allocation.objects.get(borrowed=True),
-    }
 
 
 def _run(operation, sync=None, rounds=8):
