@@ -40,9 +40,8 @@ from fleet.core.operations import (
     operation_record,
     operation_refuse_running,
 )
+from fleet.partitioning.instances import instance_destroy
 from fleet.partitioning.models import Partition
-from fleet.partitioning.selectors import current_layout
-from fleet.partitioning.services import LayoutSpec, gpu_set_layout
 from fleet.workflows.engine import Outcome, Run, Workflow, workflow_run
 
 # What one step of a plan says: done, waiting, or (the run has failed) failed.
@@ -231,13 +230,7 @@ def _destroy(
             f"{n}: {partition} is no longer idle; the plan is out of date. Ask for a new one.",
             {"partition": partition_id},
         )
-    spec = current_layout(partition.gpu)
-    kept = tuple(i for i in spec.instances if i.start != partition.start)
-    layout = gpu_set_layout(
-        gpu_id=partition.gpu_id,
-        spec=LayoutSpec(mode=spec.mode, instances=kept),
-        requested_by=run.operation.requested_by,
-    )
+    layout = instance_destroy(partition, requested_by=run.operation.requested_by)
     run.adopt(layout)
     step["layout"] = layout.pk
     state["step"] = "reshaping"

@@ -44,9 +44,8 @@ from fleet.core.errors import Conflict, ServiceError
 from fleet.core.jobs import advance_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus, Team
 from fleet.core.operations import RUNNING, operation_record, operation_refuse_running
+from fleet.partitioning.instances import instance_destroy
 from fleet.partitioning.models import Partition
-from fleet.partitioning.selectors import current_layout
-from fleet.partitioning.services import LayoutSpec, gpu_set_layout
 from fleet.placement.defrag import DEFAULT_MAX_MOVES
 from fleet.placement.reclaim import ReclaimPlan
 from fleet.placement.snapshot import WholeGpuRequest
@@ -309,13 +308,7 @@ def _destroy_freed(run: Run) -> Outcome | None:
         partition = Partition.objects.filter(pk=partition_id).first()
         if partition is None or partition.allocations.exists():
             continue
-        spec = current_layout(partition.gpu)
-        kept = tuple(i for i in spec.instances if i.start != partition.start)
-        layout = gpu_set_layout(
-            gpu_id=partition.gpu_id,
-            spec=LayoutSpec(mode=spec.mode, instances=kept),
-            requested_by=run.operation.requested_by,
-        )
+        layout = instance_destroy(partition, requested_by=run.operation.requested_by)
         run.adopt(layout)
         layouts.append(layout.pk)
         run.note(f"destroying the slice {partition} left (operation {layout.pk})")
