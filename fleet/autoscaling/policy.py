@@ -28,7 +28,8 @@ from typing import Any
 
 from django.db import transaction
 
-from fleet.allocations.models import Allocation, Deployment
+from fleet.allocations.models import Deployment
+from fleet.allocations.resend import resend_on_commit
 from fleet.allocations.workloads import workload_of
 from fleet.autoscaling.models import Aggregate, Metric, ScalingPolicy
 from fleet.core.errors import Conflict, NotFound, ServiceError
@@ -36,7 +37,6 @@ from fleet.core.events import publish_changed
 from fleet.core.models import OperationKind, OperationStatus
 from fleet.core.operations import operation_record
 from fleet.endpoints.models import Endpoint
-from fleet.partitioning.desired import host_bump_generation, schedule_push
 from hostagent import protocol
 
 FIELDS = (
@@ -240,8 +240,7 @@ def autoscaling_set(
         if _scrape_of(current) != _scrape_of(fields):
             # The agents read the replicas' metric only when told: send them the change (after
             # commit, in a transaction of each host's own, as the endpoints' drain does).
-            hosts = _hosts_of(deployment.pk)
-            transaction.on_commit(lambda: _resend(hosts), robust=True)
+            resend_on_commit(deployment.pk)
         if fields is None:
             if current is None:
                 return None
@@ -289,18 +288,6 @@ def as_fields(policy: ScalingPolicy) -> dict[str, Any]:
         "metric_port": policy.metric_port,
         "metric_path": policy.metric_path,
     }
-
-
-def _hosts_of(deployment_id: int) -> list[int]:
-    placed = Allocation.objects.placed().filter(deployment_id=deployment_id)
-    return sorted(set(placed.values_list("gpu__host_id", flat=True)))
-
-
-def _resend(host_ids: list[int]) -> None:
-    for host_id in host_ids:
-        with transaction.atomic():
-            host_bump_generation(host_id)
-            schedule_push(host_id)
 
 
 def _check_port(deployment: Deployment, port: str) -> None:

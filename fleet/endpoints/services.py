@@ -9,7 +9,8 @@ from typing import Any, TypedDict
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from fleet.allocations.models import Allocation, Deployment
+from fleet.allocations.models import Deployment
+from fleet.allocations.resend import resend_on_commit
 from fleet.allocations.workloads import workload_of
 from fleet.core.errors import Conflict, NotFound, RuleViolation, ServiceError
 from fleet.core.events import publish_changed
@@ -17,7 +18,6 @@ from fleet.core.models import OperationKind, OperationStatus
 from fleet.core.operations import operation_record
 from fleet.domain import Violation
 from fleet.endpoints.models import DEFAULT_DRAIN_S, Endpoint
-from fleet.partitioning.desired import host_bump_generation, schedule_push
 from hostagent import protocol
 from hostagent.protocol import MAX_DRAIN_S
 
@@ -130,8 +130,7 @@ def endpoint_set(*, deployment_id: int, spec: Any, requested_by: Any = None) -> 
         if current is not None and current.drain_s != drain_s:
             # The agents hold each replica's drain: send them the new one (after commit, in
             # a transaction of each host's own, so no lock order meets the deployment's).
-            hosts = _hosts_of(deployment_id)
-            transaction.on_commit(lambda: _resend(hosts), robust=True)
+            resend_on_commit(deployment_id)
         endpoint.port, endpoint.path_prefix, endpoint.hostname = port, prefix, hostname
         endpoint.drain_s = drain_s
         try:
@@ -145,18 +144,6 @@ def endpoint_set(*, deployment_id: int, spec: Any, requested_by: Any = None) -> 
             deployment, f"Endpoint of {deployment.name}: {endpoint_url(endpoint)}", requested_by
         )
         return endpoint
-
-
-def _hosts_of(deployment_id: int) -> list[int]:
-    placed = Allocation.objects.placed().filter(deployment_id=deployment_id)
-    return sorted(set(placed.values_list("gpu__host_id", flat=True)))
-
-
-def _resend(host_ids: list[int]) -> None:
-    for host_id in host_ids:
-        with transaction.atomic():
-            host_bump_generation(host_id)
-            schedule_push(host_id)
 
 
 def _free_slot() -> int:
