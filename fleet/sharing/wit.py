@@ -106,6 +106,8 @@ def parse_ref(ref: str) -> tuple[int | None, int | None, int | None]:
     :data:`NEXT`) or ``"57"`` (allocation 57): (deployment, replica, allocation); all ``None``
     when it names none of these."""
     text = str(ref).strip()
+    if not text.isascii():  # "²" is a digit to str.isdigit, not to int()
+        return None, None, None
     if text.isdigit() and len(text) <= 12:
         return None, None, int(text)
     head, dot, tail = text.partition(".")

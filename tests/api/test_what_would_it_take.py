@@ -175,7 +175,9 @@ def test_k_moves_carry_the_planners_proof_and_apply_as_a_defrag(operator_client,
     assert body["plans"][-1]["kind"] == "wait"
 
 
-@pytest.mark.parametrize("ref", ["abc", "999999.0", "1.2.3", "-1", "999999", "999999.next"])
+@pytest.mark.parametrize(
+    "ref", ["abc", "999999.0", "1.2.3", "-1", "999999", "999999.next", "²", "1.²", "١٢"]
+)
 def test_bad_ids_are_404(viewer_client, ref):
     assert_error(wit(viewer_client, ref), 404, "replica.not_found")
 
