@@ -142,7 +142,9 @@ def _user_parts(user: str) -> tuple[str, str | None]:
 
 
 def _is_root(part: str | None) -> bool:
-    return part is not None and (part == "root" or (part.isdigit() and int(part) == 0))
+    return part is not None and (
+        part == "root" or (part.isascii() and part.isdigit() and int(part) == 0)
+    )
 
 
 def _user_problem(user: str, policy: Policy) -> str | None:

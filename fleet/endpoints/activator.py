@@ -85,7 +85,7 @@ class Activator:
 
     def handle(self, request: http.server.BaseHTTPRequestHandler) -> None:
         length = request.headers.get("Content-Length")
-        if length and length.isdigit() and int(length) <= MAX_BODY_BYTES:
+        if length and length.isascii() and length.isdigit() and int(length) <= MAX_BODY_BYTES:
             request.rfile.read(int(length))  # read it all: an unread body would reset
         raw = request.headers.get("X-Fleet-Slot", "")
         slot = int(raw) if raw.isdecimal() and len(raw) <= 5 else None

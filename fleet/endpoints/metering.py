@@ -48,7 +48,7 @@ def _allocation_of(server: str) -> int | None:
     """``r<allocation id>`` is how the gateway names a copy (fleet.endpoints.haproxy.sync)."""
     if server == BACKEND:
         return 0
-    if server.startswith("r") and server[1:].isdigit():
+    if server.startswith("r") and server[1:].isascii() and server[1:].isdigit():
         return int(server[1:])
     return None
 

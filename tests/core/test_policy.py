@@ -85,6 +85,13 @@ def test_a_containers_user_is_a_numeric_uid_in_the_allowed_ranges(user, refused)
     assert codes(policy, container(user=user)) == (["policy.user_denied"] if refused else [])
 
 
+def test_a_user_of_non_ascii_digits_is_judged_not_crashed_on():
+    """``²`` is a digit to str.isdigit and not to int(): the policy judges it, as a name."""
+    assert codes({"uids": []}, container(user="²")) == []
+    # Outside numeric uid ranges: refused, as any name is.
+    assert codes({"uids": [[1000, 65535]]}, container(user="1000:²")) == ["policy.user_denied"]
+
+
 def test_without_uid_ranges_a_user_name_other_than_root_is_taken():
     assert codes({"uids": []}, container(user="svc")) == []
     assert codes({"uids": []}, container(user="root")) == ["policy.user_denied"]

@@ -69,3 +69,12 @@ def test_a_server_gone_is_forgotten():
     meter.observe([row(server="r2", requests=9)], now=1.0)
     (back,) = meter.observe([row(server="r1", requests=50)], now=2.0)
     assert back.requests_per_s is None  # a new window, not (50 - 5) / 2
+
+
+def test_a_server_name_of_non_ascii_digits_names_no_copy():
+    """HAProxy's answer is the gateway's to trust only so far: ``r²`` is no allocation (int()
+    refused it, and the reading failed)."""
+    from fleet.endpoints.metering import _allocation_of
+
+    assert _allocation_of("r12") == 12
+    assert _allocation_of("r²") is None and _allocation_of("r") is None
