@@ -86,11 +86,16 @@ def test_a_reshape_waits_for_the_workload_before_destroying_its_partition(tmp_pa
         tmp_path, {"process": ProcessRuntime(tmp_path / "w", as_agent_user=True)}, "process"
     )
     try:
+        # It says when it ignores SIGTERM: "running" comes at the spawn, before the shell has
+        # set its trap, and a SIGTERM then ends it at once (seen on a loaded CI machine).
+        ready = tmp_path / "trapped"
         stubborn = workload(
-            "process", command=["sh", "-c", "trap '' TERM; sleep 30"], stop_grace_s=1
+            "process",
+            command=["sh", "-c", f"trap '' TERM; touch {ready}; sleep 30"],
+            stop_grace_s=1,
         )
         host.apply(desired(host.gpu, 1, [allocation(7, stubborn)]))
-        wait_for(lambda: host.state(7) == "running")
+        wait_for(lambda: host.state(7) == "running" and ready.exists())
         pid = host.supervisor._replicas[7].running.pid
         kill_sessions.append(pid)
         started = time.monotonic()
