@@ -155,14 +155,18 @@ class StackApi(ABC):
         return dict(self.get(f"/api/v1/operations/{op_id}/"))
 
     def wait_operation(self, op_id: int, timeout: float = 30) -> dict[str, Any]:
-        """The operation once it ended (succeeded, failed or expired)."""
-        return dict(
-            wait_until(
-                lambda: (op := self.operation(op_id))["status"] in TERMINAL and op,
-                timeout,
-                what=f"operation {op_id}",
-            )
-        )
+        """The operation once it ended (succeeded, failed or expired); a timeout names the
+        state it was last seen in."""
+        seen: dict[str, Any] = {}
+
+        def ended() -> dict[str, Any] | None:
+            seen.update(self.operation(op_id))
+            return dict(seen) if seen["status"] in TERMINAL else None
+
+        try:
+            return dict(wait_until(ended, timeout, what=f"operation {op_id}"))
+        except AssertionError as error:
+            raise AssertionError(f"{error}; it was last seen as {seen}") from None
 
     # -- agents and GPUs ----------------------------------------------------------------
 
