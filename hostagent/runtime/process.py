@@ -303,14 +303,18 @@ class ProcessRuntime:
             stop_grace_s=workload["stop_grace_s"],
             host_ports=dict(spec.host_ports),
         )
-        with self._lock:
-            self._children[child.pid] = child
-            self._table[str(spec.allocation_id)] = _entry(running, ticks)
-            self._save()
-        with self._capture_lock, contextlib.suppress(OSError):
-            # What the replica printed from its start is stamped; an earlier run's output is not
-            # (a restart on the same allocation goes on in its ring: cursors keep increasing).
-            self._capture_one(spec.allocation_id, time.time(), stamped_from=written_before)
+        # The capture lock first (the order capture() takes them in): the supervision tick must
+        # not read the new replica's log before the first capture below, which stamps what the
+        # replica printed from its start (a tick's first read would leave it unstamped).
+        with self._capture_lock:
+            with self._lock:
+                self._children[child.pid] = child
+                self._table[str(spec.allocation_id)] = _entry(running, ticks)
+                self._save()
+            with contextlib.suppress(OSError):
+                # An earlier run's output is not stamped (a restart on the same allocation goes
+                # on in its ring: cursors keep increasing).
+                self._capture_one(spec.allocation_id, time.time(), stamped_from=written_before)
         return running
 
     def _limits(
