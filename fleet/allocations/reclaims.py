@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from fleet.allocations.holdings import sharing_of, team_usage
@@ -30,7 +31,8 @@ _PLACED = (AllocationState.PENDING, AllocationState.ACTIVE)
 
 @dataclass(frozen=True)
 class Preview:
-    """The plan, the borrowed allocations it names (by planner key), and why none when so."""
+    """The plan, the allocations it names (by planner key: the borrowed ones it may move or
+    stop, and any other replica its moves take out of the way), and why none when so."""
 
     plan: ReclaimPlan
     allocations: dict[tuple[str, int], Allocation]
@@ -96,7 +98,24 @@ def reclaim_plan_of(deployment: Deployment) -> Preview:
         requests=placed_requests(),
         demands=placed_demands(),
     )
-    return Preview(plan, by_key)
+    others = [(m.kind, m.allocation_id) for m in plan.moves if m.occupied]
+    return Preview(plan, {**_allocations_of([k for k in others if k not in by_key]), **by_key})
+
+
+def _allocations_of(keys: list[tuple[str, int]]) -> dict[tuple[str, int], Allocation]:
+    """The placed allocations the planner names by ``keys`` (a replica a move takes out of the
+    way that is not borrowed: guaranteed replicas move too, make-before-break)."""
+    if not keys:
+        return {}
+    mig = [i for kind, i in keys if kind == "mig"]
+    mps = [i for kind, i in keys if kind == "mps"]
+    rows = (
+        Allocation.objects.placed()
+        .filter(replaces__isnull=True)
+        .filter(Q(kind=RequestKind.MIG, partition_id__in=mig) | Q(kind=RequestKind.MPS, pk__in=mps))
+        .select_related("deployment__team")
+    )
+    return {allocation_key(a): a for a in rows}
 
 
 def team_reclaims(team_id: int, limit: int = 20) -> list[Operation]:

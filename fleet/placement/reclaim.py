@@ -6,7 +6,10 @@ waiting), in this order:
 1. **place** it without touching anyone, if it fits;
 2. **move** borrowed replicas out of its way (make-before-break moves: the borrower keeps its
    running replicas), the fewest moves first (:func:`fleet.placement.defrag.plan_moves`
-   restricted to borrowed replicas);
+   restricted to borrowed replicas); where moving borrowed replicas alone makes no room (and
+   something is borrowed), the fewest moves of *any* replicas: a move costs nobody a running
+   replica, a stop does, so no borrowed replica is stopped while free capacity that moves
+   could open remains;
 3. only then **stop** borrowed replicas: on one host, the lowest priority first and, within a
    priority, the most recently started first, never one younger than ``min_runtime_s``; the
    host needing the fewest stops wins.
@@ -144,6 +147,15 @@ def reclaim_plan(
             demands=demands,
             movable=keys,
         )
+        if moved.target is None:
+            moved = plan_moves(
+                snapshot,
+                request,
+                max_moves=max_moves,
+                demand=demand,
+                requests=requests,
+                demands=demands,
+            )
         if moved.target is not None:
             return ReclaimPlan("move", moved.target, moved.moves)
     by_host: dict[int, list[Borrowed]] = {}

@@ -5,9 +5,10 @@ nothing starts) is recorded as one ``reclaim`` operation naming the lender (the 
 the borrowers, each replica it moves or stops and why no fewer would do (``payload["bound"]``).
 Then, each step waiting for the one before it:
 
-1. ``moving``: the planned moves of borrowed replicas, make before break (the defrag's steps,
+1. ``moving``: the planned moves of borrowed replicas (or, where those alone make no room, of
+   any replicas), make before break (the defrag's steps,
    :func:`fleet.workflows.defrag.advance_step`): the old copy keeps serving until the new one
-   runs, so the borrower never loses a running replica;
+   runs, so nobody loses a running replica;
 2. ``stopping``: only if the claimant still does not fit, the plan is made again on the fleet as
    it is now and its stops carried out (an eviction: the replica drains from the load balancer
    for its endpoint's ``drain_s``, stops, and waits in the queue again; it is not deleted). With
@@ -74,8 +75,9 @@ def _named(a: Allocation) -> dict[str, Any]:
     }
 
 
-def bound_of(plan: ReclaimPlan, deployment: Deployment) -> str:
-    """Why no fewer replicas would do: what the planner tried before it settled on this plan."""
+def bound_of(plan: ReclaimPlan, deployment: Deployment, others_moved: int = 0) -> str:
+    """Why no fewer replicas would do: what the planner tried before it settled on this plan
+    (``others_moved``: how many of its moves take replicas that are not borrowed)."""
     whole = isinstance(placement_request(deployment), WholeGpuRequest)
     no_moves = (
         "whole-GPU replicas are not moved"
@@ -85,9 +87,17 @@ def bound_of(plan: ReclaimPlan, deployment: Deployment) -> str:
     min_runtime = int(float(settings.FLEET_RECLAIM_MIN_RUNTIME_S))
     if plan.action == "move":
         n = len([m for m in plan.moves if m.occupied])
+        if not others_moved:
+            return (
+                f"{n} move(s): no smaller set of borrowed replicas moved elsewhere makes room "
+                "(every smaller set on every GPU the replica could use was tried); nobody is "
+                "stopped"
+            )
         return (
-            f"{n} move(s): no smaller set of borrowed replicas moved elsewhere makes room (every "
-            "smaller set on every GPU the replica could use was tried); nobody is stopped"
+            f"{n} move(s), {others_moved} of them not borrowed: no plan of at most "
+            f"{DEFAULT_MAX_MOVES} moves of borrowed replicas alone makes room, and no smaller "
+            "set of replicas moved elsewhere does; a move costs nobody a running replica, so "
+            "nobody is stopped"
         )
     n = len(plan.stops)
     return (
@@ -127,11 +137,14 @@ def reclaim_start(*, deployment_id: int, requested_by: Any = None) -> Operation:
     named = preview.allocations
     moved = [named[(m.kind, m.allocation_id)] for m in plan.moves if m.occupied]
     stopped = [named[b.key] for b in plan.stops]
-    borrower_ids = sorted({a.deployment.team_id for a in moved + stopped})
+    # Borrowers: the teams whose borrowed replicas it moves or stops (a guaranteed replica
+    # moved out of the way loses nothing and makes its team no borrower).
+    borrower_ids = sorted({a.deployment.team_id for a in moved + stopped if a.borrowed})
+    touched = {a.deployment.team_id for a in moved + stopped}
     teams = {
         t.pk: t
         for t in Team.objects.select_for_update()
-        .filter(pk__in=sorted({deployment.team_id, *borrower_ids}))
+        .filter(pk__in=sorted({deployment.team_id, *touched}))
         .order_by("pk")
     }
     lender = teams[deployment.team_id]
@@ -141,13 +154,14 @@ def reclaim_start(*, deployment_id: int, requested_by: Any = None) -> Operation:
         a = named.get((m.kind, m.allocation_id))
         if a is not None:
             step.update({"name": _named(a)["name"], "team": a.deployment.team_id})
+    others_moved = sum(1 for a in moved if not a.borrowed)
     what = (
-        f"move {len(moved)} borrowed replica(s)"
+        f"move {len(moved)} replica(s) ({len(moved) - others_moved} borrowed)"
         if plan.action == "move"
         else f"stop {len(stopped)} borrowed replica(s)"
     )
     now = timezone.now()
-    bound = bound_of(plan, deployment)
+    bound = bound_of(plan, deployment, others_moved)
     payload: dict[str, Any] = {
         "claimant": {"deployment": deployment.pk, "name": deployment.name, "team": lender.pk},
         "lender": {"team": lender.pk, "name": lender.name},
@@ -171,7 +185,7 @@ def reclaim_start(*, deployment_id: int, requested_by: Any = None) -> Operation:
     operation = operation_record(
         kind=OperationKind.RECLAIM,
         summary=f"Reclaim for {lender.name} ({deployment.name}): {what} of "
-        + ", ".join(teams[pk].name for pk in borrower_ids),
+        + ", ".join(teams[pk].name for pk in sorted(touched)),
         requested_by=requested_by,
         deployment=deployment,
         status=OperationStatus.DISPATCHED,

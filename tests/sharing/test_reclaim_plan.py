@@ -110,3 +110,21 @@ def test_stops_are_taken_on_the_host_that_needs_the_fewest():
     found = plan(snapshot, WholeGpuRequest(count=2), borrowed)
     assert found.action == "stop"
     assert sorted(b.key for b in found.stops) == [("gpu", 3), ("gpu", 4)]
+
+
+def test_where_moving_borrowed_replicas_makes_no_room_moving_others_does_before_any_stop():
+    # GPU 1: guaranteed 30 GB (101) and 25 GB (103) clients and a borrowed 5 GB one (102),
+    # 21.5 GB free; GPU 2: 46 GB guaranteed, 35.5 GB free. A 40 GB claimant fits on neither;
+    # moving 102 to GPU 2 frees too little, moving a guaranteed client there makes room, and
+    # nobody loses a running replica: nothing is stopped.
+    snapshot = FleetSnapshot(
+        (HostState(1),),
+        (
+            mps_gpu(1, 1, [(101, 30_000), (102, 5_000), (103, 25_000)]),
+            mps_gpu(2, 1, [(201, 46_000)]),
+        ),
+    )
+    found = plan(snapshot, MpsRequest(40_000), [Borrowed(("mps", 102), 1, 100, 0.0)])
+    assert found.action == "move" and found.stops == ()
+    assert len(found.moves) == 1 and found.moves[0].allocation_id in (101, 103)
+    assert (found.moves[0].from_gpu, found.moves[0].to_gpu, found.target.gpu_id) == (1, 2, 1)
