@@ -31,6 +31,8 @@ ADVISORY_KEY = 0x5EC1A1
 """The advisory lock that serialises starting reclaims (PostgreSQL)."""
 MAX_TRIED = 20
 """Entitled deployments one sweep plans for at most (each plan runs the move planner)."""
+MAX_LOOKED_AT = 1000
+"""Waiting deployments one sweep looks at, at most, to find the entitled ones."""
 
 
 def _serialise() -> None:
@@ -64,16 +66,22 @@ def reclaims_start() -> list[int]:
         if not waiting:
             return []
         skipped = _recently_failed()
-        tried: set[int] = set()
+        seen: set[int] = set()
+        planned = 0
         for queued in queue_order(waiting, current_shares()):
             deployment = deployments[queued.waiting.deployment_id]
-            if deployment.pk in tried or deployment.pk in skipped:
+            if deployment.pk in seen or deployment.pk in skipped:
                 continue
-            tried.add(deployment.pk)
-            if len(tried) > MAX_TRIED:
+            seen.add(deployment.pk)
+            if len(seen) > MAX_LOOKED_AT:
                 break
+            # Replicas past their team's deserved share (borrowers-to-be) may fill the head of
+            # the queue: they are passed over without counting against the plans a sweep makes.
             if not deployment.team.has_quota or not entitled(deployment):
                 continue
+            planned += 1
+            if planned > MAX_TRIED:
+                break
             try:
                 with transaction.atomic():
                     return [reclaim_start(deployment_id=deployment.pk).pk]

@@ -4,6 +4,8 @@ GPUs it left while the reclaim runs (no cycling); every reclaim is an operation 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from fleet.agents.delivery import agent_ack
@@ -165,6 +167,20 @@ def test_stops_only_if_still_needed(lent_whole):
     assert any("nothing stopped" in e["note"] for e in operation.payload["log"])
 
 
+def test_borrowers_to_be_at_the_head_of_the_queue_do_not_hide_an_entitled_claimant(lent_whole):
+    # 25 waiting deployments of a team that only borrows (no deserved share: never entitled),
+    # all waiting longer than *serve*: a sweep passes over them without counting them against
+    # the plans it makes, and reaches *serve*.
+    batch = team_create(name="batch")
+    team_quota_set(team_id=batch.pk, quota={"limit": {"gpus": 4}})
+    earlier = lent_whole["serve"].created_at - timedelta(hours=1)
+    for n in range(25):
+        d = deployment_create(name=f"batch-{n}", request=WHOLE, replicas=1, team_id=batch.pk)
+        Deployment.objects.filter(pk=d.pk).update(created_at=earlier)
+    [pk] = reclaims_start()
+    assert Operation.objects.get(pk=pk).deployment_id == lent_whole["serve"].pk
+
+
 def test_one_reclaim_runs_at_a_time(lent_whole):
     [pk] = reclaims_start()
     other = deployment_create(name="other", request=WHOLE, replicas=1, team_id=lent_whole["ads"].pk)
@@ -262,3 +278,65 @@ def test_a_stopped_mig_replica_leaves_its_slice_destroyed_for_the_claimant(
     placed = Allocation.objects.get(deployment=last)
     assert (placed.gpu_id, placed.partition.start) == (y.pk, 4)
     assert not Allocation.objects.filter(deployment=lent.deployment).exists()
+
+
+def test_where_borrowed_moves_make_no_room_a_guaranteed_replica_moves_and_nobody_stops(
+    django_capture_on_commit_callbacks, settings
+):
+    """GPU 0: *search*'s guaranteed 1g.10gb at start 0; GPU 1: a guaranteed one at start 1 and a
+    borrowed one at start 0. *ads* waits for a 4g.40gb (start 0): moving the borrowed replica
+    alone leaves GPU 1 blocked, so the reclaim moves GPU 0's guaranteed replica (one move, make
+    before break) instead of stopping the borrowed one."""
+    settings.FLEET_RECLAIM_MIN_RUNTIME_S = 0
+    host, _ = host_create(name="node")
+    host_issue_token(host)
+    agent = SimAgent(["h100-sxm5-80gb", "h100-sxm5-80gb"])
+    Host.objects.filter(pk=host.pk).update(hostname="sim-0", status="ready")
+    agent_hello(host=host, hello=agent.hello())
+    first, second = Gpu.objects.filter(host=host).order_by("index")
+    one = MigInstanceSpec("1g.10gb", 0)
+    gpu_set_layout(gpu_id=first.pk, spec=LayoutSpec(mode="mig", instances=(one,)))
+    two = (one, MigInstanceSpec("1g.10gb", 1))
+    gpu_set_layout(gpu_id=second.pk, spec=LayoutSpec(mode="mig", instances=two))
+    search = team_create(name="search")
+    team_quota_set(
+        team_id=search.pk, quota={"mig_compute_slices": 2, "limit": {"mig_compute_slices": 14}}
+    )
+    small = deployment_create(
+        name="small",
+        request=DeploymentRequest(kind="mig", profile="1g.10gb"),
+        replicas=3,
+        team_id=search.pk,
+    )
+    for gpu, start in ((first, 0), (second, 1), (second, 0)):  # the third is borrowed
+        partition = Partition.objects.get(gpu=gpu, start=start)
+        deployment_place(deployment_id=small.pk, partition_id=partition.pk)
+    assert Allocation.objects.get(borrowed=True).partition.gpu_id == second.pk
+    ads = team_create(name="ads")
+    team_quota_set(team_id=ads.pk, quota={"mig_compute_slices": 4})
+    big = deployment_create(
+        name="big",
+        request=DeploymentRequest(kind="mig", profile="4g.40gb"),
+        replicas=1,
+        team_id=ads.pk,
+    )
+
+    def sync():
+        with django_capture_on_commit_callbacks(execute=True):
+            agent_ack(host=host, ack=agent.apply(host_desired_state(Host.objects.get(pk=host.pk))))
+
+    sync()
+    (started,) = reclaims_start()
+    operation = Operation.objects.get(pk=started)
+    payload = operation.payload
+    assert payload["action"] == "move" and payload["planned_stops"] == []
+    moves = [s for s in payload["plan"] if s["kind"] == "move"]
+    assert [(m["name"], m["gpu"]) for m in moves] == [("small[0]", second.pk)]
+    assert payload["borrowers"] == []  # a guaranteed replica moved: nobody borrowed from
+    assert "1 of them not borrowed" in payload["bound"]
+    operation = _run(operation, sync)
+    assert operation.status == "succeeded", operation.payload["log"]
+    placed = Allocation.objects.get(deployment=big)
+    assert placed.partition.profile_name == "4g.40gb" and placed.partition.gpu_id == first.pk
+    running = Allocation.objects.placed().filter(deployment=small)
+    assert running.count() == 3 and running.filter(borrowed=True).count() == 1
