@@ -121,6 +121,15 @@ def retry_replicas() -> int:
     return len(replicas_retry())
 
 
+@app.task(name="fleet.place_queue", ignore_result=True)
+def place_queue() -> int:
+    """Beat: place the waiting replicas of auto-placed deployments that fit now, in queue order
+    (:mod:`fleet.sharing.placing`)."""
+    from fleet.sharing.placing import queue_place
+
+    return len(queue_place())
+
+
 @app.task(name="fleet.wit_refresh", ignore_result=True)
 def wit_refresh() -> int:
     """Beat: compute and cache what would it take for every waiting replica, when the fleet

@@ -90,6 +90,13 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": env_float("FLEET_RECLAIM_EVERY_S", 3.0)},
     },
     "retry-replicas": {"task": "fleet.retry_replicas", "schedule": 10.0},
+    # The queue (docs/sharing.md): waiting replicas of auto-placed deployments placed as
+    # capacity frees, in queue order; a run that waited past the next one is dropped.
+    "place-queue": {
+        "task": "fleet.place_queue",
+        "schedule": env_float("FLEET_QUEUE_PLACE_EVERY_S", 5.0),
+        "options": {"expires": env_float("FLEET_QUEUE_PLACE_EVERY_S", 5.0)},
+    },
     # What would it take? for every waiting replica, recomputed when the fleet changed
     # (fleet.sharing.wit); a run that waited past the next one is dropped.
     "wit-refresh": {

@@ -38,15 +38,18 @@ from fleet.tasks import (
     autoscale,
     expire_operations,
     mark_offline_hosts,
+    place_queue,
     prune_alert_deliveries,
     prune_health_events,
     prune_login_failures,
+    reclaim,
     recover_quiet_gpus,
     redeliver,
     retry_alerts,
     retry_replicas,
     telemetry_retention,
     telemetry_rollup,
+    wit_refresh,
 )
 
 logger = logging.getLogger(__name__)
@@ -183,7 +186,11 @@ def embedded_scheduler(period_s: float = 2.0) -> None:
         try:
             redeliver()
             advance_workflows()
+            reclaim()
+            if tick % 2 == 0:
+                place_queue()
             if tick % 3 == 0:
+                wit_refresh()
                 autoscale()
                 mark_offline_hosts()
                 retry_alerts()
