@@ -12,6 +12,7 @@ claimant whose reclaim failed is left alone for ``FLEET_RECLAIM_RETRY_S`` (60 s)
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 from django.conf import settings
@@ -33,6 +34,9 @@ MAX_TRIED = 20
 """Entitled deployments one sweep plans for at most (each plan runs the move planner)."""
 MAX_LOOKED_AT = 1000
 """Waiting deployments one sweep looks at, at most, to find the entitled ones."""
+PLAN_BUDGET_S = 2.0
+"""A sweep stops planning once its plans took this long (a plan runs the move planner on the
+whole fleet: about a second at a thousand GPUs); the next beat goes on."""
 
 
 def _serialise() -> None:
@@ -66,6 +70,7 @@ def reclaims_start() -> list[int]:
         if not waiting:
             return []
         skipped = _recently_failed()
+        started = time.monotonic()
         seen: set[int] = set()
         planned = 0
         for queued in queue_order(waiting, current_shares()):
@@ -79,9 +84,9 @@ def reclaims_start() -> list[int]:
             # the queue: they are passed over without counting against the plans a sweep makes.
             if not deployment.team.has_quota or not entitled(deployment):
                 continue
-            planned += 1
-            if planned > MAX_TRIED:
+            if planned >= MAX_TRIED or (planned and time.monotonic() - started > PLAN_BUDGET_S):
                 break
+            planned += 1
             try:
                 with transaction.atomic():
                     return [reclaim_start(deployment_id=deployment.pk).pk]

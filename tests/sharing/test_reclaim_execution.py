@@ -340,3 +340,25 @@ def test_where_borrowed_moves_make_no_room_a_guaranteed_replica_moves_and_nobody
     assert placed.partition.profile_name == "4g.40gb" and placed.partition.gpu_id == first.pk
     running = Allocation.objects.placed().filter(deployment=small)
     assert running.count() == 3 and running.filter(borrowed=True).count() == 1
+
+
+def test_a_sweep_stops_planning_once_its_time_budget_is_spent(lent_whole, monkeypatch):
+    # Two entitled claimants, each plan refused: with no time budget left after the first
+    # plan, the sweep does not plan the second; with time, it plans both.
+    import fleet.sharing.reclaiming as reclaiming
+
+    lent_whole["serve"].delete()
+    for name in ("one", "two"):
+        deployment_create(name=name, request=WHOLE, replicas=1, team_id=lent_whole["ads"].pk)
+    planned = []
+
+    def counted(**kwargs):
+        planned.append(kwargs["deployment_id"])
+        raise Conflict("reclaim.no_gain", "nothing", {})
+
+    monkeypatch.setattr(reclaiming, "reclaim_start", counted)
+    monkeypatch.setattr(reclaiming, "PLAN_BUDGET_S", 0.0)
+    assert reclaims_start() == [] and len(planned) == 1
+    monkeypatch.setattr(reclaiming, "PLAN_BUDGET_S", 60.0)
+    planned.clear()
+    assert reclaims_start() == [] and len(planned) == 2
