@@ -1,0 +1,821 @@
+"""``bench_fairshare``: hard caps against borrowing and reclaim, on the openb trace's churn.
+
+A discrete-event simulation on a simulated clock, calling the product's own rules at every
+decision, the same functions the services call against the database:
+
+* placement: :func:`fleet.placement.rank` (the ``product`` strategy) on the fleet's snapshot;
+* admission: :func:`fleet.placement.sharing.sharing_verdict` with the fleet's free compute
+  slices and :func:`~fleet.placement.sharing.deserved_need` of the other teams (what
+  :func:`fleet.allocations.borrowing.admission` reads from the database);
+* the queue: :func:`fleet.placement.fairshare.queue_order` by
+  :func:`~fleet.placement.fairshare.team_shares` of decayed use;
+* reclaim: :func:`fleet.placement.reclaim.reclaim_plan` for the first entitled waiting replica
+  that only moving or stopping borrowed replicas would place, one reclaim at a time, as
+  :func:`fleet.sharing.reclaiming.reclaims_start` walks the queue.
+
+**The fleet**: ``gpus`` H100 80GB GPUs in MIG mode, eight to a host. A replica takes a free
+partition of its profile or a new instance; a GPU left with no busy instance is re-laid out
+(its idle partitions destroyed), as in the MIG churn benchmark
+(:mod:`fleet.placement.benchmarks.migchurn`).
+
+**The load**: every GPU pod of an openb trace (``openb_pod_list_default.csv``) with its
+``creation_time`` and ``deletion_time``: a sharing pod as a MIG replica of the smallest profile
+whose compute covers its ``gpu_milli``, a whole-GPU pod as ``7g.80gb`` replicas, one per GPU.
+Arrivals from the dense part of the trace (from its 1st percentile of creation times; pods
+created before and still alive arrive at time 0) are compressed into ``window_s``; lifetimes are
+scaled by one factor, found by bisection, so that the offered load (what every pod alive would
+hold with unlimited capacity), averaged over the window, is ``load`` times the fleet, and capped
+at the window. **Teams** by a fixed rule: the pod's name hashed (CRC-32) to a number in [0, 1),
+which falls in one team's span of the cumulated deserved shares, so each team offers about its
+share of the load.
+
+**Phases**: thirds of the window. In the second, team A (``teams[0]``) is idle: its replicas
+end as the phase starts, what it had waiting is withdrawn, its arrivals are dropped, and the
+others, past their deserved shares, borrow. In the third, A's arrivals come back.
+
+**Timing** (the product's defaults): a replica is placed when it arrives if it fits and its team
+may hold it (a scale-out of an auto-placed deployment); waiting replicas are placed from the
+queue every ``queue_every_s`` (beat's ``place-queue``, 5 s:
+:func:`fleet.sharing.placing.queue_place`, at most 20 attempts a run, in queue order); reclaim
+runs every ``reclaim_every_s`` (3 s), one at a time. A reclaim's claimant counts as placed
+``move_s`` after the reclaim starts when it moved replicas (make-before-break: the new copy is
+started and ready before the old one goes) and ``stop_s`` after when it stopped some (drained
+from the balancer, then SIGTERM); the simulation applies the plan's capacity changes at once. A
+stopped replica returns to the queue with the rest of its lifetime. A reclaim that no longer
+places its claimant is failed, and that claimant is left alone for ``reclaim_retry_s``.
+
+**What would it take?** Every ``wit_every_s``, for the first ``wit_per_sample`` waiting replicas
+in queue order: the planners' answer, timed in process (the API's own latency is
+``bench_wit``'s), ranked by :func:`fleet.placement.wit.rank_plans`; its top plan is applied
+``wit_apply_after_s`` later (the background refresh's period), as its API requests would be
+taken then (:meth:`Simulation._wit_apply`), unless the replica was placed meanwhile.
+
+**Modes**: ``hard_caps``: each team's deserved share is its cap (Fleet before sharing);
+``fair_share``: the deserved share with a limit of the whole fleet, so a team borrows what
+nobody's deserved share needs, and reclaim takes it back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from fleet.mig import Product
+from fleet.placement.benchmarks.migbench import profile_for_milli
+from fleet.placement.benchmarks.replay import percentile
+from fleet.placement.benchmarks.trace import MILLI, TracePod
+from fleet.placement.defrag import Move, plan_moves
+from fleet.placement.fairshare import UseInterval, Waiting, queue_order, team_shares
+from fleet.placement.fit import Target, rank
+from fleet.placement.quota import Quota, Usage, plus
+from fleet.placement.reclaim import Borrowed, reclaim_plan
+from fleet.placement.sharing import Sharing, deserved_need, sharing_verdict
+from fleet.placement.snapshot import FleetSnapshot, GpuState, HostState, MigPartition, MigRequest
+from fleet.placement.wit import Plan, rank_plans
+
+Mode = Literal["hard_caps", "fair_share"]
+MODES: tuple[Mode, ...] = ("hard_caps", "fair_share")
+GPUS_PER_HOST = 8
+MAX_TRIED = 20  # entitled claimants one reclaim sweep plans for (fleet.sharing.reclaiming)
+MAX_ATTEMPTS = 20  # placements one queue run tries (fleet.sharing.placing)
+
+GOALS = {
+    "allocation_gain_pp": 15.0,
+    "reclaim_p99_s": 10.0,
+    "stopped_while_free": 0,
+}
+
+
+@dataclass(frozen=True)
+class FairshareOptions:
+    gpus: int = 1024
+    shares: tuple[float, ...] = (0.30, 0.25, 0.20, 0.15, 0.10)
+    load: float = 1.3
+    window_s: float = 7200.0
+    queue_every_s: float = 5.0
+    reclaim_every_s: float = 3.0
+    reclaim_retry_s: float = 60.0
+    move_s: float = 5.0
+    stop_s: float = 3.0
+    min_runtime_s: float = 0.0
+    half_life_s: float = 7 * 86400.0
+    sample_every_s: float = 30.0
+    wit_every_s: float = 120.0
+    wit_per_sample: int = 4
+    wit_apply_after_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class Pod:
+    """One replica of the trace: its team, profile, arrival and lifetime (simulated seconds)."""
+
+    name: str
+    team: int
+    profile_id: int
+    slices: int
+    arrival_s: float
+    life_s: float
+
+
+def team_of(name: str, shares: Sequence[float]) -> int:
+    """The documented rule: CRC-32 of the pod's name, scaled to [0, 1), in cumulated shares."""
+    u = zlib.crc32(name.encode()) / 2**32
+    total = sum(shares)
+    edge = 0.0
+    for team, share in enumerate(shares):
+        edge += share / total
+        if u < edge:
+            return team
+    return len(shares) - 1
+
+
+def _raw(pods: Iterable[TracePod], product: Product) -> list[tuple[str, int, int, int, int]]:
+    """``(name, profile id, slices, creation, deletion)`` per replica of the timed GPU pods."""
+    whole = max(product.profiles, key=lambda p: (p.compute_slices, p.memory_slices))
+    out = []
+    for pod in pods:
+        if pod.num_gpu <= 0 or pod.creation_time is None or pod.deletion_time is None:
+            continue
+        profile = whole if pod.gpu_milli >= MILLI else profile_for_milli(product, pod.gpu_milli)
+        for n in range(pod.num_gpu if pod.gpu_milli >= MILLI else 1):
+            out.append(
+                (
+                    f"{pod.name}#{n}",
+                    profile.id,
+                    profile.compute_slices,
+                    pod.creation_time,
+                    pod.deletion_time,
+                )
+            )
+    return out
+
+
+def _offered(
+    raw: Sequence[tuple[str, int, int, int, int]], t0: int, k: float, f: float, w: float
+) -> float:
+    """Mean compute slices the replicas would hold over ``[0, w]``, unlimited capacity."""
+    total = 0.0
+    for _, _, slices, created, deleted in raw:
+        start = max(created, t0)
+        if deleted <= start and created < t0:
+            continue
+        arrival = (start - t0) / k
+        if arrival > w:
+            continue
+        life = min(max(deleted - start, 1) * f, w)
+        total += slices * max(0.0, min(w, arrival + life) - arrival)
+    return total / w
+
+
+def load_pods(
+    pods: Sequence[TracePod], product: Product, options: FairshareOptions
+) -> tuple[list[Pod], dict[str, float]]:
+    """The trace as replicas on the simulated clock, and how it was scaled."""
+    raw = _raw(pods, product)
+    if not raw:
+        raise ValueError("the trace has no GPU pods with creation and deletion times")
+    created = sorted(r[3] for r in raw)
+    t0 = created[len(created) // 100]
+    t_end = created[-1]
+    k = max((t_end - t0) / options.window_s, 1e-9)
+    target = options.load * options.gpus * product.compute_slice_count
+    lo, hi = 1e-4, 1e3
+    for _ in range(60):  # bisection on the lifetime factor (the offered load grows with it)
+        mid = math.sqrt(lo * hi)
+        if _offered(raw, t0, k, mid, options.window_s) < target:
+            lo = mid
+        else:
+            hi = mid
+    f = math.sqrt(lo * hi)
+    out = []
+    for name, profile_id, slices, c, d in raw:
+        start = max(c, t0)
+        if d <= start and c < t0:
+            continue
+        arrival = (start - t0) / k
+        if arrival > options.window_s:
+            continue
+        life = min(max(d - start, 1) * f, options.window_s)
+        team = team_of(name.split("#")[0], options.shares)
+        out.append(Pod(name, team, profile_id, slices, arrival, life))
+    out.sort(key=lambda p: (p.arrival_s, p.name))
+    scaling = {
+        "arrivals_compressed_by": round(k, 2),
+        "lifetimes_scaled_by": round(f, 5),
+        "offered_load": round(
+            _offered(raw, t0, k, f, options.window_s) / (target / options.load), 3
+        ),
+    }
+    return out, scaling
+
+
+@dataclass
+class Job:
+    pod: Pod
+    waiting_since: float
+    left_s: float
+    partition: int | None = None
+    gpu: int | None = None
+    borrowed: bool = False
+    started_s: float = 0.0
+    placed_at: float | None = None  # the first placement (the wait ends)
+    token: int = 0
+    entitled_at_arrival: bool = False
+    phase: int = 0
+    withdrawn: bool = False
+
+
+@dataclass
+class Reclaim:
+    claimant: Job
+    moved: int
+    stopped: int
+    done_at: float
+
+
+@dataclass
+class Run:
+    """The counters and samples of one mode's run."""
+
+    samples: list[tuple[float, int, list[int]]] = field(default_factory=list)
+    moved: int = 0
+    stopped: int = 0
+    stopped_while_free: int = 0
+    reclaims: int = 0
+    reclaims_failed: int = 0
+    decisions_ms: list[float] = field(default_factory=list)
+    wit_ms: list[float] = field(default_factory=list)
+    wit_kinds: dict[str, int] = field(default_factory=dict)
+    wit_applied: int = 0
+    wit_placed: int = 0
+
+
+class Simulation:
+    """One mode's run over the pods."""
+
+    def __init__(
+        self, product: Product, pods: Sequence[Pod], options: FairshareOptions, mode: Mode
+    ):
+        self.product, self.options, self.mode = product, options, mode
+        self.pods = pods
+        n = options.gpus
+        self.capacity = n * product.compute_slice_count
+        hosts = tuple(HostState(h) for h in range((n + GPUS_PER_HOST - 1) // GPUS_PER_HOST))
+        gpus = tuple(
+            GpuState(i, i // GPUS_PER_HOST, product.key, product.memory_mib, "mig", product=product)
+            for i in range(n)
+        )
+        self.snapshot = FleetSnapshot(hosts, gpus)
+        self.occupied = 0
+        self.teams = len(options.shares)
+        deserved = [round(s * self.capacity) for s in options.shares]
+        self.sharing = [
+            Sharing(
+                deserved=Quota(mig_compute_slices=d),
+                limit=Quota(mig_compute_slices=self.capacity if mode == "fair_share" else None),
+            )
+            for d in deserved
+        ]
+        self.deserved = deserved
+        self.used = [0] * self.teams
+        self.waiting_slices = [0] * self.teams
+        self.waiting: dict[str, Job] = {}
+        self.by_partition: dict[int, Job] = {}
+        self.jobs: list[Job] = []
+        self.intervals: list[UseInterval] = []
+        self.open: dict[str, tuple[float, float]] = {}
+        self.events: list[tuple[float, int, str, Any]] = []
+        self.seq = 0
+        self.next_partition = 1
+        self.reclaims: list[Reclaim] = []
+        self.failed_until: dict[str, float] = {}
+        self.run = Run()
+        self.now = 0.0
+
+    # -- the fleet ------------------------------------------------------------------------
+
+    def _gpu(self, gpu_id: int) -> GpuState:
+        gpu = self.snapshot.gpu(gpu_id)
+        assert gpu is not None
+        return gpu
+
+    def _set(self, gpus: Iterable[GpuState]) -> None:
+        self.snapshot = self.snapshot.with_changes(gpus=gpus)
+
+    def _occupy(self, job: Job, target: Target) -> None:
+        gpu = self._gpu(target.gpu_id)
+        if target.partition_id is not None:
+            pid = target.partition_id
+            parts = tuple(replace(p, occupied=True) if p.id == pid else p for p in gpu.partitions)
+        else:
+            assert target.new_instance is not None
+            pid = self.next_partition
+            self.next_partition += 1
+            created = MigPartition(pid, job.pod.profile_id, target.new_instance.start, True)
+            parts = (*gpu.partitions, created)
+        self._set([replace(gpu, partitions=parts)])
+        job.partition, job.gpu = pid, gpu.id
+        self.by_partition[pid] = job
+        self.occupied += job.pod.slices
+
+    def _vacate(self, job: Job) -> None:
+        assert job.partition is not None and job.gpu is not None
+        gpu = self._gpu(job.gpu)
+        pid = job.partition
+        parts = tuple(replace(p, occupied=False) if p.id == pid else p for p in gpu.partitions)
+        if not any(p.occupied for p in parts):
+            parts = ()
+        self._set([replace(gpu, partitions=parts)])
+        del self.by_partition[pid]
+        job.partition = job.gpu = None
+        self.occupied -= job.pod.slices
+
+    # -- teams ----------------------------------------------------------------------------
+
+    def _verdict(self, job: Job) -> Any:
+        team = job.pod.team
+        sharing = self.sharing[team]
+        demand = Usage(mig_compute_slices=job.pod.slices)
+        in_use = Usage(mig_compute_slices=self.used[team])
+        quick = sharing_verdict(sharing, in_use, demand, Usage(), Usage())
+        if not quick.borrowed:
+            return quick
+        others = Usage()
+        for t in range(self.teams):
+            if t != team and self.waiting_slices[t]:
+                others = plus(
+                    others,
+                    deserved_need(
+                        self.sharing[t],
+                        Usage(mig_compute_slices=self.used[t]),
+                        Usage(mig_compute_slices=self.waiting_slices[t]),
+                    ),
+                )
+        free = Usage(mig_compute_slices=self.capacity - self.occupied)
+        return sharing_verdict(sharing, in_use, demand, free, others)
+
+    def _entitled(self, job: Job) -> bool:
+        sharing = self.sharing[job.pod.team]
+        verdict = sharing_verdict(
+            sharing,
+            Usage(mig_compute_slices=self.used[job.pod.team]),
+            Usage(mig_compute_slices=job.pod.slices),
+            Usage(),
+            Usage(),
+        )
+        return verdict.allowed and not verdict.borrowed
+
+    def _start(self, job: Job, target: Target, borrowed: bool, at: float) -> None:
+        """``job`` holds ``target`` from now; it counts as placed (and runs) from ``at``."""
+        self._occupy(job, target)
+        job.borrowed = borrowed
+        job.started_s = at
+        self.used[job.pod.team] += job.pod.slices
+        if job.pod.name in self.waiting:
+            del self.waiting[job.pod.name]
+            self.waiting_slices[job.pod.team] -= job.pod.slices
+        if job.placed_at is None:
+            job.placed_at = at
+        job.token += 1
+        self.open[job.pod.name] = (at, job.pod.slices / self.product.compute_slice_count)
+        self._push(at + job.left_s, "depart", (job, job.token))
+
+    def _stop(self, job: Job, at: float, gone: bool) -> None:
+        self._vacate(job)
+        self.used[job.pod.team] -= job.pod.slices
+        start, rate = self.open.pop(job.pod.name)
+        self.intervals.append(UseInterval(job.pod.team, start, at, rate))
+        job.token += 1
+        job.borrowed = False
+        if not gone:  # stopped by a reclaim: back to the queue with the rest of its life
+            job.left_s = max(0.0, job.left_s - max(0.0, at - job.started_s))
+            job.waiting_since = at
+            self._enqueue(job)
+
+    def _enqueue(self, job: Job) -> None:
+        self.waiting[job.pod.name] = job
+        self.waiting_slices[job.pod.team] += job.pod.slices
+
+    def _try(self, job: Job, failed: set[int] | None = None) -> bool:
+        verdict = self._verdict(job)
+        if not verdict.allowed:
+            return False
+        if failed is not None and job.pod.profile_id in failed:
+            return False
+        started = time.perf_counter()
+        best = rank(self.snapshot, MigRequest(job.pod.profile_id)).best
+        self.run.decisions_ms.append((time.perf_counter() - started) * 1000)
+        if best is None:
+            if failed is not None:
+                failed.add(job.pod.profile_id)
+            return False
+        self._start(job, best, verdict.borrowed, self.now)
+        return True
+
+    # -- the queue and reclaim ------------------------------------------------------------
+
+    def _shares(self) -> dict[int, float]:
+        live = [UseInterval(t, s, None, r) for (s, r), t in self._open_teams()]
+        return team_shares(
+            [*self.intervals, *live],
+            now_s=self.now,
+            half_life_s=self.options.half_life_s,
+            capacity_gpu_eq=float(self.options.gpus),
+            weights={},
+        )
+
+    def _open_teams(self) -> list[tuple[tuple[float, float], int]]:
+        return [(v, self.jobs_by_name[name].pod.team) for name, v in self.open.items()]
+
+    def _queue(self) -> list[Job]:
+        if not self.waiting:
+            return []
+        entries = [
+            Waiting(i, 0, job.pod.team, 0, job.waiting_since)
+            for i, job in enumerate(self.waiting.values())
+        ]
+        jobs = list(self.waiting.values())
+        return [jobs[q.waiting.deployment_id] for q in queue_order(entries, self._shares())]
+
+    def _place_queue(self) -> None:
+        """Beat's ``fleet.place_queue`` (:func:`fleet.sharing.placing.queue_place`): in queue
+        order, at most ``MAX_ATTEMPTS`` attempts; a request that fits nowhere is not tried again
+        in the run, nor a team its quota refused."""
+        full: set[int] = set()
+        refused: set[int] = set()
+        attempts = 0
+        for job in self._queue():
+            if job.pod.team in refused or job.pod.profile_id in full:
+                continue
+            if attempts >= MAX_ATTEMPTS:
+                return
+            attempts += 1
+            if not self._verdict(job).allowed:
+                refused.add(job.pod.team)
+                continue
+            self._try(job, full)
+
+    def _borrowed_of_others(self, team: int) -> list[Borrowed]:
+        return [
+            Borrowed(("mig", pid), job.gpu, 0, job.started_s)
+            for pid, job in self.by_partition.items()
+            if job.borrowed and job.pod.team != team and job.gpu is not None
+        ]
+
+    def _sweep(self) -> None:
+        if self.mode != "fair_share" or self.reclaims:  # one reclaim at a time
+            return
+        if not any(j.borrowed for j in self.by_partition.values()):
+            return
+        planned = 0
+        for job in self._queue():
+            if self.failed_until.get(job.pod.name, -1.0) > self.now:
+                continue
+            if not self._entitled(job):
+                continue
+            planned += 1
+            if planned > MAX_TRIED:
+                return
+            request = MigRequest(job.pod.profile_id)
+            plan = reclaim_plan(
+                self.snapshot,
+                request,
+                borrowed=self._borrowed_of_others(job.pod.team),
+                now_s=self.now,
+                min_runtime_s=self.options.min_runtime_s,
+            )
+            if plan.action in ("place", "none"):
+                continue  # fits now (the queue places it), or no net gain: the next one
+            self._apply(job, plan.action, plan.moves, [b.key[1] for b in plan.stops])
+            return
+
+    def _apply(self, claimant: Job, action: str, moves: Sequence[Move], stops: list[int]) -> None:
+        self.run.reclaims += 1
+        if action == "stop":
+            request = MigRequest(claimant.pod.profile_id)
+            # Capacity free in bulk: would any plan, moving anyone, have placed it?
+            free = self.capacity - self.occupied >= claimant.pod.slices
+            if free and plan_moves(self.snapshot, request).target is not None:
+                self.run.stopped_while_free += len(stops)
+            for pid in stops:
+                self._stop(self.by_partition[pid], self.now, gone=False)
+            self.run.stopped += len(stops)
+            delay = self.options.stop_s
+        else:
+            for move in moves:
+                self._move(move)
+            self.run.moved += sum(1 for m in moves if m.occupied)
+            delay = self.options.move_s
+        done = self.now + delay
+        verdict = self._verdict(claimant)
+        best = rank(self.snapshot, MigRequest(claimant.pod.profile_id)).best
+        if verdict.allowed and best is not None:
+            self._start(claimant, best, verdict.borrowed, done)
+        else:
+            self.run.reclaims_failed += 1
+            self.failed_until[claimant.pod.name] = self.now + self.options.reclaim_retry_s
+        running = Reclaim(claimant, len(moves), len(stops), done)
+        self.reclaims.append(running)
+        self._push(done, "reclaimed", running)
+
+    def _move(self, move: Move) -> None:
+        gpu = self._gpu(move.from_gpu)
+        if not move.occupied:  # an idle partition in the way: destroyed
+            self._set(
+                [
+                    replace(
+                        gpu,
+                        partitions=tuple(p for p in gpu.partitions if p.id != move.allocation_id),
+                    )
+                ]
+            )
+            return
+        job = self.by_partition[move.allocation_id]
+        assert move.to_gpu is not None
+        self._vacate(job)
+        target = Target(move.to_gpu, move.to_partition_id, move.new_instance, 0.0)
+        self._occupy(job, target)
+
+    # -- what would it take? --------------------------------------------------------------
+
+    def _wit_sample(self) -> None:
+        """What would it take for the first waiting replicas in queue order: each answer timed,
+        its top plan applied ``wit_apply_after_s`` later (the background refresh's period)."""
+        for job in self._queue()[: self.options.wit_per_sample]:
+            started = time.perf_counter()
+            answer = self._wit(job)
+            self.run.wit_ms.append((time.perf_counter() - started) * 1000)
+            kind = answer[0].kind
+            self.run.wit_kinds[kind] = self.run.wit_kinds.get(kind, 0) + 1
+            if kind != "wait":
+                self._push(self.now + self.options.wit_apply_after_s, "wit_apply", (job, answer))
+
+    def _wit(self, job: Job) -> tuple[Plan, Target | None, tuple[tuple[int, str], ...]]:
+        """The top plan of :func:`fleet.placement.wit.rank_plans` among those the planners
+        find (place, the fewest moves, stopping borrowed replicas; each after a quota change
+        where the team's quota refuses), where the replica goes, and the replicas it stops (by
+        partition and name)."""
+        request = MigRequest(job.pod.profile_id)
+        policy = not self._verdict(job).allowed
+        plans: list[tuple[Plan, Target | None, tuple[tuple[int, str], ...]]] = []
+        best = rank(self.snapshot, request).best
+        if best is not None:
+            plans.append((Plan("place", "place", changes_policy=policy), best, ()))
+        else:
+            moved = plan_moves(self.snapshot, request)
+            if moved.target is not None:
+                n = sum(1 for m in moved.moves if m.occupied)
+                plans.append((Plan("moves", "moves", moved=n, changes_policy=policy), None, ()))
+            if self.mode == "fair_share":
+                stop = reclaim_plan(
+                    self.snapshot,
+                    request,
+                    borrowed=self._borrowed_of_others(job.pod.team),
+                    now_s=self.now,
+                    min_runtime_s=self.options.min_runtime_s,
+                )
+                if stop.action == "stop" and stop.target is not None:
+                    named = tuple(
+                        (b.key[1], self.by_partition[b.key[1]].pod.name) for b in stop.stops
+                    )
+                    stops = Plan("stop", "stop", stopped=len(named), changes_policy=policy)
+                    plans.append((stops, stop.target, named))
+        if not plans:
+            return Plan("wait", "wait"), None, ()
+        top = rank_plans([plan for plan, _, _ in plans])[0]
+        return next(item for item in plans if item[0] is top)
+
+    def _wit_apply(
+        self, job: Job, answer: tuple[Plan, Target | None, tuple[tuple[int, str], ...]]
+    ) -> None:
+        """The top plan's requests, sent now, as the API would take them for an auto-placed
+        deployment: ``moves`` is ``POST .../defrag``, planned again when it is sent; ``stop``
+        evicts the replicas it names; then the engine places the replica (a quota change,
+        where the plan has one, taken as granted). It counts as placing the replica when that
+        would succeed now."""
+        if job.partition is not None or job.pod.name not in self.waiting:
+            return  # placed (or gone) meanwhile: nothing to apply
+        plan, _, stops = answer
+        self.run.wit_applied += 1
+        request = MigRequest(job.pod.profile_id)
+        snapshot = self.snapshot
+        if plan.kind == "moves":
+            self.run.wit_placed += plan_moves(snapshot, request).target is not None
+            return
+        if plan.kind == "stop":
+            if any(
+                self.by_partition.get(pid) is None or self.by_partition[pid].pod.name != name
+                for pid, name in stops
+            ):
+                return  # a replica it names is gone or elsewhere: the evict is refused
+            gpus: dict[int, GpuState] = {}
+            for pid, _ in stops:
+                gpu = gpus.get(self.by_partition[pid].gpu or 0) or self._gpu(
+                    self.by_partition[pid].gpu or 0
+                )
+                gpus[gpu.id] = replace(
+                    gpu, partitions=tuple(p for p in gpu.partitions if p.id != pid)
+                )
+            snapshot = snapshot.with_changes(gpus=gpus.values())
+        # The replicas are auto-placed: the engine places them (the plan sends no place
+        # request of its own, as fleet.sharing.wit answers for auto-placed deployments).
+        self.run.wit_placed += rank(snapshot, request).best is not None
+
+    # -- the clock ------------------------------------------------------------------------
+
+    def _push(self, at: float, kind: str, payload: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (at, self.seq, kind, payload))
+
+    def _phase(self, at: float) -> int:
+        return min(2, int(3 * at / self.options.window_s))
+
+    def simulate(self) -> Run:
+        o = self.options
+        self.jobs_by_name: dict[str, Job] = {}
+        for pod in self.pods:
+            if pod.team == 0 and self._phase(pod.arrival_s) == 1:
+                continue  # team A is idle in the second phase
+            self._push(pod.arrival_s, "arrive", pod)
+        self._push(o.window_s / 3, "idle", None)
+        for kind, every in (
+            ("queue", o.queue_every_s),
+            ("sweep", o.reclaim_every_s),
+            ("sample", o.sample_every_s),
+            ("wit", o.wit_every_s),
+        ):
+            self._push(every, kind, every)
+        while self.events:
+            at, _, kind, payload = heapq.heappop(self.events)
+            if at > o.window_s:
+                break
+            self.now = at
+            if kind == "arrive":
+                job = Job(payload, at, payload.life_s, phase=self._phase(at))
+                self.jobs.append(job)
+                self.jobs_by_name[payload.name] = job
+                job.entitled_at_arrival = self._entitled(job)
+                if not self._try(job):
+                    self._enqueue(job)
+            elif kind == "depart":
+                job, token = payload
+                if token == job.token and job.partition is not None:
+                    self._stop(job, at, gone=True)
+            elif kind == "reclaimed":
+                self.reclaims.remove(payload)
+            elif kind == "wit_apply":
+                self._wit_apply(*payload)
+            elif kind == "idle":  # team A goes idle: its work ends, what waited is withdrawn
+                for job in [j for j in self.by_partition.values() if j.pod.team == 0]:
+                    self._stop(job, at, gone=True)
+                for job in [j for j in self.waiting.values() if j.pod.team == 0]:
+                    del self.waiting[job.pod.name]
+                    self.waiting_slices[0] -= job.pod.slices
+                    job.withdrawn = True
+            else:
+                if kind == "queue":
+                    self._place_queue()
+                elif kind == "sweep":
+                    self._sweep()
+                elif kind == "wit":
+                    self._wit_sample()
+                else:
+                    used = [0] * self.teams
+                    for job in self.by_partition.values():
+                        used[job.pod.team] += job.pod.slices
+                    self.run.samples.append((at, self.occupied, used))
+                self._push(at + payload, kind, payload)
+        return self.run
+
+    # -- the report -----------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        o, run = self.options, self.run
+        end = o.window_s
+
+        def waits(jobs: Iterable[Job]) -> list[float]:
+            return [
+                (j.placed_at if j.placed_at is not None else end) - j.pod.arrival_s for j in jobs
+            ]
+
+        phases = []
+        for phase in range(3):
+            samples = [s for s in run.samples if self._phase(s[0]) == phase]
+            ratio = _mean([100.0 * occ / self.capacity for _, occ, _ in samples])
+            held = [
+                _mean([used[t] / self.capacity for _, _, used in samples])
+                for t in range(self.teams)
+            ]
+            active = [t for t in range(self.teams) if not (t == 0 and phase == 1)]
+            jain = _jain([held[t] / o.shares[t] for t in active])
+            phases.append(
+                {
+                    "allocation_ratio": round(ratio, 2),
+                    "share_of_fleet": [round(h, 4) for h in held],
+                    "share_over_deserved": [
+                        round(held[t] / o.shares[t], 3) for t in range(self.teams)
+                    ],
+                    "jain_index": round(jain, 4),
+                }
+            )
+        teams = []
+        for t in range(self.teams):
+            mine = [j for j in self.jobs if j.pod.team == t and not j.withdrawn]
+            w = waits(mine)
+            teams.append(
+                {
+                    "team": chr(ord("A") + t),
+                    "deserved": o.shares[t],
+                    "replicas": len(mine),
+                    "never_placed": sum(1 for j in mine if j.placed_at is None),
+                    "wait_p50_s": round(percentile(w, 50), 2),
+                    "wait_p95_s": round(percentile(w, 95), 2),
+                }
+            )
+        returning = waits(
+            j for j in self.jobs if j.pod.team == 0 and j.phase == 2 and j.entitled_at_arrival
+        )
+        return {
+            "allocation_ratio": phases[1]["allocation_ratio"],
+            "phases": phases,
+            "teams": teams,
+            "returning_team_replicas": len(returning),
+            "reclaim_p50_s": round(percentile(returning, 50), 2),
+            "reclaim_p95_s": round(percentile(returning, 95), 2),
+            "reclaim_p99_s": round(percentile(returning, 99), 2),
+            "returning_placed_within_10s": (
+                round(sum(1 for w in returning if w <= 10) / len(returning), 4)
+                if returning
+                else None
+            ),
+            "reclaims": run.reclaims,
+            "reclaims_failed": run.reclaims_failed,
+            "moved": run.moved,
+            "stopped": run.stopped,
+            "stopped_while_free": run.stopped_while_free,
+            "decision_p95_ms": round(percentile(run.decisions_ms, 95), 2),
+            "wit_answers": len(run.wit_ms),
+            "wit_p95_ms": round(percentile(run.wit_ms, 95), 1) if run.wit_ms else None,
+            "wit_top_plans": dict(sorted(run.wit_kinds.items())),
+            "wit_applied": run.wit_applied,
+            "wit_success": round(run.wit_placed / run.wit_applied, 4) if run.wit_applied else None,
+        }
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _jain(values: Sequence[float]) -> float:
+    """Jain's fairness index: (Σx)² / (n Σx²); 1 when every x is equal."""
+    square = sum(v * v for v in values)
+    return (sum(values) ** 2) / (len(values) * square) if square else 1.0
+
+
+def run_fairshare(
+    pods: Sequence[TracePod], product: Product, options: FairshareOptions
+) -> dict[str, Any]:
+    """Both modes on the same replicas; the JSON report with the goals."""
+    replicas, scaling = load_pods(pods, product, options)
+    report: dict[str, Any] = {
+        "fleet": {"gpus": options.gpus, "product": product.key, "hosts": -(-options.gpus // 8)},
+        "trace": {"replicas": len(replicas), **scaling},
+        "options": {k: v for k, v in vars(options).items() if k != "shares"},
+        "teams": {chr(ord("A") + t): s for t, s in enumerate(options.shares)},
+    }
+    for mode in MODES:
+        started = time.perf_counter()
+        sim = Simulation(product, replicas, options, mode)
+        sim.simulate()
+        report[mode] = {**sim.report(), "seconds": round(time.perf_counter() - started, 1)}
+    fair, hard = report["fair_share"], report["hard_caps"]
+    gain = fair["allocation_ratio"] - hard["allocation_ratio"]
+    report["goals"] = {
+        "allocation_gain_pp": {"value": round(gain, 2), "goal": ">= 15", "met": gain >= 15},
+        "reclaim_p99_s": {
+            "value": fair["reclaim_p99_s"],
+            "goal": "< 10",
+            "met": fair["reclaim_p99_s"] < GOALS["reclaim_p99_s"],
+        },
+        "stopped_while_free": {
+            "value": fair["stopped_while_free"],
+            "goal": "0",
+            "met": fair["stopped_while_free"] == 0,
+        },
+        "wit_p95_ms": {
+            "value": fair["wit_p95_ms"],
+            "goal": "< 1000 (the planners in process; the API's latency: bench_wit)",
+            "met": fair["wit_p95_ms"] is not None and fair["wit_p95_ms"] < 1000,
+        },
+        "wit_success": {
+            "value": fair["wit_success"],
+            "goal": ">= 0.95",
+            "met": fair["wit_success"] is not None and fair["wit_success"] >= 0.95,
+        },
+    }
+    return report

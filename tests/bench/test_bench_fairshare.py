@@ -1,0 +1,116 @@
+"""``bench_fairshare``: its arguments are checked, teams are assigned by the documented rule, the
+trace is scaled to the load asked, and a small run keeps the sharing rules: under hard caps no
+team ever passes its deserved share and nothing is reclaimed; with borrowing, the idle team's
+share is used, and the JSON carries what the issue asks for."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from fleet.mig import product_by_key
+from fleet.placement.benchmarks.fairshare import FairshareOptions, Simulation, load_pods, team_of
+from fleet.placement.benchmarks.trace import TracePod
+
+TRACE = (
+    Path(__file__).resolve().parents[2]
+    / ".."
+    / "shared"
+    / "data"
+    / "alibaba-gpu-v2023"
+    / "csv"
+    / "openb_pod_list_default.csv"
+)
+H100 = product_by_key("h100-sxm5-80gb")
+
+
+@pytest.mark.parametrize(
+    "args", [["--gpus", "4"], ["--gpus", "9000"], ["--window", "10"], ["--load", "0"]]
+)
+def test_out_of_range_arguments_are_refused(args):
+    with pytest.raises(CommandError):
+        call_command("bench_fairshare", *args)
+
+
+def test_a_missing_trace_is_a_clear_error(tmp_path):
+    with pytest.raises(CommandError, match="does not exist"):
+        call_command("bench_fairshare", "--pods", str(tmp_path / "none.csv"))
+
+
+def test_teams_follow_the_hash_rule_in_proportion_to_their_shares():
+    shares = (0.5, 0.3, 0.2)
+    names = [f"pod-{n}" for n in range(20_000)]
+    counts = [0, 0, 0]
+    for name in names:
+        counts[team_of(name, shares)] += 1
+    assert team_of("pod-7", shares) == team_of("pod-7", shares)  # a rule, not a draw
+    for count, share in zip(counts, shares, strict=True):
+        assert abs(count / len(names) - share) < 0.02
+
+
+def pods(n=400):
+    """A synthetic trace: sharing and whole-GPU pods arriving over 10,000 s."""
+    out = []
+    for i in range(n):
+        milli = (250, 500, 1000)[i % 3]
+        out.append(
+            TracePod(f"p{i}", 1000, 1024, 1, milli, (), i * 25, i * 25 + 600 + (i % 7) * 300)
+        )
+    return out
+
+
+def test_the_trace_is_scaled_to_the_load_asked():
+    options = FairshareOptions(gpus=16, window_s=1200, load=1.2)
+    replicas, scaling = load_pods(pods(), H100, options)
+    assert scaling["offered_load"] == pytest.approx(1.2, abs=0.01)
+    assert max(r.arrival_s for r in replicas) <= 1200
+    assert all(0 < r.life_s <= 1200 for r in replicas)
+
+
+def test_a_small_run_keeps_the_sharing_rules():
+    options = FairshareOptions(gpus=32, window_s=1800, load=1.4)
+    replicas, _ = load_pods(pods(600), H100, options)
+    hard = Simulation(H100, replicas, options, "hard_caps")
+    hard.simulate()
+    capacity = hard.capacity
+    for _, _, used in hard.run.samples:  # nobody past its deserved share, ever
+        assert all(u <= d for u, d in zip(used, hard.deserved, strict=True))
+    assert hard.run.reclaims == hard.run.moved == hard.run.stopped == 0
+    fair = Simulation(H100, replicas, options, "fair_share")
+    fair.simulate()
+    assert all(occ <= capacity for _, occ, _ in fair.run.samples)
+    report_hard, report_fair = hard.report(), fair.report()
+    idle = 1  # the second phase: team A idle, the others borrow its share
+    assert report_hard["phases"][idle]["share_of_fleet"][0] == 0
+    assert (
+        report_fair["phases"][idle]["allocation_ratio"]
+        > report_hard["phases"][idle]["allocation_ratio"]
+    )
+    assert any(s > 1.0 for s in report_fair["phases"][idle]["share_over_deserved"][1:])
+
+
+@pytest.mark.skipif(not TRACE.is_file(), reason="the shared data folder (../shared/data) is absent")
+def test_the_command_writes_the_json_the_issue_asks_for(tmp_path):
+    out = tmp_path / "fairshare.json"
+    call_command(
+        "bench_fairshare",
+        "--gpus",
+        "64",
+        "--window",
+        "900",
+        "--json",
+        str(out),
+        stdout=io.StringIO(),
+    )
+    result = json.loads(out.read_text())
+    assert {"allocation_ratio"} <= set(result["hard_caps"])
+    fair = result["fair_share"]
+    assert {"allocation_ratio", "reclaim_p99_s", "stopped_while_free"} <= set(fair)
+    assert {"wit_p95_ms", "wit_success"} <= set(fair)
+    assert result["fleet"]["gpus"] == 64 and result["trace"]["replicas"] > 1000
+    assert set(result["goals"]) >= {"allocation_gain_pp", "reclaim_p99_s", "stopped_while_free"}
