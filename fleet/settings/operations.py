@@ -25,3 +25,5 @@ FLEET_RECLAIM_MIN_RUNTIME_S = env_float("FLEET_RECLAIM_MIN_RUNTIME_S", 600.0)
 FLEET_RECLAIM_RETRY_S = env_float("FLEET_RECLAIM_RETRY_S", 60.0)
 # What would it take? The layout advisor's limit per GPU product in the background refresh.
 FLEET_WIT_ADVICE_SECONDS = env_float("FLEET_WIT_ADVICE_SECONDS", 2.0)
+# One background refresh of "what would it take?" stops after this long; the next goes on.
+FLEET_WIT_REFRESH_BUDGET_S = env_float("FLEET_WIT_REFRESH_BUDGET_S", 20.0)

@@ -749,22 +749,36 @@ class Refresh:
 def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
     """Beat: compute and cache the answer of every waiting deployment, unless the fleet has not
     changed since the last refresh less than :data:`REFRESH_EVERY_S` ago; an answer computed
-    (on demand) for this fleet within that time is kept."""
+    (on demand) for this fleet within that time is kept.
+
+    A run stops once it took ``FLEET_WIT_REFRESH_BUDGET_S`` (a worker is not held for minutes
+    by a large fleet), without marking the fleet done: the next run goes on, the deployments
+    answered longest ago (or never) first, so none starves while the fleet keeps changing."""
     started = time.perf_counter()
+    budget = float(settings.FLEET_WIT_REFRESH_BUDGET_S)
     context = new_context(float(settings.FLEET_WIT_ADVICE_SECONDS))
     done = f"{CACHE_PREFIX}:done:{context.fingerprint}"
     if deployments is None and cache.get(done):
         return Refresh(context.fingerprint, 0, True, time.perf_counter() - started)
+    todo = list(deployments if deployments is not None else waiting_deployments())
+    last = cache.get_many([f"{CACHE_PREFIX}:last:{d.pk}" for d in todo])
+    todo.sort(key=lambda d: (last.get(f"{CACHE_PREFIX}:last:{d.pk}", 0.0), d.pk))
     computed = 0
-    for deployment in deployments if deployments is not None else waiting_deployments():
+    finished = True
+    for deployment in todo:
         key = _key(context.fingerprint, deployment.pk)
         found = cache.get(key)
         if found is not None and time.time() - found.get("computed_s", 0) < REFRESH_EVERY_S:
             continue
+        if computed and time.perf_counter() - started > budget:
+            finished = False
+            break
         try:
             cache.set(key, compute_answer(deployment, context), CACHE_TTL_S)
+            cache.set(f"{CACHE_PREFIX}:last:{deployment.pk}", time.time(), CACHE_TTL_S)
             computed += 1
         except Exception:  # one deployment's failure must not stop the others' answers
             logger.exception("what-would-it-take failed for deployment %s", deployment.pk)
-    cache.set(done, True, REFRESH_EVERY_S)
+    if finished:
+        cache.set(done, True, REFRESH_EVERY_S)
     return Refresh(context.fingerprint, computed, False, time.perf_counter() - started)

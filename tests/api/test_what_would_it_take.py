@@ -13,7 +13,7 @@ from fleet.allocations.services import DeploymentRequest, deployment_create, dep
 from fleet.core.teams import team_create, team_quota_set
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
-from fleet.sharing.wit import waiting_deployments, wit_refresh
+from fleet.sharing.wit import cached_answer, waiting_deployments, wit_refresh
 from tests.factories import GpuFactory, HostFactory
 from tests.helpers import assert_error, snapshot_rows
 
@@ -219,6 +219,25 @@ def test_the_background_refresh_answers_every_waiting_replica_from_the_cache(
     assert wit_refresh().skipped  # nothing changed: nothing recomputed
     body = wit(viewer_client, f"{lent_fleet['serve'].pk}.0").json()
     assert body["cached"] is True and body["fingerprint"] == refresh.fingerprint
+
+
+def test_a_refresh_past_its_time_budget_stops_and_the_next_goes_on_oldest_first(
+    lent_fleet, settings
+):
+    for n in range(2):
+        deployment_create(
+            name=f"more-{n}", request=WHOLE, replicas=1, team_id=lent_fleet["serve"].team_id
+        )
+    waiting = {d.pk for d in waiting_deployments()}
+    assert len(waiting) == 3
+    settings.FLEET_WIT_REFRESH_BUDGET_S = 0  # one answer a run, then it stops
+    first = wit_refresh()
+    assert first.computed == 1 and not first.skipped
+    second, third = wit_refresh(), wit_refresh()
+    assert (second.computed, third.computed) == (1, 1)  # not done: each run goes on
+    assert wit_refresh().skipped  # every deployment answered for this fleet: done
+    fingerprint = first.fingerprint
+    assert all(cached_answer(fingerprint, pk) for pk in waiting)
 
 
 def test_a_placement_change_makes_the_cached_answer_stale(viewer_client, lent_fleet):
