@@ -37,12 +37,13 @@ others, past their deserved shares, borrow. In the third, A's arrivals come back
 may hold it (a scale-out of an auto-placed deployment); waiting replicas are placed from the
 queue every ``queue_every_s`` (beat's ``place-queue``, 5 s:
 :func:`fleet.sharing.placing.queue_place`, at most 20 attempts a run, in queue order); reclaim
-runs every ``reclaim_every_s`` (3 s), one at a time. A reclaim's claimant counts as placed
-``move_s`` after the reclaim starts when it moved replicas (make-before-break: the new copy is
-started and ready before the old one goes) and ``stop_s`` after when it stopped some (drained
-from the balancer, then SIGTERM); the simulation applies the plan's capacity changes at once. A
-stopped replica returns to the queue with the rest of its lifetime. A reclaim that no longer
-places its claimant is failed, and that claimant is left alone for ``reclaim_retry_s``.
+runs every ``reclaim_every_s`` (3 s), one at a time, a sweep planning for at most 20 entitled
+claimants or 2 s of this machine's time (the product's bounds). A reclaim's claimant counts as
+placed ``move_s`` after the reclaim starts when it moved replicas (make-before-break: the new
+copy is started and ready before the old one goes) and ``stop_s`` after when it stopped some
+(drained from the balancer, then SIGTERM); the simulation applies the plan's capacity changes at
+once. A stopped replica returns to the queue with the rest of its lifetime. A reclaim that no
+longer places its claimant is failed, and that claimant is left alone for ``reclaim_retry_s``.
 
 **What would it take?** Every ``wit_every_s``, for the first ``wit_per_sample`` waiting replicas
 in queue order: the planners' answer, timed in process (the API's own latency is
@@ -83,6 +84,7 @@ MODES: tuple[Mode, ...] = ("hard_caps", "fair_share")
 GPUS_PER_HOST = 8
 MAX_TRIED = 20  # entitled claimants one reclaim sweep plans for (fleet.sharing.reclaiming)
 MAX_ATTEMPTS = 20  # placements one queue run tries (fleet.sharing.placing)
+PLAN_BUDGET_S = 2.0  # planning time one reclaim sweep takes at most (fleet.sharing.reclaiming)
 
 GOALS = {
     "allocation_gain_pp": 15.0,
@@ -473,14 +475,16 @@ class Simulation:
         if not any(j.borrowed for j in self.by_partition.values()):
             return
         planned = 0
+        started = time.perf_counter()
         for job in self._queue():
             if self.failed_until.get(job.pod.name, -1.0) > self.now:
                 continue
             if not self._entitled(job):
                 continue
-            planned += 1
-            if planned > MAX_TRIED:
+            # The sweep's bounds (fleet.sharing.reclaiming): 20 plans, 2 s of planning.
+            if planned >= MAX_TRIED or (planned and time.perf_counter() - started > PLAN_BUDGET_S):
                 return
+            planned += 1
             request = MigRequest(job.pod.profile_id)
             plan = reclaim_plan(
                 self.snapshot,
