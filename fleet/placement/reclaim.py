@@ -12,7 +12,9 @@ waiting), in this order:
    could open remains;
 3. only then **stop** borrowed replicas: on one host, the lowest priority first and, within a
    priority, the most recently started first, never one younger than ``min_runtime_s``; the
-   host needing the fewest stops wins.
+   host needing the fewest stops wins. Where stops alone do not do it either (a whole-GPU
+   claimant, say, on GPUs that each also hold a guaranteed replica): on one GPU, its borrowed
+   replicas stop and its other replicas (at most ``max_moves``) move elsewhere first.
 
 The whole plan is simulated first: when even stopping every eligible borrowed replica would not
 place the claimant, the plan is ``none`` and nothing is touched (no eviction without a net gain).
@@ -114,6 +116,63 @@ def _stops_on_host(
     return None
 
 
+COMBINED_CANDIDATES = 8
+"""GPUs a plan of stops and moves is tried on, at most (each try runs the move planner)."""
+
+
+def _occupants(gpu: GpuState) -> list[tuple[str, int]] | None:
+    """The replicas on ``gpu`` by planner key; ``None`` for a whole-GPU one (never moved)."""
+    if gpu.taken:
+        return None
+    if gpu.mode == "mps":
+        ids = gpu.mps_reservation_ids or tuple(range(len(gpu.mps_reservations)))
+        return [("mps", i) for i in ids]
+    return [("mig", p.id) for p in gpu.partitions if p.occupied]
+
+
+def _stops_and_moves(
+    snapshot: FleetSnapshot,
+    request: PlacementRequest,
+    by_host: Mapping[int, list[Borrowed]],
+    demand: Demand | None,
+    requests: Mapping[tuple[str, int], PlacementRequest] | None,
+    demands: Mapping[tuple[str, int], Demand] | None,
+    max_moves: int,
+) -> ReclaimPlan | None:
+    """Stops and moves together, where neither alone places the claimant: on one GPU, its
+    borrowed replicas that may be stopped stop and its other replicas (at most ``max_moves``,
+    a borrowed one too young to stop among them) move elsewhere, make-before-break. The GPUs
+    needing the fewest stops, then the fewest moves, are tried first."""
+    candidates = []
+    for ordered in by_host.values():
+        on_gpu: dict[int, list[Borrowed]] = {}
+        for b in ordered:
+            on_gpu.setdefault(b.gpu_id, []).append(b)
+        for gpu_id, stops in on_gpu.items():
+            gpu = snapshot.gpu(gpu_id)
+            occupants = None if gpu is None else _occupants(gpu)
+            if occupants is None:
+                continue
+            keys = {b.key for b in stops}
+            others = [k for k in occupants if k not in keys]
+            if 0 < len(others) <= max_moves:
+                candidates.append((len(stops), len(others), gpu_id, tuple(stops), others))
+    candidates.sort(key=lambda c: c[:3])
+    for _, _, _, stopping, others in candidates[:COMBINED_CANDIDATES]:
+        moved = plan_moves(
+            _stopped(snapshot, stopping),
+            request,
+            max_moves=max_moves,
+            demand=demand,
+            requests=requests,
+            demands=demands,
+            movable=set(others),
+        )
+        if moved.target is not None:
+            return ReclaimPlan("stop", moved.target, moved.moves, stopping)
+    return None
+
+
 def reclaim_plan(
     snapshot: FleetSnapshot,
     request: PlacementRequest,
@@ -173,6 +232,9 @@ def reclaim_plan(
             found, key=lambda p: (len(p[0]), [(b.priority, -b.started_s) for b in p[0]])
         )
         return ReclaimPlan("stop", target, stops=stops)
+    combined = _stops_and_moves(snapshot, request, by_host, demand, requests, demands, max_moves)
+    if combined is not None:
+        return combined
     return ReclaimPlan(
         "none",
         reason="No net gain: even stopping every borrowed replica that may be stopped would "

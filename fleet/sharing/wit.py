@@ -560,7 +560,9 @@ def _one_reshape(deployment: Deployment, advice: dict[str, Any]) -> Plan | None:
 def _stop_plans(deployment: Deployment) -> list[Plan]:
     preview = reclaim_preview(deployment.pk)
     plan = preview.plan
-    if plan.action != "stop":
+    if plan.action != "stop" or any(m.occupied for m in plan.moves):
+        # Stops that need moves first (a GPU cleared by both) are the reclaim's to carry out,
+        # step by step; evictions alone would not place it.
         return []
     stopped = [preview.allocations[b.key] for b in plan.stops]
     requests = [

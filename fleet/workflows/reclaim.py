@@ -100,6 +100,13 @@ def bound_of(plan: ReclaimPlan, deployment: Deployment, others_moved: int = 0) -
             "nobody is stopped"
         )
     n = len(plan.stops)
+    if any(m.occupied for m in plan.moves):
+        return (
+            f"{n} stop(s) and {len([m for m in plan.moves if m.occupied])} move(s): {no_moves}, "
+            "and no host's stops alone place it; on the chosen GPU its borrowed replicas "
+            "that may stop stop and its other replicas move elsewhere first (make before "
+            "break), the GPU needing the fewest stops, then moves"
+        )
     return (
         f"{n} stop(s): {no_moves}; on the chosen host, stopping fewer in stop order (lowest "
         f"priority, then most recently started; none younger than {min_runtime} s) does not "
@@ -159,6 +166,7 @@ def reclaim_start(*, deployment_id: int, requested_by: Any = None) -> Operation:
         f"move {len(moved)} replica(s) ({len(moved) - others_moved} borrowed)"
         if plan.action == "move"
         else f"stop {len(stopped)} borrowed replica(s)"
+        + (f" after moving {len(moved)} other(s)" if moved else "")
     )
     now = timezone.now()
     bound = bound_of(plan, deployment, others_moved)

@@ -280,6 +280,40 @@ def test_a_stopped_mig_replica_leaves_its_slice_destroyed_for_the_claimant(
     assert not Allocation.objects.filter(deployment=lent.deployment).exists()
 
 
+def mig_fleet(capture, layouts):
+    """One simulated host of H100s in MIG mode, one per entry of ``layouts`` (``(profile,
+    start)`` instances), and a ``sync`` that lets its agent apply and acknowledge."""
+    host, _ = host_create(name="node")
+    host_issue_token(host)
+    agent = SimAgent(["h100-sxm5-80gb"] * len(layouts))
+    Host.objects.filter(pk=host.pk).update(hostname="sim-0", status="ready")
+    agent_hello(host=host, hello=agent.hello())
+    gpus = list(Gpu.objects.filter(host=host).order_by("index"))
+    for gpu, layout in zip(gpus, layouts, strict=True):
+        spec = LayoutSpec(mode="mig", instances=tuple(MigInstanceSpec(p, s) for p, s in layout))
+        gpu_set_layout(gpu_id=gpu.pk, spec=spec)
+
+    def sync():
+        with capture(execute=True):
+            agent_ack(host=host, ack=agent.apply(host_desired_state(Host.objects.get(pk=host.pk))))
+
+    return gpus, sync
+
+
+def place_in(deployment, gpu, start):
+    partition = Partition.objects.get(gpu=gpu, start=start)
+    deployment_place(deployment_id=deployment.pk, partition_id=partition.pk)
+
+
+def mig_deployment(name, profile, replicas, team):
+    return deployment_create(
+        name=name,
+        request=DeploymentRequest(kind="mig", profile=profile),
+        replicas=replicas,
+        team_id=team.pk,
+    )
+
+
 def test_where_borrowed_moves_make_no_room_a_guaranteed_replica_moves_and_nobody_stops(
     django_capture_on_commit_callbacks, settings
 ):
@@ -288,43 +322,21 @@ def test_where_borrowed_moves_make_no_room_a_guaranteed_replica_moves_and_nobody
     alone leaves GPU 1 blocked, so the reclaim moves GPU 0's guaranteed replica (one move, make
     before break) instead of stopping the borrowed one."""
     settings.FLEET_RECLAIM_MIN_RUNTIME_S = 0
-    host, _ = host_create(name="node")
-    host_issue_token(host)
-    agent = SimAgent(["h100-sxm5-80gb", "h100-sxm5-80gb"])
-    Host.objects.filter(pk=host.pk).update(hostname="sim-0", status="ready")
-    agent_hello(host=host, hello=agent.hello())
-    first, second = Gpu.objects.filter(host=host).order_by("index")
-    one = MigInstanceSpec("1g.10gb", 0)
-    gpu_set_layout(gpu_id=first.pk, spec=LayoutSpec(mode="mig", instances=(one,)))
-    two = (one, MigInstanceSpec("1g.10gb", 1))
-    gpu_set_layout(gpu_id=second.pk, spec=LayoutSpec(mode="mig", instances=two))
+    (first, second), sync = mig_fleet(
+        django_capture_on_commit_callbacks,
+        [[("1g.10gb", 0)], [("1g.10gb", 0), ("1g.10gb", 1)]],
+    )
     search = team_create(name="search")
     team_quota_set(
         team_id=search.pk, quota={"mig_compute_slices": 2, "limit": {"mig_compute_slices": 14}}
     )
-    small = deployment_create(
-        name="small",
-        request=DeploymentRequest(kind="mig", profile="1g.10gb"),
-        replicas=3,
-        team_id=search.pk,
-    )
+    small = mig_deployment("small", "1g.10gb", 3, search)
     for gpu, start in ((first, 0), (second, 1), (second, 0)):  # the third is borrowed
-        partition = Partition.objects.get(gpu=gpu, start=start)
-        deployment_place(deployment_id=small.pk, partition_id=partition.pk)
+        place_in(small, gpu, start)
     assert Allocation.objects.get(borrowed=True).partition.gpu_id == second.pk
     ads = team_create(name="ads")
     team_quota_set(team_id=ads.pk, quota={"mig_compute_slices": 4})
-    big = deployment_create(
-        name="big",
-        request=DeploymentRequest(kind="mig", profile="4g.40gb"),
-        replicas=1,
-        team_id=ads.pk,
-    )
-
-    def sync():
-        with django_capture_on_commit_callbacks(execute=True):
-            agent_ack(host=host, ack=agent.apply(host_desired_state(Host.objects.get(pk=host.pk))))
-
+    big = mig_deployment("big", "4g.40gb", 1, ads)
     sync()
     (started,) = reclaims_start()
     operation = Operation.objects.get(pk=started)
@@ -362,3 +374,54 @@ def test_a_sweep_stops_planning_once_its_time_budget_is_spent(lent_whole, monkey
     monkeypatch.setattr(reclaiming, "PLAN_BUDGET_S", 60.0)
     planned.clear()
     assert reclaims_start() == [] and len(planned) == 2
+
+
+def test_a_gpu_cleared_by_a_move_and_a_stop_takes_a_whole_gpu_claimant(
+    django_capture_on_commit_callbacks, settings
+):
+    """*ads* waits for a 7g.80gb. GPU 0: *search*'s borrowed 4g.40gb and a guaranteed 1g.10gb;
+    GPU 1: full of guaranteed replicas; GPU 2: a guaranteed 4g.40gb, slices 4-6 free. Neither
+    moves nor stops alone clear a GPU: the reclaim moves GPU 0's 1g to GPU 2 (make before
+    break), then stops the borrowed 4g, and the claimant takes GPU 0."""
+    settings.FLEET_RECLAIM_MIN_RUNTIME_S = 0
+    (first, second, third), sync = mig_fleet(
+        django_capture_on_commit_callbacks,
+        [
+            [("4g.40gb", 0), ("1g.10gb", 4)],
+            [("4g.40gb", 0), ("3g.40gb", 4)],
+            [("4g.40gb", 0)],
+        ],
+    )
+    search = team_create(name="search")
+    team_quota_set(
+        team_id=search.pk, quota={"mig_compute_slices": 12, "limit": {"mig_compute_slices": 28}}
+    )
+    one = mig_deployment("one", "1g.10gb", 1, search)
+    four = mig_deployment("four", "4g.40gb", 3, search)
+    three = mig_deployment("three", "3g.40gb", 1, search)
+    place_in(one, first, 4)
+    place_in(four, second, 0)
+    place_in(three, second, 4)
+    place_in(four, third, 0)
+    place_in(four, first, 0)  # past the deserved 12 slices: borrowed
+    borrowed = Allocation.objects.get(borrowed=True)
+    assert borrowed.partition.gpu_id == first.pk
+    ads = team_create(name="ads")
+    team_quota_set(team_id=ads.pk, quota={"mig_compute_slices": 7})
+    whole = mig_deployment("whole", "7g.80gb", 1, ads)
+    sync()
+    (started,) = reclaims_start()
+    operation = Operation.objects.get(pk=started)
+    payload = operation.payload
+    assert payload["action"] == "stop"
+    assert [s["allocation"] for s in payload["planned_stops"]] == [borrowed.pk]
+    moves = [s for s in payload["plan"] if s["kind"] == "move"]
+    assert [(m["name"], m["gpu"]) for m in moves] == [("one[0]", third.pk)]
+    assert "1 move(s)" in payload["bound"]
+    operation = _run(operation, sync, rounds=12)
+    assert operation.status == "succeeded", operation.payload["log"]
+    placed = Allocation.objects.get(deployment=whole)
+    assert placed.partition.profile_name == "7g.80gb" and placed.partition.gpu_id == first.pk
+    assert Allocation.objects.placed().get(deployment=one).gpu_id == third.pk  # still running
+    assert not Allocation.objects.placed().filter(pk=borrowed.pk).exists()  # stopped, waiting
+    assert Deployment.objects.get(pk=four.pk).replicas == 3  # not deleted

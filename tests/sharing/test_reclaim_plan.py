@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from fleet.mps import MpsRequest
 from fleet.placement.reclaim import Borrowed, reclaim_plan, stop_order
-from fleet.placement.snapshot import FleetSnapshot, GpuState, HostState, WholeGpuRequest
+from fleet.placement.snapshot import (
+    FleetSnapshot,
+    GpuState,
+    HostState,
+    MigPartition,
+    MigRequest,
+    WholeGpuRequest,
+)
 
 H100 = "h100-sxm5-80gb"
 MEM = 81559
@@ -128,3 +135,28 @@ def test_where_moving_borrowed_replicas_makes_no_room_moving_others_does_before_
     assert found.action == "move" and found.stops == ()
     assert len(found.moves) == 1 and found.moves[0].allocation_id in (101, 103)
     assert (found.moves[0].from_gpu, found.moves[0].to_gpu, found.target.gpu_id) == (1, 2, 1)
+
+
+def mig_gpu(gpu_id, *parts):
+    """An H100 in MIG mode with ``parts``: ``(partition id, profile id, start)``, all busy."""
+    partitions = tuple(MigPartition(pid, profile, start, True) for pid, profile, start in parts)
+    return GpuState(gpu_id, 1, H100, MEM, "mig", partitions=partitions)
+
+
+def test_where_neither_moves_nor_stops_alone_do_a_gpu_is_cleared_by_both():
+    # A 7g.80gb claimant. GPU 1: a borrowed 4g (10) and a guaranteed 1g (11); GPU 2: full of
+    # guaranteed replicas; GPU 3: a guaranteed 4g, slices 4-6 free. Moves alone cannot clear a
+    # GPU (no room for a 4g anywhere), stops alone leave GPU 1's 1g: stopping the borrowed 4g
+    # and moving the 1g to GPU 3 clears GPU 1.
+    snapshot = FleetSnapshot(
+        (HostState(1),),
+        (
+            mig_gpu(1, (10, 5, 0), (11, 19, 4)),
+            mig_gpu(2, (20, 5, 0), (21, 9, 4)),
+            mig_gpu(3, (30, 5, 0)),
+        ),
+    )
+    found = plan(snapshot, MigRequest(0), [Borrowed(("mig", 10), 1, 100, 0.0)])
+    assert found.action == "stop" and [b.key for b in found.stops] == [("mig", 10)]
+    assert [(m.allocation_id, m.from_gpu, m.to_gpu) for m in found.moves] == [(11, 1, 3)]
+    assert found.target.gpu_id == 1
