@@ -29,6 +29,7 @@ from fleet.allocations.models import (
 from fleet.core import alerts
 from fleet.core.errors import ServiceError
 from fleet.core.events import publish_changed
+from fleet.core.jobs import place_queue_after_commit
 from fleet.core.registry import pinned_reference
 from fleet.core.secrets import env_ref_problems, env_refs
 from fleet.inventory.models import AgentRuntime, Host
@@ -162,6 +163,7 @@ def allocations_release(allocations: Iterable[Allocation]) -> list[Allocation]:
             held.append(allocation)
     if gone:
         Allocation.objects.filter(pk__in=gone).delete()
+        place_queue_after_commit()  # capacity freed: the queue's waiting replicas may fit
     if held:
         Allocation.objects.filter(pk__in=[a.pk for a in held]).update(
             state=AllocationState.RELEASING, released_at=now, updated_at=now
@@ -266,6 +268,7 @@ def workloads_record(
         )
         deployments = sorted({r.deployment_id for r in released})
         transaction.on_commit(lambda: deployments_finalize(deployments), robust=True)
+        place_queue_after_commit()  # capacity freed: the queue's waiting replicas may fit
     _alert_crashloops(crashlooping)
     publish_changed("gpu", [r.gpu_id for r in (*changed, *released)])
     publish_changed("allocation", [r.pk for r in changed])

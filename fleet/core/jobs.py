@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.cache import cache
 from django.db import transaction
 
 from fleet.celery import app
@@ -34,3 +35,22 @@ def advance_after_commit(operation_id: int) -> None:
     drains, their moves and those moves' first steps would otherwise all run before the
     request answers. A failure is logged (``robust``); beat advances it again."""
     transaction.on_commit(lambda: enqueue(ADVANCE_OPERATION, operation_id), robust=True)
+
+
+PLACE_QUEUE = "fleet.place_queue"
+PLACE_QUEUE_KICK_KEY = "fleet:place-queue-kick"
+
+
+def place_queue_after_commit() -> None:
+    """Capacity was freed: once the transaction commits, place waiting replicas from the queue
+    on a worker (:mod:`fleet.sharing.placing`), at most once a second fleet-wide (beat runs it
+    every ``FLEET_QUEUE_PLACE_EVERY_S`` anyway). Not in the embedded mode: there the embedded
+    scheduler runs it, not the request or agent message that freed the capacity."""
+    if app.conf.task_always_eager:
+        return
+
+    def kick() -> None:
+        if cache.add(PLACE_QUEUE_KICK_KEY, 1, 1):
+            enqueue(PLACE_QUEUE)
+
+    transaction.on_commit(kick, robust=True)
