@@ -36,7 +36,8 @@ others, past their deserved shares, borrow. In the third, A's arrivals come back
 **Timing** (the product's defaults): a replica is placed when it arrives if it fits and its team
 may hold it (a scale-out of an auto-placed deployment); waiting replicas are placed from the
 queue every ``queue_every_s`` (beat's ``place-queue``, 5 s:
-:func:`fleet.sharing.placing.queue_place`, at most 20 attempts a run, in queue order); reclaim
+:func:`fleet.sharing.placing.queue_place`, at most 20 attempts a run, in queue order) and as soon
+as a replica's departure frees capacity (unless kicked less than a second before); reclaim
 runs every ``reclaim_every_s`` (3 s), one at a time, a sweep planning for at most 20 entitled
 claimants or 2 s of this machine's time (the product's bounds). A reclaim's claimant counts as
 placed ``move_s`` after the reclaim starts when it moved replicas (make-before-break: the new
@@ -298,6 +299,7 @@ class Simulation:
         self.failed_until: dict[str, float] = {}
         self.run = Run()
         self.now = 0.0
+        self.kicked_at = -1.0
 
     # -- the fleet ------------------------------------------------------------------------
 
@@ -462,6 +464,13 @@ class Simulation:
                 continue
             self._try(job, full)
 
+    def _kick(self) -> None:
+        """Capacity freed: the queue places at once, unless it was kicked less than a second
+        ago (then beat's next run does; :func:`fleet.core.jobs.place_queue_after_commit`)."""
+        if self.now - self.kicked_at >= 1.0:
+            self.kicked_at = self.now
+            self._place_queue()
+
     def _borrowed_of_others(self, team: int) -> list[Borrowed]:
         return [
             Borrowed(("mig", pid), job.gpu, 0, job.started_s)
@@ -506,15 +515,17 @@ class Simulation:
             free = self.capacity - self.occupied >= claimant.pod.slices
             if free and plan_moves(self.snapshot, request).target is not None:
                 self.run.stopped_while_free += len(stops)
-            for pid in stops:
-                self._stop(self.by_partition[pid], self.now, gone=False)
-            self.run.stopped += len(stops)
-            delay = self.options.stop_s
-        else:
+        delay = 0.0
+        if moves:  # the moves first (a plan of stops may need some: a GPU cleared by both)
             for move in moves:
                 self._move(move)
             self.run.moved += sum(1 for m in moves if m.occupied)
-            delay = self.options.move_s
+            delay += self.options.move_s
+        if stops:
+            for pid in stops:
+                self._stop(self.by_partition[pid], self.now, gone=False)
+            self.run.stopped += len(stops)
+            delay += self.options.stop_s
         done = self.now + delay
         verdict = self._verdict(claimant)
         best = rank(self.snapshot, MigRequest(claimant.pod.profile_id)).best
@@ -670,6 +681,7 @@ class Simulation:
                 job, token = payload
                 if token == job.token and job.partition is not None:
                     self._stop(job, at, gone=True)
+                    self._kick()
             elif kind == "reclaimed":
                 self.reclaims.remove(payload)
             elif kind == "wit_apply":
