@@ -16,9 +16,6 @@ them: the queue shows where they stand.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 from django.db import connection, transaction
 
 from fleet.allocations.autoplace import deployment_autoplace
@@ -42,9 +39,12 @@ def queue_place() -> list[int]:
     if not auto:
         return []
     placed: list[int] = []
-    with _one_run() as running:
-        if not running:
-            return []  # another worker is placing from the queue now
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [ADVISORY_KEY])
+                if not cursor.fetchone()[0]:
+                    return []  # another worker is placing from the queue now
         attempts = 0
         full: set[str] = set()  # requests that fit nowhere in this run
         refused_teams: set[int] = set()
@@ -59,8 +59,6 @@ def queue_place() -> list[int]:
                 break
             attempts += 1
             try:
-                # Each placement in its own transaction: its locks (the deployment's, the
-                # team's, the host's) are not held for the rest of the run.
                 with transaction.atomic():
                     operations = deployment_autoplace(deployment_id=deployment.pk, limit=1)
             except QuotaExceeded:
@@ -71,21 +69,3 @@ def queue_place() -> list[int]:
                 continue
             placed.extend(op.pk for op in operations)
     return placed
-
-
-@contextlib.contextmanager
-def _one_run() -> Iterator[bool]:
-    """One run at a time fleet-wide: a PostgreSQL session advisory lock, taken if free (a run
-    already going makes this one give way) and released at the end; SQLite serialises writers."""
-    if connection.vendor != "postgresql" or connection.in_atomic_block:
-        yield True
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [ADVISORY_KEY])
-        got = bool(cursor.fetchone()[0])
-    try:
-        yield got
-    finally:
-        if got:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [ADVISORY_KEY])

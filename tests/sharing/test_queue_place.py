@@ -96,30 +96,3 @@ def test_one_run_makes_a_bounded_number_of_attempts(monkeypatch):
     assert len(queue_place()) == 1 and placed(small) == 1
     # The first 2-GPU replica that fits nowhere stops the attempts at the same request.
     assert len(calls) == 2
-
-
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_one_run_at_a_time_on_postgresql():
-    from django.db import connection, connections
-
-    if connection.vendor != "postgresql":
-        pytest.skip("the advisory lock is PostgreSQL's (set FLEET_DATABASE_URL)")
-    from fleet.sharing.placing import ADVISORY_KEY
-
-    gpus(1)
-    served = auto("served", team_create(name="ads"))
-    other = connections.create_connection("default")  # another worker's session
-    try:
-        with other.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_lock(%s)", [ADVISORY_KEY])
-        assert queue_place() == [] and placed(served) == 0  # another run is going: give way
-        with other.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [ADVISORY_KEY])
-        assert len(queue_place()) == 1 and placed(served) == 1
-        with other.cursor() as cursor:  # the run let go of the lock
-            cursor.execute("SELECT pg_try_advisory_lock(%s)", [ADVISORY_KEY])
-            assert cursor.fetchone()[0] is True
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [ADVISORY_KEY])
-    finally:
-        other.close()
