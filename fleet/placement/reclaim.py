@@ -197,16 +197,7 @@ def reclaim_plan(
         return ReclaimPlan("place", best)
     keys = {b.key for b in borrowed}
     if keys and not isinstance(request, WholeGpuRequest):
-        moved = plan_moves(
-            snapshot,
-            request,
-            max_moves=max_moves,
-            demand=demand,
-            requests=requests,
-            demands=demands,
-            movable=keys,
-        )
-        if moved.target is None:
+        for movable in (keys, None):  # borrowed replicas first, then any replica
             moved = plan_moves(
                 snapshot,
                 request,
@@ -214,9 +205,10 @@ def reclaim_plan(
                 demand=demand,
                 requests=requests,
                 demands=demands,
+                movable=movable,
             )
-        if moved.target is not None:
-            return ReclaimPlan("move", moved.target, moved.moves)
+            if moved.target is not None:
+                return ReclaimPlan("move", moved.target, moved.moves)
     by_host: dict[int, list[Borrowed]] = {}
     for b in stop_order(borrowed, now_s, min_runtime_s):
         gpu = snapshot.gpu(b.gpu_id)
