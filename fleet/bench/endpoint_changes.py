@@ -19,6 +19,7 @@ from typing import Any
 
 from fleet.bench.api import Api
 from fleet.bench.processes import wait_until
+from fleet.bench.stack_agent import container_ids
 
 KINDS = ("move", "rollout", "drain", "kill-agent", "kill-replica")
 # The changes whose failed requests are the goal's "0 failed during changes".
@@ -198,13 +199,7 @@ def kill_process(copy: dict[str, Any]) -> dict[str, Any]:
 def kill_container(copy: dict[str, Any]) -> dict[str, Any]:
     """SIGKILL the main process of ``copy``'s container (a Docker-runtime copy), found by the
     label its agent gave it."""
-    found = subprocess.run(
-        ["docker", "ps", "-q", "--filter", f"label=fleet.allocation={int(copy['id'])}"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    ).stdout.split()
+    found = container_ids(int(copy["id"]))
     if len(found) != 1:
         raise RuntimeError(f"copy {copy['id']}: {len(found)} running containers, not 1")
     kill = ["docker", "kill", "--signal", "KILL", found[0]]

@@ -38,6 +38,23 @@ def remove_containers(host_name: str) -> None:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, timeout=120)
 
 
+HOSTNAMES: set[str] = set()
+"""The hostnames of the agents this process made (:attr:`Agent.hostname`)."""
+
+
+def container_ids(allocation_id: int, *, running: bool = True) -> list[str]:
+    """The containers labelled for ``allocation_id`` by an agent of this process (another run
+    sharing the Docker daemon has its own allocations of the same ids)."""
+    listed = subprocess.run(
+        ["docker", "ps", "--no-trunc", *([] if running else ["-a"]), "--filter",
+         f"label=fleet.allocation={int(allocation_id)}", "--format",
+         '{{.ID}} {{.Label "fleet.host"}}'],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    rows = [line.split(" ", 1) for line in listed.splitlines() if line.strip()]
+    return [row[0] for row in rows if len(row) == 2 and row[1] in HOSTNAMES]
+
+
 class Agent:
     """One simulated host: ``products`` are catalog keys, one GPU each."""
 
@@ -46,6 +63,12 @@ class Agent:
         from fleet.mig import product_by_key
 
         self.stack, self.name, self.products = stack, name, products
+        # The machine's name as the agent reports it, and as its containers' ``fleet.host``
+        # label says: unique to this agent, so that two runs sharing a Docker daemon (a CI run
+        # beside a developer's, two benchmark stacks) never adopt, stop or remove each other's
+        # containers. The host's name in Fleet stays ``name``.
+        self.hostname = f"{name}.{uuid.uuid4().hex[:8]}"
+        HOSTNAMES.add(self.hostname)
         self.dir = stack.workdir / f"agent-{name}"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.token_file = self.dir / "token.json"
@@ -72,7 +95,7 @@ class Agent:
             "--simulate", str(self.dir / "gpus.json"),
             "--allow-mutation",
             "--interval", "0.5",
-            "--hostname", hostname or self.name,
+            "--hostname", hostname or self.hostname,
             "--fault-dir", str(self.faults),
             "--mps-dir", str(self.dir / "mps"),
         ]  # fmt: skip
@@ -97,8 +120,7 @@ class Agent:
 
     def remove_workloads(self) -> None:
         """Stop what this agent ran: its workloads outlive it by design (an agent restart must
-        not stop them), so a test run would leave them behind, and a container named after
-        this host and an allocation id would collide with the next run's."""
+        not stop them), so a test run would leave them behind."""
         state = self.dir / "workloads" / "processes.json"
         try:
             table = json.loads(state.read_text()).get("processes", {})
@@ -109,7 +131,7 @@ class Agent:
             if isinstance(pid, int) and pid > 1:
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
-        remove_containers(self.name)
+        remove_containers(self.hostname)
 
     def fault(self, **command: Any) -> dict[str, Any]:
         """Inject a fault (or run a command) through the agent's fault directory; returns what

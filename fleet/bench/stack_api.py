@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.bench.processes import wait_until
-from fleet.bench.stack_agent import Agent, remove_containers
+from fleet.bench.stack_agent import Agent
 
 TERMINAL = ("succeeded", "failed", "expired")
 
@@ -174,7 +174,6 @@ class StackApi(ABC):
         self, name: str, products: list[str], transport: str = "ws", runtime: str | None = None
     ) -> Agent:
         """A host made through the API and its simulated agent enrolled, once its GPUs show."""
-        remove_containers(name)  # left by an earlier run that was interrupted
         status, host = self.request("POST", "/api/v1/hosts/", {"name": name}, token="admin")
         assert status == 201, host
         agent = Agent(self, name, products).start(  # type: ignore[arg-type]

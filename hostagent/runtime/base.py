@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from hostagent.protocol import (
     DEFAULT_STOP_GRACE_S,
@@ -103,21 +103,24 @@ class ReplicaSpec:
 
     def fingerprint(self) -> str:
         """What a launch depends on: a replica whose fingerprint changes is started again."""
-        return json.dumps(
-            [
-                self._workload_without_secrets(),
-                self.device_uuid,
-                self.environment,
-                self.mps_pipe_directory,
-                self.gpu_request,
-                *([self.security] if self.security is not None else []),
-                # Only where the agent chose them: a replica without any (or in the host's
-                # network, on its declared ports) keeps the fingerprint it had before ports
-                # existed, so an upgraded agent adopts it rather than starting it again.
-                *([self.host_ports] if self.host_ports and self.allocates_ports() else []),
-            ],
-            sort_keys=True,
-        )
+        return json.dumps(self.fingerprint_parts(), sort_keys=True)
+
+    def fingerprint_parts(self) -> dict[str, Any]:
+        """:meth:`fingerprint`'s parts by name (a replacement's log names those that changed)."""
+        parts: dict[str, Any] = {
+            "workload": self._workload_without_secrets(),
+            "device_uuid": self.device_uuid,
+            "environment": self.environment,
+            "mps_pipe_directory": self.mps_pipe_directory,
+            "gpu_request": self.gpu_request,
+        }
+        if self.security is not None:
+            parts["security"] = self.security
+        # Only where the agent chose them: a replica without any (or in the host's network, on
+        # its declared ports) keeps the fingerprint it had before ports existed.
+        if self.host_ports and self.allocates_ports():
+            parts["host_ports"] = self.host_ports
+        return parts
 
     def _workload_without_secrets(self) -> Workload:
         if not self.secret_env:

@@ -10,6 +10,7 @@ replica's failure (its runtime raising, a bug) costs only that replica (review D
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 import time
@@ -157,6 +158,12 @@ class Reconciler:
             return
         if r.running is not None:
             if r.stop_reason == "unhealthy" or r.launched != spec.fingerprint():
+                if r.stop_reason is None:
+                    logger.info(
+                        "allocation %s is replaced: its %s changed",
+                        r.allocation_id,
+                        ", ".join(changed_parts(r.launched, spec)) or "launch",
+                    )
                 self._stop(r, r.stop_reason or "replace")
             elif r.drain_until is not None:
                 self._undrain(r)  # wanted again, as it is, while it drained
@@ -307,6 +314,7 @@ class Reconciler:
         if self._draining(r, reason):
             return
         r.drain_until = None
+        logger.info("stopping allocation %s (%s)", r.allocation_id, reason)
         r.busy, r.stop_reason = True, reason
         r.state, r.message = "stopping", f"stopping ({reason})"
         self._changed(r)
@@ -484,3 +492,16 @@ def _ports_of(r: Replica) -> dict[str, int]:
         return dict(r.spec.host_ports)
     live = r.running or r.ended
     return dict(live.host_ports) if live is not None else {}
+
+
+def changed_parts(launched: str, spec: ReplicaSpec) -> list[str]:
+    """The names of the fingerprint's parts that differ between ``launched`` (the fingerprint
+    a replica was started or adopted with) and ``spec``'s."""
+    try:
+        before = json.loads(launched) if launched else {}
+    except ValueError:
+        before = {}
+    now = json.loads(spec.fingerprint())
+    if not isinstance(before, dict) or not before:
+        return sorted(now)
+    return sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))

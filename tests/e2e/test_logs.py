@@ -25,10 +25,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def fleet(stack: Stack, image: str) -> tuple[Stack, Agent]:  # noqa: F811
-    # Workloads outlive their agent: an interrupted run's container would hold this one's name.
-    leftovers = docker("ps", "-aq", "--filter", "label=fleet.host=logs-1").split()
-    if leftovers:
-        docker("rm", "-f", *leftovers)
     agent = stack.add_agent("logs-1", ["h100-sxm5-80gb", "h100-sxm5-80gb"], runtime="docker")
     return stack, agent
 

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from fleet.bench.image import ensure_image
+from fleet.bench.stack_agent import container_ids
 from hostagent.protocol.workloads import RESTART_BACKOFF_S
 from tests.e2e.stack import NOBODY, Agent, Stack, wait_until
 
@@ -45,7 +46,7 @@ def docker(*args: str) -> str:
 
 def containers_of(allocation_id: int) -> list[dict[str, Any]]:
     """Running containers labelled for the allocation, as ``docker inspect`` says."""
-    ids = docker("ps", "-q", "--filter", f"label=fleet.allocation={allocation_id}").split()
+    ids = container_ids(allocation_id)  # this run's agents' only
     return json.loads(docker("inspect", *ids)) if ids else []
 
 
@@ -127,7 +128,7 @@ def evict(stack: Stack, deployment_id: int) -> None:
 
 
 def test_a_container_runs_on_its_mig_slice_and_stops_within_its_grace(fleet):
-    stack, _, gpus = fleet
+    stack, agent, gpus = fleet
     slice_ = partition(stack, gpus["h100"]["id"], "3g.40gb", 4)
     deployment_id = deploy(
         stack,
@@ -153,7 +154,7 @@ def test_a_container_runs_on_its_mig_slice_and_stops_within_its_grace(fleet):
     assert env["FLEET_ALLOCATION_ID"] == str(placed["id"]) and env["FLEET_REPLICA"] == "0"
     labels = container["Config"]["Labels"]
     assert labels["fleet.allocation"] == str(placed["id"])
-    assert (labels["fleet.deployment"], labels["fleet.host"]) == ("web", "wl-1")
+    assert (labels["fleet.deployment"], labels["fleet.host"]) == ("web", agent.hostname)
     assert not container["HostConfig"].get("DeviceRequests")  # simulated GPUs: no device request
 
     started = time.monotonic()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hostagent.protocol import RESTART_BACKOFF_S
 from hostagent.runtime import Exit, Timing
 from hostagent.runtime.docker import DockerRuntime
+from hostagent.runtime.operations import changed_parts
 from hostagent.runtime.policy import Replica, backoff, on_check, on_exit, on_started, should_restart
 from tests.hostagent.runtime.conftest import IMAGE
 from tests.hostagent.runtime.fakes import exec_health, spec, wait_for, workload
@@ -118,3 +121,13 @@ def test_a_container_exiting_non_zero_restarts_with_backoff_then_is_in_crashloop
         assert (never_status["exit_code"], never_status["restarts"]) == (5, 0)
     finally:
         host.supervisor.close()
+
+
+def test_a_replacement_names_the_parts_of_the_launch_that_changed():
+    started = spec(1)
+    assert changed_parts(started.fingerprint(), started) == []
+    moved = dataclasses.replace(started, device_uuid="MIG-other", gpu_request=True)
+    assert changed_parts(started.fingerprint(), moved) == ["device_uuid", "gpu_request"]
+    # Adopted with no launch known (or a fingerprint from before it had names): every part.
+    assert changed_parts("", started) == sorted(started.fingerprint_parts())
+    assert changed_parts("[1, 2]", started) == sorted(started.fingerprint_parts())
