@@ -146,6 +146,46 @@ def deployment_create_placed(
     return deployment
 
 
+def deployment_create_queued(
+    *,
+    name: str,
+    request: DeploymentRequest,
+    replicas: int,
+    workload: Mapping[str, Any] | None = None,
+    host_labels: Mapping[str, Any] | None = None,
+    team_id: int | None = None,
+    host_memory_mib: int | None = None,
+    requested_by: Any = None,
+) -> Deployment:
+    """A new ``auto_place`` workload whose replicas that fit now are placed by the engine, and
+    the others wait in the queue (none fits, or its team's quota refuses, is not an error):
+    the queue places them as capacity frees (:func:`fleet.sharing.placing.queue_place`), and
+    where its team's deserved share entitles them, a reclaim takes it back from borrowers
+    (:mod:`fleet.sharing.reclaiming`). What a pod does in Kubernetes, Kueue or Slurm."""
+    deployment = deployment_create(
+        name=name,
+        request=request,
+        replicas=replicas,
+        workload=workload,
+        auto_place=True,
+        host_labels=host_labels,
+        team_id=team_id,
+        host_memory_mib=host_memory_mib,
+        requested_by=requested_by,
+    )
+    try:
+        deployment_autoplace(deployment_id=deployment.pk, requested_by=requested_by)
+    except RuleViolation as error:  # QuotaExceeded too: each placed replica is kept
+        logger.info(
+            "%s: %d of %d replica(s) placed, the others wait: %s",
+            deployment.name,
+            len(error.details.get("placed_operations", [])),
+            replicas,
+            error.message,
+        )
+    return deployment
+
+
 @dataclass(frozen=True)
 class PlaceAll:
     """What "Place all" did: the place operations, the replicas left unplaced and why."""

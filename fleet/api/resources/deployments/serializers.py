@@ -190,7 +190,16 @@ class DeploymentCreateSerializer(serializers.Serializer[Any]):
         required=False, help_text="What each replica runs; none given: nothing (runtime `none`)."
     )
     auto = serializers.BooleanField(
-        default=False, help_text="Let the placement engine place every replica."
+        default=False,
+        help_text="Let the placement engine place every replica: all or nothing (a replica "
+        "that fits nowhere refuses the creation, 422), unless `wait`.",
+    )
+    wait = serializers.BooleanField(
+        default=False,
+        help_text="With `auto` (implied): the replicas that fit now are placed and the others "
+        "wait in the queue instead of refusing the creation; the queue places them as capacity "
+        "frees, and a team within its deserved share takes it back from borrowers (reclaim). "
+        "`GET /allocations/{id}/what-would-it-take` says what would place one sooner.",
     )
     host_labels = LabelsField(
         required=False,

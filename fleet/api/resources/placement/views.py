@@ -155,6 +155,12 @@ class DeploymentPlacementActions(GenericViewSet[Deployment]):
 
     @extend_schema(
         request=EvictSerializer,
+        description=(
+            "Stop the deployment's replicas (or one, `replica`) and free their slices; the "
+            "deployment stays, its replicas unplaced. Those of an `auto_place` deployment wait "
+            "in the queue, which places them again as capacity allows: scale it down (PATCH "
+            "`replicas`) or delete it to stop them for good."
+        ),
         responses={
             202: OperationSerializer(many=True),
             **error_responses(400, 401, 403, 404, 409),
