@@ -142,3 +142,44 @@ def test_a_reclaim_moves_without_a_gap_then_stops_only_when_no_room_is_left(stac
     evicts = stack.get(f"/api/v1/operations/?kind=evict&deployment={small}")["results"]
     assert len(evicts) == 1
     wait_until(lambda: running(stack, last) == 1, 30, what="the claimant runs")
+
+
+def test_a_replica_created_into_the_queue_is_placed_once_capacity_frees(stack, tmp_path):
+    """``wait``: a whole-GPU replica that fits nowhere is created waiting (201, not 422); when
+    the replica holding the GPU is deleted and its process has exited, the queue places the
+    waiting one without anyone asking (the agent's report kicks ``fleet.place_queue`` on the
+    worker; beat's run is the backstop) and the agent starts it."""
+    agent = stack.add_agent("qp-1", ["h100-sxm5-80gb"], runtime="process")
+    (gpu,) = stack.gpus(agent)
+    status, op = stack.request("PUT", f"/api/v1/gpus/{gpu['id']}/layout", {"mode": "dedicated"})
+    assert status in (200, 202), op  # 200: it already was
+    assert stack.wait_operation(op["id"])["status"] == "succeeded"
+    owner = team(stack, "queue-demo", {"gpus": 1})
+
+    def whole(name: str, **extra: Any) -> dict[str, Any]:
+        body = {"name": name, "replicas": 1, "kind": "gpu", "gpu_count": 1, "team": owner}
+        status, created = stack.request(
+            "POST", "/api/v1/deployments/", {**body, "workload": sleeper(tmp_path), **extra}
+        )
+        assert status == 201, created
+        return dict(created)
+
+    first = whole("holder", auto=True)
+    assert first["placed_replicas"] == 1
+    wait_until(lambda: running(stack, first["id"]) == 1, 30, what="the holder runs")
+    second = whole("waiter", wait=True)
+    assert second["placed_replicas"] == 0  # waits: the GPU is taken (and the team's share)
+    queue = stack.get("/api/v1/queue/")["waiting"]
+    assert any(e["deployment"] == second["id"] for e in queue), queue
+
+    status, body = stack.request("DELETE", f"/api/v1/deployments/{first['id']}/")
+    assert status in (202, 204), body
+    wait_until(lambda: allocations(stack, first["id"]) == [], 30, what="the holder's exit")
+    wait_until(
+        lambda: len(allocations(stack, second["id"])) == 1, 15, what="the queue places the waiter"
+    )
+    (placed,) = allocations(stack, second["id"])
+    assert placed["gpu"] == gpu["id"], placed
+    wait_until(lambda: running(stack, second["id"]) == 1, 30, what="the waiter runs")
+    operations = stack.get(f"/api/v1/operations/?kind=place&deployment={second['id']}")
+    assert operations["count"] == 1, operations
