@@ -9,7 +9,8 @@ Read-only. The preview (:mod:`fleet.sharing.reclaim`) and the reclaim workflow
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.db.models import Q
@@ -20,6 +21,7 @@ from fleet.allocations.models import Allocation, AllocationState, Deployment, Re
 from fleet.allocations.rankings import placed_demands, placed_requests
 from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_request
 from fleet.core.models import Operation, OperationKind
+from fleet.core.operations import RUNNING
 from fleet.core.priorities import NO_PRIORITY, effective_priority, priority_values
 from fleet.placement.quota import Usage, replica_demand
 from fleet.placement.reclaim import Borrowed, ReclaimPlan, reclaim_plan
@@ -79,8 +81,10 @@ def entitled(deployment: Deployment) -> bool:
     return bool(sharing.deserved.bounded and verdict.allowed and not verdict.borrowed)
 
 
-def reclaim_plan_of(deployment: Deployment) -> Preview:
-    """What a reclaim would do now for the deployment's next replica (read-only)."""
+def reclaim_plan_of(deployment: Deployment, avoid_gpus: Collection[int] = ()) -> Preview:
+    """What a reclaim would do now for the deployment's next replica (read-only); planned away
+    from ``avoid_gpus`` (the GPUs of the reclaims running): nothing placed or moved onto them,
+    no borrowed replica of theirs stopped or moved."""
     if not entitled(deployment):
         none = ReclaimPlan(
             "none",
@@ -88,8 +92,15 @@ def reclaim_plan_of(deployment: Deployment) -> Preview:
         )
         return Preview(none, {}, NOT_ENTITLED)
     borrowed, by_key = borrowed_of_others(deployment.team_id)
+    snapshot = fleet_snapshot()
+    if avoid_gpus:
+        avoid = set(avoid_gpus)
+        borrowed = [b for b in borrowed if b.gpu_id not in avoid]
+        snapshot = snapshot.with_changes(
+            gpus=[replace(g, cordoned=True) for i in sorted(avoid) if (g := snapshot.gpu(i))]
+        )
     plan = reclaim_plan(
-        fleet_snapshot(),
+        snapshot,
         placement_request(deployment),
         borrowed=borrowed,
         now_s=timezone.now().timestamp(),
@@ -116,6 +127,27 @@ def _allocations_of(keys: list[tuple[str, int]]) -> dict[tuple[str, int], Alloca
         .select_related("deployment__team")
     )
     return {allocation_key(a): a for a in rows}
+
+
+def running_reclaims(exclude: int | None = None) -> tuple[set[int], set[int], bool]:
+    """The running reclaims (but ``exclude``, an operation id): their claimants, the GPUs they
+    touch (``payload["gpus"]``), and whether every one says its GPUs (one started by an older
+    server does not)."""
+    claimants: set[int] = set()
+    gpus: set[int] = set()
+    known = True
+    rows = Operation.objects.filter(kind=OperationKind.RECLAIM, status__in=RUNNING)
+    if exclude is not None:
+        rows = rows.exclude(pk=exclude)
+    for deployment_id, payload in rows.values_list("deployment_id", "payload"):
+        if deployment_id is not None:
+            claimants.add(deployment_id)
+        listed = (payload or {}).get("gpus")
+        if isinstance(listed, list):
+            gpus.update(int(g) for g in listed)
+        else:
+            known = False
+    return claimants, gpus, known
 
 
 def team_reclaims(team_id: int, limit: int = 20) -> list[Operation]:

@@ -69,6 +69,18 @@ class ReclaimPlan:
     reason: str = ""
 
 
+def plan_gpus(plan: ReclaimPlan) -> frozenset[int]:
+    """Every GPU the plan touches: its moves' sources and destinations, the GPUs of the
+    replicas it stops, and where the claimant goes. Reclaims that run at once touch disjoint
+    sets (:mod:`fleet.sharing.reclaiming`), so none counts on capacity another frees."""
+    gpus = {m.from_gpu for m in plan.moves}
+    gpus |= {m.to_gpu for m in plan.moves if m.to_gpu is not None}
+    gpus |= {b.gpu_id for b in plan.stops}
+    if plan.target is not None:
+        gpus |= {plan.target.gpu_id, *plan.target.gpu_ids}
+    return frozenset(gpus)
+
+
 def _without(gpu: GpuState, key: tuple[str, int]) -> GpuState:
     kind, ident = key
     if kind == "gpu":

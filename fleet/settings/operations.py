@@ -21,6 +21,8 @@ FLEET_ADVISOR_CONCURRENCY = env_int("FLEET_ADVISOR_CONCURRENCY", 1)
 FLEET_FAIRSHARE_HALF_LIFE_S = env_float("FLEET_FAIRSHARE_HALF_LIFE_S", 7 * 86400.0)
 # A borrowed replica younger than this is never stopped by a reclaim (moves are fine).
 FLEET_RECLAIM_MIN_RUNTIME_S = env_float("FLEET_RECLAIM_MIN_RUNTIME_S", 600.0)
+# Reclaims that may run at once, fleet-wide; each touches GPUs no other running one touches.
+FLEET_RECLAIM_CONCURRENCY = env_int("FLEET_RECLAIM_CONCURRENCY", 8)
 # A claimant whose reclaim failed is not tried again for this long (a failing move, say).
 FLEET_RECLAIM_RETRY_S = env_float("FLEET_RECLAIM_RETRY_S", 60.0)
 # What would it take? The layout advisor's limit per GPU product in the background refresh.

@@ -1,12 +1,15 @@
 """When Fleet reclaims: beat (``fleet.reclaim``, every ``FLEET_RECLAIM_EVERY_S``, 3 s) walks the
-queue in the order it is served and starts a reclaim (:func:`fleet.workflows.reclaim.reclaim_start`)
-for the first waiting replica that its team's deserved share entitles and that only moving or
+queue in the order it is served and starts reclaims (:func:`fleet.workflows.reclaim.reclaim_start`)
+for the waiting replicas that their team's deserved share entitles and that only moving or
 stopping other teams' borrowed replicas would place. A replica that fits now is the engine's or
 an operator's to place; a replica past its deserved share never reclaims.
 
-One reclaim runs at a time, fleet-wide: each plans on the fleet as the one before it left it, and
-two never count on the same freed capacity. Starting is serialised (a PostgreSQL advisory lock,
-taken before any row lock; SQLite serialises writers): two sweeps at once start one reclaim. A
+Up to ``FLEET_RECLAIM_CONCURRENCY`` (8) reclaims run at once, fleet-wide, one a deployment, and
+no two touch the same GPU (a move's source or destination, a stopped replica's GPU, the
+claimant's target: :func:`fleet.placement.reclaim.plan_gpus`): each plans on the fleet as it is,
+and none counts on capacity another is freeing. A returning team's replicas are reclaimed side
+by side, not one after another. Starting is serialised (a PostgreSQL advisory lock, taken before
+any row lock; SQLite serialises writers): two sweeps at once never start reclaims on one GPU. A
 claimant whose reclaim failed is left alone for ``FLEET_RECLAIM_RETRY_S`` (60 s).
 """
 
@@ -20,10 +23,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from fleet.allocations.models import Allocation
-from fleet.allocations.reclaims import entitled
+from fleet.allocations.reclaims import entitled, running_reclaims
 from fleet.core.errors import ServiceError
 from fleet.core.models import Operation, OperationKind, OperationStatus
-from fleet.core.operations import RUNNING
 from fleet.placement.fairshare import queue_order
 from fleet.sharing.queue import current_shares, waiting_replicas
 from fleet.workflows.reclaim import reclaim_start
@@ -59,12 +61,16 @@ def _recently_failed() -> set[int]:
 
 
 def reclaims_start() -> list[int]:
-    """Start the next reclaim, if one is needed and none runs; returns the operations started."""
+    """Start the reclaims that are needed, beside those running (at most
+    ``FLEET_RECLAIM_CONCURRENCY`` at once, on disjoint GPUs); returns the operations started."""
     if not Allocation.objects.placed().filter(borrowed=True).exists():
         return []  # nothing borrowed: nothing to reclaim (one query on most beats)
+    limit = max(1, int(settings.FLEET_RECLAIM_CONCURRENCY))
+    started_ops: list[int] = []
     with transaction.atomic():
         _serialise()
-        if Operation.objects.filter(kind=OperationKind.RECLAIM, status__in=RUNNING).exists():
+        claimants, busy, known = running_reclaims()
+        if len(claimants) >= limit or (claimants and not known):
             return []
         waiting, deployments = waiting_replicas()
         if not waiting:
@@ -75,7 +81,7 @@ def reclaims_start() -> list[int]:
         planned = 0
         for queued in queue_order(waiting, current_shares()):
             deployment = deployments[queued.waiting.deployment_id]
-            if deployment.pk in seen or deployment.pk in skipped:
+            if deployment.pk in seen or deployment.pk in skipped or deployment.pk in claimants:
                 continue
             seen.add(deployment.pk)
             if len(seen) > MAX_LOOKED_AT:
@@ -89,7 +95,12 @@ def reclaims_start() -> list[int]:
             planned += 1
             try:
                 with transaction.atomic():
-                    return [reclaim_start(deployment_id=deployment.pk).pk]
-            except ServiceError:  # fits now, or no net gain: the next one in the queue
+                    operation = reclaim_start(deployment_id=deployment.pk, avoid_gpus=busy)
+            except ServiceError:  # fits now, no net gain, or on a busy GPU: the next one
                 continue
-    return []
+            started_ops.append(operation.pk)
+            claimants.add(deployment.pk)
+            busy.update(operation.payload["gpus"])
+            if len(claimants) >= limit:
+                break
+    return started_ops

@@ -26,6 +26,7 @@ queue order that its team's deserved share entitles and that needs one. Webhooks
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import timedelta
 from typing import Any
 
@@ -37,7 +38,7 @@ from fleet.allocations.autoplace import deployment_autoplace
 from fleet.allocations.models import Allocation, Deployment, RequestKind
 from fleet.allocations.planning.repack_plans import step_of
 from fleet.allocations.quotas import QuotaExceeded
-from fleet.allocations.reclaims import reclaim_plan_of
+from fleet.allocations.reclaims import reclaim_plan_of, running_reclaims
 from fleet.allocations.selectors import placement_request
 from fleet.allocations.services import allocations_evict, lock_deployment
 from fleet.core.alerts import RECLAIM_FINISHED, RECLAIM_STARTED, alert_emit
@@ -48,7 +49,7 @@ from fleet.core.operations import RUNNING, operation_record, operation_refuse_ru
 from fleet.partitioning.instances import instance_destroy
 from fleet.partitioning.models import Partition
 from fleet.placement.defrag import DEFAULT_MAX_MOVES
-from fleet.placement.reclaim import ReclaimPlan
+from fleet.placement.reclaim import ReclaimPlan, plan_gpus
 from fleet.placement.snapshot import WholeGpuRequest
 from fleet.workflows.defrag import STEP_LABELS, advance_step, move_timeout_s
 from fleet.workflows.engine import WAIT, Outcome, Run, Workflow, workflow_run
@@ -114,11 +115,15 @@ def bound_of(plan: ReclaimPlan, deployment: Deployment, others_moved: int = 0) -
     )
 
 
-def reclaim_start(*, deployment_id: int, requested_by: Any = None) -> Operation:
+def reclaim_start(
+    *, deployment_id: int, requested_by: Any = None, avoid_gpus: Collection[int] = ()
+) -> Operation:
     """Start a reclaim for the deployment's next replica; returns the ``reclaim`` operation.
     Refuses (409) when a reclaim of it runs, when it is not entitled (``reclaim.not_entitled``),
-    when it fits without one (``reclaim.fits_now``) or when no plan gains anything
-    (``reclaim.no_gain``): nothing is touched then.
+    when it fits without one (``reclaim.fits_now``), when no plan gains anything
+    (``reclaim.no_gain``) or when its plan touches one of ``avoid_gpus`` (those of the reclaims
+    running: ``reclaim.gpus_busy``): nothing is touched then. The GPUs it touches are
+    ``payload["gpus"]``.
 
     Locks the claimant's deployment row, then the teams' rows (the lender's and the borrowers',
     in id order), as a placement locks them."""
@@ -129,7 +134,9 @@ def reclaim_start(*, deployment_id: int, requested_by: Any = None) -> Operation:
         f"A reclaim for {deployment.name} is already running (operation {{operation}}).",
         deployment=deployment,
     )
-    preview = reclaim_plan_of(Deployment.objects.select_related("team").get(pk=deployment_id))
+    preview = reclaim_plan_of(
+        Deployment.objects.select_related("team").get(pk=deployment_id), avoid_gpus
+    )
     plan = preview.plan
     if preview.code:
         raise Conflict(preview.code, plan.reason, {"deployment": deployment_id})
@@ -141,6 +148,14 @@ def reclaim_start(*, deployment_id: int, requested_by: Any = None) -> Operation:
         )
     if plan.action == "none":
         raise Conflict("reclaim.no_gain", plan.reason, {"deployment": deployment_id})
+    gpus = plan_gpus(plan)
+    busy = sorted(gpus & set(avoid_gpus))
+    if busy:
+        raise Conflict(
+            "reclaim.gpus_busy",
+            f"The plan for {deployment.name} touches GPUs another reclaim is working on.",
+            {"deployment": deployment_id, "gpus": busy},
+        )
     named = preview.allocations
     moved = [named[(m.kind, m.allocation_id)] for m in plan.moves if m.occupied]
     stopped = [named[b.key] for b in plan.stops]
@@ -185,6 +200,7 @@ def reclaim_start(*, deployment_id: int, requested_by: Any = None) -> Operation:
         if plan.target
         else None,
         "step": "start",
+        "gpus": sorted(gpus),
         "log": [{"step": None, "note": f"plan accepted: {what}; {bound}", "at": now.isoformat()}],
         "deadline": (
             now + timedelta(seconds=move_timeout_s() * (len(steps) + 2) + 300)
@@ -274,7 +290,8 @@ def _stop_if_needed(run: Run, deployment_id: int) -> Outcome | None:
         run.note("the claimant has a place already; nothing stopped", step="placing")
         return None
     claimant = Deployment.objects.select_related("team").get(pk=deployment_id)
-    preview = reclaim_plan_of(claimant)
+    _, others, _ = running_reclaims(exclude=run.operation.pk)
+    preview = reclaim_plan_of(claimant, others)  # away from the other reclaims' GPUs
     plan = preview.plan
     if plan.action == "place":
         moved = "the moves made room" if payload["plan"] else "it fits now"
@@ -284,6 +301,8 @@ def _stop_if_needed(run: Run, deployment_id: int) -> Outcome | None:
         why = preview.code or plan.reason or f"it would take more moves ({len(plan.moves)})"
         return run.fail(f"nothing stopped: no net gain now ({why})")
     stopped = [preview.allocations[b.key] for b in plan.stops]
+    # Planned again, it may touch other GPUs: the next sweeps keep away from them too.
+    payload["gpus"] = sorted(set(payload.get("gpus", ())) | plan_gpus(plan))
     by_deployment: dict[int, list[int]] = {}
     for a in stopped:
         by_deployment.setdefault(a.deployment_id, []).append(a.pk)

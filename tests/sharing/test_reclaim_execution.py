@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from fleet.agents.delivery import agent_ack
 from fleet.agents.discovery import agent_hello
@@ -27,7 +28,7 @@ from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_lay
 from fleet.sharing.reclaiming import reclaims_start
 from fleet.workflows.reclaim import reclaim_advance, reclaim_start
 from tests.agent_sim import SimAgent
-from tests.factories import GpuFactory, webhook
+from tests.factories import GpuFactory, HostFactory, webhook
 from tests.helpers import snapshot_rows
 
 pytestmark = pytest.mark.django_db
@@ -181,15 +182,86 @@ def test_borrowers_to_be_at_the_head_of_the_queue_do_not_hide_an_entitled_claima
     assert Operation.objects.get(pk=pk).deployment_id == lent_whole["serve"].pk
 
 
-def test_one_reclaim_runs_at_a_time(lent_whole):
+def test_a_deployment_has_one_reclaim_at_a_time(lent_whole):
     [pk] = reclaims_start()
-    other = deployment_create(name="other", request=WHOLE, replicas=1, team_id=lent_whole["ads"].pk)
-    assert reclaims_start() == []
+    assert reclaims_start() == []  # serve's runs; nobody else is entitled and waiting
     with pytest.raises(Conflict) as twice:
         reclaim_start(deployment_id=lent_whole["serve"].pk)
     assert twice.value.code == "reclaim.in_progress"
     assert Operation.objects.filter(kind=OperationKind.RECLAIM).count() == 1
-    assert other.pk and pk
+    assert Operation.objects.get(pk=pk).payload["gpus"] == [lent_whole["borrowed"].gpu_id]
+
+
+@pytest.fixture
+def lent_four(settings):
+    """Four whole GPUs held by *search* (deserved 1: three borrowed); *ads* (deserved 3) waits
+    with three deployments of one replica each."""
+    settings.FLEET_RECLAIM_MIN_RUNTIME_S = 0
+    host = HostFactory()
+    gpus = [GpuFactory(host=host) for _ in range(4)]
+    for gpu in gpus:
+        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
+    search = team_create(name="search")
+    team_quota_set(team_id=search.pk, quota={"gpus": 1, "limit": {"gpus": 4}})
+    train = deployment_create(name="train", request=WHOLE, replicas=4, team_id=search.pk)
+    for gpu in gpus:
+        deployment_place(deployment_id=train.pk, gpu_id=gpu.pk)
+    ads = team_create(name="ads")
+    team_quota_set(team_id=ads.pk, quota={"gpus": 3})
+    serves = [
+        deployment_create(name=f"serve-{n}", request=WHOLE, replicas=1, team_id=ads.pk)
+        for n in range(3)
+    ]
+    return {"serves": serves, "train": train}
+
+
+def test_reclaims_run_side_by_side_each_on_its_own_gpus(lent_four):
+    started = reclaims_start()
+    assert len(started) == 3  # one sweep: ads's three replicas, reclaimed at once
+    operations = list(Operation.objects.filter(pk__in=started).order_by("pk"))
+    assert {op.deployment_id for op in operations} == {d.pk for d in lent_four["serves"]}
+    stopped = [op.payload["planned_stops"][0]["allocation"] for op in operations]
+    assert len(set(stopped)) == 3  # each stops a borrowed replica of its own
+    gpus = [set(op.payload["gpus"]) for op in operations]
+    assert all(not (a & b) for i, a in enumerate(gpus) for b in gpus[i + 1 :]), gpus
+    for operation in operations:
+        assert _run(operation).status == "succeeded", operation.payload["log"]
+    placed = Allocation.objects.placed().filter(deployment__in=lent_four["serves"])
+    assert placed.count() == 3 and not any(a.borrowed for a in placed)
+    # search keeps its deserved GPU; its three borrowed replicas wait in the queue.
+    assert Allocation.objects.placed().filter(deployment=lent_four["train"]).count() == 1
+
+
+def test_at_most_the_concurrency_limit_runs(lent_four, settings):
+    settings.FLEET_RECLAIM_CONCURRENCY = 2
+    assert len(reclaims_start()) == 2
+    assert reclaims_start() == []  # two run: the third waits for one to end
+    settings.FLEET_RECLAIM_CONCURRENCY = 1
+    Operation.objects.filter(kind=OperationKind.RECLAIM).update(status="failed")
+    Operation.objects.filter(kind=OperationKind.RECLAIM).update(
+        finished_at=timezone.now() - timedelta(hours=1)
+    )
+    assert len(reclaims_start()) == 1
+
+
+def test_a_plan_on_a_busy_gpu_is_refused(lent_four):
+    [first, *_] = lent_four["serves"]
+    busy = list(Allocation.objects.filter(borrowed=True).values_list("gpu_id", flat=True))
+    before = snapshot_rows()
+    with pytest.raises(Conflict) as refused:
+        reclaim_start(deployment_id=first.pk, avoid_gpus=busy)
+    # Planned away from them, nothing is left to stop: no net gain, nothing touched.
+    assert refused.value.code == "reclaim.no_gain"
+    assert snapshot_rows() == before
+
+
+def test_a_reclaim_started_by_an_older_server_runs_alone(lent_four):
+    [pk, *_] = reclaims_start()
+    Operation.objects.filter(kind=OperationKind.RECLAIM).exclude(pk=pk).delete()
+    operation = Operation.objects.get(pk=pk)
+    operation.payload.pop("gpus")  # as an older server recorded it
+    operation.save(update_fields=["payload"])
+    assert reclaims_start() == []
 
 
 def test_a_stopped_replica_is_not_placed_back_while_the_claim_holds(lent_whole):
