@@ -148,6 +148,17 @@ def reclaim_start(
         )
     if plan.action == "none":
         raise Conflict("reclaim.no_gain", plan.reason, {"deployment": deployment_id})
+    if plan.action == "stop" and avoid_gpus:
+        # Planned away from the running reclaims' GPUs, it stops replicas: only if the whole
+        # fleet needs that too. Where moves onto those GPUs would do, it waits for them.
+        whole = reclaim_plan_of(Deployment.objects.select_related("team").get(pk=deployment_id))
+        if whole.plan.action != "stop":
+            raise Conflict(
+                "reclaim.gpus_busy",
+                f"{deployment.name} needs GPUs other reclaims are working on: it waits for them "
+                "rather than stop a replica that moves would spare.",
+                {"deployment": deployment_id, "gpus": sorted(avoid_gpus)},
+            )
     gpus = plan_gpus(plan)
     busy = sorted(gpus & set(avoid_gpus))
     if busy:
@@ -297,9 +308,13 @@ def _stop_if_needed(run: Run, deployment_id: int) -> Outcome | None:
         moved = "the moves made room" if payload["plan"] else "it fits now"
         run.note(f"{moved}: nothing stopped", step="placing")
         return None
+    if plan.action != "stop" and others and reclaim_plan_of(claimant).plan.action != "none":
+        return _wait_for_others(run, "what it needs is on GPUs other reclaims are working on")
     if plan.action != "stop":
         why = preview.code or plan.reason or f"it would take more moves ({len(plan.moves)})"
         return run.fail(f"nothing stopped: no net gain now ({why})")
+    if others and reclaim_plan_of(claimant).plan.action != "stop":
+        return _wait_for_others(run, "moves onto GPUs other reclaims are working on would spare")
     stopped = [preview.allocations[b.key] for b in plan.stops]
     # Planned again, it may touch other GPUs: the next sweeps keep away from them too.
     payload["gpus"] = sorted(set(payload.get("gpus", ())) | plan_gpus(plan))
@@ -334,6 +349,16 @@ def _stop_if_needed(run: Run, deployment_id: int) -> Outcome | None:
     names = ", ".join(s["name"] for s in payload["stopped"])
     run.note(f"stopped {names} (they drain, exit and wait in the queue)", step="releasing")
     return None
+
+
+def _wait_for_others(run: Run, why: str) -> Outcome:
+    """Nothing stopped yet: the stopping step waits for the other reclaims to end (their GPUs
+    free again), said once in the log."""
+    waiting = f"waiting for the other reclaims: {why}"
+    if run.payload.get("waiting_for") != waiting:
+        run.note(waiting)
+        run.payload["waiting_for"] = waiting
+    return WAIT
 
 
 def _destroy_freed(run: Run) -> Outcome | None:

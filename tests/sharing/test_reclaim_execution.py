@@ -497,3 +497,41 @@ def test_a_gpu_cleared_by_a_move_and_a_stop_takes_a_whole_gpu_claimant(
     assert Allocation.objects.placed().get(deployment=one).gpu_id == third.pk  # still running
     assert not Allocation.objects.placed().filter(pk=borrowed.pk).exists()  # stopped, waiting
     assert Deployment.objects.get(pk=four.pk).replicas == 3  # not deleted
+
+
+def test_beside_another_reclaim_it_never_stops_what_moves_would_spare(lent_mig):
+    # Planned away from the second GPU (another reclaim's), only a stop would place *big*;
+    # on the whole fleet a move does: it waits for that GPU rather than stop anyone.
+    first, second = Gpu.objects.order_by("index").values_list("pk", flat=True)
+    before = snapshot_rows()
+    with pytest.raises(Conflict) as refused:
+        reclaim_start(deployment_id=lent_mig["big"].pk, avoid_gpus=[second])
+    assert refused.value.code == "reclaim.gpus_busy"
+    assert snapshot_rows() == before
+    # Alone, it moves (and stops nobody).
+    operation = reclaim_start(deployment_id=lent_mig["big"].pk)
+    assert operation.payload["action"] == "move" and set(operation.payload["gpus"]) == {
+        first,
+        second,
+    }
+
+
+def test_its_stops_wait_while_another_reclaim_holds_the_gpu_they_free(lent_whole):
+    [pk] = reclaims_start()
+    gpu = lent_whole["borrowed"].gpu_id
+    # Another reclaim (of another claimant) comes to work on that GPU meanwhile.
+    other = operation_record(
+        kind=OperationKind.RECLAIM,
+        summary="another reclaim",
+        deployment=lent_whole["train"],
+        status="dispatched",
+        payload={"gpus": [gpu]},
+    )
+    operation = _run(Operation.objects.get(pk=pk), rounds=2)
+    assert operation.status == "dispatched"  # waiting, nothing stopped
+    assert Allocation.objects.placed().filter(deployment=lent_whole["train"]).count() == 2
+    assert any("waiting for the other reclaims" in e["note"] for e in operation.payload["log"])
+    Operation.objects.filter(pk=other.pk).update(status="succeeded")
+    operation = _run(operation)
+    assert operation.status == "succeeded", operation.payload["log"]
+    assert operation.result["stopped"] == [lent_whole["borrowed"].pk]

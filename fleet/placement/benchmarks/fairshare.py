@@ -9,9 +9,10 @@ decision, the same functions the services call against the database:
   :func:`fleet.allocations.borrowing.admission` reads from the database);
 * the queue: :func:`fleet.placement.fairshare.queue_order` by
   :func:`~fleet.placement.fairshare.team_shares` of decayed use;
-* reclaim: :func:`fleet.placement.reclaim.reclaim_plan` for the first entitled waiting replica
-  that only moving or stopping borrowed replicas would place, one reclaim at a time, as
-  :func:`fleet.sharing.reclaiming.reclaims_start` walks the queue.
+* reclaim: :func:`fleet.placement.reclaim.reclaim_plan` for the entitled waiting replicas that
+  only moving or stopping borrowed replicas would place, as
+  :func:`fleet.sharing.reclaiming.reclaims_start` walks the queue: up to 8 at once, on
+  disjoint GPUs.
 
 **The fleet**: ``gpus`` H100 80GB GPUs in MIG mode, eight to a host. A replica takes a free
 partition of its profile or a new instance; a GPU left with no busy instance is re-laid out
@@ -38,11 +39,13 @@ may hold it (a scale-out of an auto-placed deployment); waiting replicas are pla
 queue every ``queue_every_s`` (beat's ``place-queue``, 5 s:
 :func:`fleet.sharing.placing.queue_place`, at most 20 attempts a run, in queue order) and as soon
 as a replica's departure frees capacity (unless kicked less than a second before); reclaim
-runs every ``reclaim_every_s`` (3 s), one at a time, a sweep planning for at most 20 entitled
-claimants or 2 s of this machine's time (the product's bounds). A reclaim's claimant counts as
-placed ``move_s`` after the reclaim starts when it moved replicas (make-before-break: the new
-copy is started and ready before the old one goes) and ``stop_s`` after when it stopped some
-(drained from the balancer, then SIGTERM); the simulation applies the plan's capacity changes at
+runs every ``reclaim_every_s`` (3 s), up to ``reclaim_concurrency`` (8) at once, each
+planned away from the GPUs of those running and touching none of them, a sweep planning for
+at most 20 entitled claimants or 2 s of this machine's time (the product's bounds). A
+reclaim's claimant counts as placed ``move_s`` after the reclaim starts when it moved replicas
+(make-before-break: the new copy is started and ready before the old one goes) and ``stop_s``
+after when it stopped some (drained from the balancer, then SIGTERM); the simulation applies
+the plan's capacity changes at
 once. A stopped replica returns to the queue with the rest of its lifetime. A reclaim that no
 longer places its claimant is failed, and that claimant is left alone for ``reclaim_retry_s``.
 
@@ -75,7 +78,7 @@ from fleet.placement.defrag import Move, plan_moves
 from fleet.placement.fairshare import UseInterval, Waiting, queue_order, team_shares
 from fleet.placement.fit import Target, rank
 from fleet.placement.quota import Quota, Usage, plus
-from fleet.placement.reclaim import Borrowed, reclaim_plan
+from fleet.placement.reclaim import Borrowed, plan_gpus, reclaim_plan
 from fleet.placement.sharing import Sharing, deserved_need, sharing_verdict
 from fleet.placement.snapshot import FleetSnapshot, GpuState, HostState, MigPartition, MigRequest
 from fleet.placement.wit import Plan, rank_plans
@@ -103,6 +106,7 @@ class FairshareOptions:
     queue_every_s: float = 5.0
     reclaim_every_s: float = 3.0
     reclaim_retry_s: float = 60.0
+    reclaim_concurrency: int = 8
     move_s: float = 5.0
     stop_s: float = 3.0
     min_runtime_s: float = 0.0
@@ -239,6 +243,7 @@ class Reclaim:
     moved: int
     stopped: int
     done_at: float
+    gpus: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -479,10 +484,15 @@ class Simulation:
         ]
 
     def _sweep(self) -> None:
-        if self.mode != "fair_share" or self.reclaims:  # one reclaim at a time
+        """Beat's reclaim sweep (:func:`fleet.sharing.reclaiming.reclaims_start`): up to
+        ``reclaim_concurrency`` reclaims at once, each planned away from the GPUs of those
+        running (cordoned, their borrowed replicas left alone) and touching none of them."""
+        limit = self.options.reclaim_concurrency
+        if self.mode != "fair_share" or len(self.reclaims) >= limit:
             return
         if not any(j.borrowed for j in self.by_partition.values()):
             return
+        busy = set().union(*(r.gpus for r in self.reclaims))
         planned = 0
         started = time.perf_counter()
         for job in self._queue():
@@ -494,20 +504,47 @@ class Simulation:
             if planned >= MAX_TRIED or (planned and time.perf_counter() - started > PLAN_BUDGET_S):
                 return
             planned += 1
-            request = MigRequest(job.pod.profile_id)
+            snapshot, borrowed = self.snapshot, self._borrowed_of_others(job.pod.team)
+            if busy:
+                borrowed = [b for b in borrowed if b.gpu_id not in busy]
+                snapshot = snapshot.with_changes(
+                    gpus=[replace(g, cordoned=True) for i in sorted(busy) if (g := snapshot.gpu(i))]
+                )
             plan = reclaim_plan(
-                self.snapshot,
-                request,
-                borrowed=self._borrowed_of_others(job.pod.team),
+                snapshot,
+                MigRequest(job.pod.profile_id),
+                borrowed=borrowed,
                 now_s=self.now,
                 min_runtime_s=self.options.min_runtime_s,
             )
             if plan.action in ("place", "none"):
                 continue  # fits now (the queue places it), or no net gain: the next one
-            self._apply(job, plan.action, plan.moves, [b.key[1] for b in plan.stops])
-            return
+            if plan.action == "stop" and busy:
+                whole = reclaim_plan(
+                    self.snapshot,
+                    MigRequest(job.pod.profile_id),
+                    borrowed=self._borrowed_of_others(job.pod.team),
+                    now_s=self.now,
+                    min_runtime_s=self.options.min_runtime_s,
+                )
+                if whole.action != "stop":
+                    continue  # moves onto the busy GPUs would spare the stops: it waits
+            gpus = plan_gpus(plan)
+            if gpus & busy:
+                continue  # reclaim.gpus_busy
+            self._apply(job, plan.action, plan.moves, [b.key[1] for b in plan.stops], gpus)
+            busy |= gpus
+            if len(self.reclaims) >= limit:
+                return
 
-    def _apply(self, claimant: Job, action: str, moves: Sequence[Move], stops: list[int]) -> None:
+    def _apply(
+        self,
+        claimant: Job,
+        action: str,
+        moves: Sequence[Move],
+        stops: list[int],
+        gpus: frozenset[int] = frozenset(),
+    ) -> None:
         self.run.reclaims += 1
         if action == "stop":
             request = MigRequest(claimant.pod.profile_id)
@@ -534,7 +571,7 @@ class Simulation:
         else:
             self.run.reclaims_failed += 1
             self.failed_until[claimant.pod.name] = self.now + self.options.reclaim_retry_s
-        running = Reclaim(claimant, len(moves), len(stops), done)
+        running = Reclaim(claimant, len(moves), len(stops), done, gpus)
         self.reclaims.append(running)
         self._push(done, "reclaimed", running)
 
