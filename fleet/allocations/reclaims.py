@@ -13,6 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -127,6 +128,19 @@ def _allocations_of(keys: list[tuple[str, int]]) -> dict[tuple[str, int], Alloca
         .select_related("deployment__team")
     )
     return {allocation_key(a): a for a in rows}
+
+
+RECLAIM_LOCK = 0x5EC1A1
+"""The PostgreSQL advisory lock that serialises starting reclaims and their stopping steps."""
+
+
+def serialise_reclaims() -> None:
+    """Take the reclaims' advisory lock until the transaction ends (PostgreSQL; SQLite
+    serialises writers): a sweep starting reclaims and a reclaim choosing what it stops then
+    see each other's choices, committed, and never pick the same replica or GPU."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [RECLAIM_LOCK])
 
 
 def running_reclaims(exclude: int | None = None) -> tuple[set[int], set[int], bool]:

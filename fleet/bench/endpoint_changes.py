@@ -196,10 +196,10 @@ def kill_process(copy: dict[str, Any]) -> dict[str, Any]:
     return {"pid": pid}
 
 
-def kill_container(copy: dict[str, Any]) -> dict[str, Any]:
+def kill_container(copy: dict[str, Any], hostname_prefix: str) -> dict[str, Any]:
     """SIGKILL the main process of ``copy``'s container (a Docker-runtime copy), found by the
-    label its agent gave it."""
-    found = container_ids(int(copy["id"]))
+    labels its agent gave it (its allocation, and a host of this run: ``hostname_prefix``)."""
+    found = container_ids(int(copy["id"]), hostname_prefix=hostname_prefix)
     if len(found) != 1:
         raise RuntimeError(f"copy {copy['id']}: {len(found)} running containers, not 1")
     kill = ["docker", "kill", "--signal", "KILL", found[0]]

@@ -23,6 +23,7 @@ the gateway and direct, the gateway's overhead, and the update lag (Fleet → HA
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -137,6 +138,7 @@ class Agents:
         runtime: str = "process",
     ) -> None:
         self.stack = stack
+        self.hostname_prefix = f"bench-{run}-"  # every host's name starts so: this run's
         self.configs: dict[int, Path] = {}
         for n, host in enumerate(seeded["hosts"]):
             config = workdir / f"agent-{n}.json"
@@ -146,7 +148,7 @@ class Agents:
                         "server": stack.urls[0],
                         "interval_s": 1.0,
                         "allow_mutation": True,
-                        "hostname_prefix": f"bench-{run}-h{n}",
+                        "hostname_prefix": f"{self.hostname_prefix}h{n}",
                         "runtime": runtime,
                         "allow_process_runtime": runtime == "process",
                         "process_as_agent_user": runtime == "process",
@@ -287,7 +289,9 @@ def run_endpoints_bench(options: EndpointOptions) -> dict[str, Any]:
             agent_down_s=options.agent_down_s,
             timeout_s=options.timeout_s,
             log=options.log,
-            kill_copy=kill_container if options.runtime == "docker" else None,
+            kill_copy=functools.partial(kill_container, hostname_prefix=agents.hostname_prefix)
+            if options.runtime == "docker"
+            else None,
         )
         origin = time.monotonic()
 

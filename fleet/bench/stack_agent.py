@@ -42,9 +42,12 @@ HOSTNAMES: set[str] = set()
 """The hostnames of the agents this process made (:attr:`Agent.hostname`)."""
 
 
-def container_ids(allocation_id: int, *, running: bool = True) -> list[str]:
-    """The containers labelled for ``allocation_id`` by an agent of this process (another run
-    sharing the Docker daemon has its own allocations of the same ids)."""
+def container_ids(
+    allocation_id: int, *, running: bool = True, hostname_prefix: str | None = None
+) -> list[str]:
+    """The containers labelled for ``allocation_id`` by an agent of this process, or by one
+    whose hostname starts with ``hostname_prefix`` (another run sharing the Docker daemon has
+    its own allocations of the same ids)."""
     listed = subprocess.run(
         ["docker", "ps", "--no-trunc", *([] if running else ["-a"]), "--filter",
          f"label=fleet.allocation={int(allocation_id)}", "--format",
@@ -52,6 +55,8 @@ def container_ids(allocation_id: int, *, running: bool = True) -> list[str]:
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip
     rows = [line.split(" ", 1) for line in listed.splitlines() if line.strip()]
+    if hostname_prefix is not None:
+        return [row[0] for row in rows if len(row) == 2 and row[1].startswith(hostname_prefix)]
     return [row[0] for row in rows if len(row) == 2 and row[1] in HOSTNAMES]
 
 

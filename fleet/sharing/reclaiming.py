@@ -19,19 +19,17 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from fleet.allocations.models import Allocation
-from fleet.allocations.reclaims import entitled, running_reclaims
+from fleet.allocations.reclaims import entitled, running_reclaims, serialise_reclaims
 from fleet.core.errors import ServiceError
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.placement.fairshare import queue_order
 from fleet.sharing.queue import current_shares, waiting_replicas
 from fleet.workflows.reclaim import reclaim_start
 
-ADVISORY_KEY = 0x5EC1A1
-"""The advisory lock that serialises starting reclaims (PostgreSQL)."""
 MAX_TRIED = 20
 """Entitled deployments one sweep plans for at most (each plan runs the move planner)."""
 MAX_LOOKED_AT = 1000
@@ -39,12 +37,6 @@ MAX_LOOKED_AT = 1000
 PLAN_BUDGET_S = 2.0
 """A sweep stops planning once its plans took this long (a plan runs the move planner on the
 whole fleet: about a second at a thousand GPUs); the next beat goes on."""
-
-
-def _serialise() -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_KEY])
 
 
 def _recently_failed() -> set[int]:
@@ -68,7 +60,7 @@ def reclaims_start() -> list[int]:
     limit = max(1, int(settings.FLEET_RECLAIM_CONCURRENCY))
     started_ops: list[int] = []
     with transaction.atomic():
-        _serialise()
+        serialise_reclaims()
         claimants, busy, known = running_reclaims()
         if len(claimants) >= limit or (claimants and not known):
             return []

@@ -38,7 +38,7 @@ from fleet.allocations.autoplace import deployment_autoplace
 from fleet.allocations.models import Allocation, Deployment, RequestKind
 from fleet.allocations.planning.repack_plans import step_of
 from fleet.allocations.quotas import QuotaExceeded
-from fleet.allocations.reclaims import reclaim_plan_of, running_reclaims
+from fleet.allocations.reclaims import reclaim_plan_of, running_reclaims, serialise_reclaims
 from fleet.allocations.selectors import placement_request
 from fleet.allocations.services import allocations_evict, lock_deployment
 from fleet.core.alerts import RECLAIM_FINISHED, RECLAIM_STARTED, alert_emit
@@ -301,6 +301,7 @@ def _stop_if_needed(run: Run, deployment_id: int) -> Outcome | None:
         run.note("the claimant has a place already; nothing stopped", step="placing")
         return None
     claimant = Deployment.objects.select_related("team").get(pk=deployment_id)
+    serialise_reclaims()  # another reclaim choosing its stops now: it sees this one's
     _, others, _ = running_reclaims(exclude=run.operation.pk)
     preview = reclaim_plan_of(claimant, others)  # away from the other reclaims' GPUs
     plan = preview.plan
@@ -323,17 +324,14 @@ def _stop_if_needed(run: Run, deployment_id: int) -> Outcome | None:
         by_deployment.setdefault(a.deployment_id, []).append(a.pk)
     # Every borrower's deployment row first (id order), then the hosts (allocations_evict).
     locked = {pk: lock_deployment(pk, allow_deleting=True) for pk in sorted(by_deployment)}
-    for pk, ids in by_deployment.items():
-        rows = Allocation.objects.placed().filter(pk__in=ids, borrowed=True)
-        if rows.count() != len(ids):
-            raise Conflict(
-                "reclaim.stale",
-                "A borrowed replica to stop changed meanwhile; the plan is out of date.",
-                {"allocations": ids},
-            )
+    ids = [pk for pks in by_deployment.values() for pk in pks]
+    if Allocation.objects.placed().filter(pk__in=ids, borrowed=True).count() != len(ids):
+        # Changed since the plan read it (under the deployments' locks now): planned again.
+        return _wait_for_others(run, "a borrowed replica to stop changed meanwhile")
+    for pk, pks in by_deployment.items():
         allocations_evict(
             deployment=locked[pk],
-            allocations=rows,
+            allocations=Allocation.objects.placed().filter(pk__in=pks, borrowed=True),
             requested_by=run.operation.requested_by,
         )
     payload["stopped"] = [_named(a) for a in stopped]
