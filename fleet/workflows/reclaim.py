@@ -258,6 +258,9 @@ class Reclaim(Workflow):
         operation, payload = run.operation, run.payload
         if operation.deployment_id is None:
             return run.fail("the claimant's deployment was deleted")
+        # Before any row lock of its steps (a sweep takes this lock first, then rows): another
+        # reclaim choosing its stops, or a sweep starting one, sees this one's choices.
+        serialise_reclaims()
         while payload["index"] < len(payload["plan"]):
             step = payload["plan"][payload["index"]]
             outcome = advance_step(run, step, payload, f"move {payload['index'] + 1}")
@@ -301,7 +304,6 @@ def _stop_if_needed(run: Run, deployment_id: int) -> Outcome | None:
         run.note("the claimant has a place already; nothing stopped", step="placing")
         return None
     claimant = Deployment.objects.select_related("team").get(pk=deployment_id)
-    serialise_reclaims()  # another reclaim choosing its stops now: it sees this one's
     _, others, _ = running_reclaims(exclude=run.operation.pk)
     preview = reclaim_plan_of(claimant, others)  # away from the other reclaims' GPUs
     plan = preview.plan
