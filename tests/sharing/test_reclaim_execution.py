@@ -28,8 +28,9 @@ from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_lay
 from fleet.sharing.reclaiming import reclaims_start
 from fleet.workflows.reclaim import reclaim_advance, reclaim_start
 from tests.agent_sim import SimAgent
-from tests.factories import GpuFactory, HostFactory, webhook
+from tests.factories import GpuFactory, webhook
 from tests.helpers import snapshot_rows
+from tests.sharing.conftest import lend_whole_gpus
 
 pytestmark = pytest.mark.django_db
 
@@ -197,22 +198,7 @@ def lent_four(settings):
     """Four whole GPUs held by *search* (deserved 1: three borrowed); *ads* (deserved 3) waits
     with three deployments of one replica each."""
     settings.FLEET_RECLAIM_MIN_RUNTIME_S = 0
-    host = HostFactory()
-    gpus = [GpuFactory(host=host) for _ in range(4)]
-    for gpu in gpus:
-        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="dedicated"))
-    search = team_create(name="search")
-    team_quota_set(team_id=search.pk, quota={"gpus": 1, "limit": {"gpus": 4}})
-    train = deployment_create(name="train", request=WHOLE, replicas=4, team_id=search.pk)
-    for gpu in gpus:
-        deployment_place(deployment_id=train.pk, gpu_id=gpu.pk)
-    ads = team_create(name="ads")
-    team_quota_set(team_id=ads.pk, quota={"gpus": 3})
-    serves = [
-        deployment_create(name=f"serve-{n}", request=WHOLE, replicas=1, team_id=ads.pk)
-        for n in range(3)
-    ]
-    return {"serves": serves, "train": train}
+    return lend_whole_gpus(4, [f"serve-{n}" for n in range(3)])
 
 
 def test_reclaims_run_side_by_side_each_on_its_own_gpus(lent_four):
