@@ -127,41 +127,17 @@ def deployment_create_placed(
     team_id: int | None = None,
     host_memory_mib: int | None = None,
     requested_by: Any = None,
+    wait: bool = False,
 ) -> Deployment:
     """A new workload with every replica placed by the engine, or nothing at all (a replica that
     fits nowhere refuses the whole creation). It stays ``auto_place``: replicas added by scaling
-    are placed by the engine too (:mod:`fleet.allocations.scaling`)."""
-    deployment = deployment_create(
-        name=name,
-        request=request,
-        replicas=replicas,
-        workload=workload,
-        auto_place=True,
-        host_labels=host_labels,
-        team_id=team_id,
-        host_memory_mib=host_memory_mib,
-        requested_by=requested_by,
-    )
-    deployment_autoplace(deployment_id=deployment.pk, requested_by=requested_by)
-    return deployment
+    are placed by the engine too (:mod:`fleet.allocations.scaling`).
 
-
-def deployment_create_queued(
-    *,
-    name: str,
-    request: DeploymentRequest,
-    replicas: int,
-    workload: Mapping[str, Any] | None = None,
-    host_labels: Mapping[str, Any] | None = None,
-    team_id: int | None = None,
-    host_memory_mib: int | None = None,
-    requested_by: Any = None,
-) -> Deployment:
-    """A new ``auto_place`` workload whose replicas that fit now are placed by the engine, and
-    the others wait in the queue (none fits, or its team's quota refuses, is not an error):
-    the queue places them as capacity frees (:func:`fleet.sharing.placing.queue_place`), and
-    where its team's deserved share entitles them, a reclaim takes it back from borrowers
-    (:mod:`fleet.sharing.reclaiming`). What a pod does in Kubernetes, Kueue or Slurm."""
+    With ``wait``, the replicas that fit now are placed and the others wait in the queue (none
+    fitting, or its team's quota refusing, is no error): the queue places them as capacity frees
+    (:func:`fleet.sharing.placing.queue_place`), and where its team's deserved share entitles
+    them, a reclaim takes it back from borrowers (:mod:`fleet.sharing.reclaiming`), as a pod
+    waits in Kubernetes, Kueue or Slurm."""
     deployment = deployment_create(
         name=name,
         request=request,
@@ -175,7 +151,9 @@ def deployment_create_queued(
     )
     try:
         deployment_autoplace(deployment_id=deployment.pk, requested_by=requested_by)
-    except RuleViolation as error:  # QuotaExceeded too: each placed replica is kept
+    except RuleViolation as error:  # QuotaExceeded too
+        if not wait:
+            raise  # the caller's transaction undoes the creation: all or nothing
         logger.info(
             "%s: %d of %d replica(s) placed, the others wait: %s",
             deployment.name,

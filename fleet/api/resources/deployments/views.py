@@ -3,7 +3,8 @@ delete deployments; the placement commands are :mod:`fleet.api.resources.placeme
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.db import transaction
@@ -15,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from fleet.allocations import services as allocation_services
-from fleet.allocations.autoplace import deployment_create_placed, deployment_create_queued
+from fleet.allocations.autoplace import deployment_create_placed
 from fleet.allocations.details import deployment_set_details
 from fleet.allocations.models import Allocation, Deployment
 from fleet.allocations.scaling import deployment_update
@@ -93,12 +94,9 @@ class DeploymentViewSet(
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = validated(DeploymentCreateSerializer, request)
         team_id = team_for_create(request.user, data.get("team"))
-        if data["wait"]:
-            create = deployment_create_queued
-        elif data["auto"]:
-            create = deployment_create_placed
-        else:
-            create = allocation_services.deployment_create
+        create: Callable[..., Deployment] = allocation_services.deployment_create
+        if data["auto"] or data["wait"]:
+            create = functools.partial(deployment_create_placed, wait=data["wait"])
         with transaction.atomic():  # an endpoint refused: no deployment either
             deployment = self._create(create, data, team_id, request)
             details = {k: data[k] for k in Deployment.DETAIL_FIELDS if k in data}
