@@ -34,9 +34,10 @@ test: $(STAMP)
 	$(BIN)/pytest -p no:cacheprovider -m browser tests/browser
 
 ## test-production: the tests that meet PostgreSQL and Redis (FLEET_DATABASE_URL/FLEET_REDIS_URL
-## set): everything but the pure domain and the agent, which touch neither and ran in `make test`
+## set): everything but the pure domain, the agent and the tests marked pure, which touch neither
+## and ran in `make test`
 test-production: $(STAMP)
-	$(BIN)/pytest -p no:cacheprovider -m "not browser" $(XDIST) --durations=25 \
+	$(BIN)/pytest -p no:cacheprovider -m "not browser and not pure" $(XDIST) --durations=25 \
 	  --ignore=tests/hostagent --ignore=tests/mig --ignore=tests/mps --ignore=tests/placement \
 	  --ignore=tests/gpu
 

@@ -9,6 +9,39 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import strategies as st
+
+
+# Hypothesis builds its ``randoms()`` strategy from a module it imports on first use, which
+# pytest's assertion rewriting (Hypothesis is a plugin) then compiles in the middle of a test.
+# CPython 3.11 can refuse that compile with a spurious "AST constructor recursion depth
+# mismatch" SystemError (cpython gh-106905), as CI saw once while agent threads ran beside it:
+# build it once the session starts, before any test runs.
+def pytest_sessionstart(session: pytest.Session) -> None:
+    st.randoms().validate()
+
+
+@pytest.fixture
+def broker(monkeypatch):
+    """A real broker's path (not eager), the task names sent recorded instead of delivered
+    (``"NAME (in 1 s)"`` for a deferred one); the once-a-second kicks start unheld."""
+    from django.core.cache import cache
+
+    from fleet.celery import app
+    from fleet.core.jobs import PLACE_QUEUE_KICK_KEY, RECLAIM_KICK_KEY
+
+    sent: list[str] = []
+    monkeypatch.setitem(app.conf, "task_always_eager", False)
+
+    def send_task(name, args=None, countdown=None):
+        sent.append(name if countdown is None else f"{name} (in {countdown} s)")
+
+    monkeypatch.setattr(app, "send_task", send_task)
+    keys = [PLACE_QUEUE_KICK_KEY, RECLAIM_KICK_KEY]
+    keys += [f"{key}:deferred" for key in keys]
+    cache.delete_many(keys)
+    yield sent
+    cache.delete_many(keys)
 
 
 @pytest.fixture

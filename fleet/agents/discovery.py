@@ -19,6 +19,7 @@ from fleet.agents import gpu_maps
 from fleet.allocations.workloads import workloads_record
 from fleet.core.errors import ServiceError
 from fleet.core.events import publish_changed
+from fleet.core.models import FINAL_STATUSES, Operation
 from fleet.core.ratelimit import OncePer, cut
 from fleet.inventory.models import (
     AgentRuntime,
@@ -122,7 +123,16 @@ def agent_hello(*, host: Host, hello: protocol.Hello) -> bool:
         # An agent that runs nothing has nothing left to stop: release what waited for it.
         workloads_record(host_id=host.pk, statuses=[], full=True)
     publish_changed("host", [host.pk])
-    return drift or int(hello["applied_generation"]) < host.desired_generation
+    # An ack lost with its socket (the agent applied a generation, then the connection dropped
+    # before its ack arrived) leaves that generation's operations open, though the agent now
+    # says it applied it: send the desired state again, so that the agent's ack settles them,
+    # with whatever it failed.
+    unsettled = (
+        Operation.objects.filter(host=host, generation__lte=host.applied_generation)
+        .exclude(status__in=FINAL_STATUSES)
+        .exists()
+    )
+    return drift or unsettled or int(hello["applied_generation"]) < host.desired_generation
 
 
 def _drifted(gpu: Gpu, info: protocol.GpuInfo) -> bool:

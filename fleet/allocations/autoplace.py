@@ -20,6 +20,7 @@ from fleet.allocations.rankings import deployment_ranking
 from fleet.allocations.selectors import fleet_snapshot
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.errors import Conflict, NotFound, RuleViolation, ServiceError
+from fleet.core.jobs import reclaim_after_commit
 from fleet.core.models import Operation, Team
 from fleet.domain import Violation
 from fleet.placement import FleetSnapshot, main_reasons
@@ -161,6 +162,7 @@ def deployment_create_placed(
             replicas,
             error.message,
         )
+        reclaim_after_commit()  # within its team's deserved share, a reclaim starts now
     return deployment
 
 

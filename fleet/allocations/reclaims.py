@@ -24,7 +24,7 @@ from fleet.allocations.selectors import fleet_snapshot, placement_demand, placem
 from fleet.core.models import Operation, OperationKind
 from fleet.core.operations import RUNNING
 from fleet.core.priorities import NO_PRIORITY, effective_priority, priority_values
-from fleet.placement.quota import Usage, replica_demand
+from fleet.placement.quota import Usage, plus, replica_demand
 from fleet.placement.reclaim import Borrowed, ReclaimPlan, reclaim_plan
 from fleet.placement.sharing import sharing_verdict
 
@@ -73,12 +73,16 @@ def borrowed_of_others(team_id: int) -> tuple[list[Borrowed], dict[tuple[str, in
     return found, by_key
 
 
-def entitled(deployment: Deployment) -> bool:
+def entitled(deployment: Deployment, ahead: Usage | None = None) -> bool:
     """Whether the deployment's next replica is within its team's deserved share (only such a
-    replica reclaims)."""
+    replica reclaims); with ``ahead``, once the team also holds that much more (its entitled
+    replicas before this one in the queue, which the reclaim sweep serves first)."""
     sharing = sharing_of(deployment.team)
     demand = replica_demand(placement_request(deployment))
-    verdict = sharing_verdict(sharing, team_usage(deployment.team_id), demand, Usage(), Usage())
+    held = team_usage(deployment.team_id)
+    if ahead is not None:
+        held = plus(held, ahead)
+    verdict = sharing_verdict(sharing, held, demand, Usage(), Usage())
     return bool(sharing.deserved.bounded and verdict.allowed and not verdict.borrowed)
 
 

@@ -39,6 +39,7 @@ from fleet.autoscaling.rule import Decision, Limits, Observation, decide
 from fleet.autoscaling.selectors import Replicas, policy_metric, replicas_of
 from fleet.core.errors import RuleViolation, ServiceError
 from fleet.core.events import publish_changed
+from fleet.core.jobs import reclaim_after_commit
 from fleet.core.models import Operation, OperationKind, OperationStatus, Team
 from fleet.core.operations import operation_record
 from fleet.placement.quota import plus, quota_violations, replica_demand
@@ -247,6 +248,8 @@ def _scale_out(
     else:
         if len(placed_ops) < room:
             state, reason = ScalingState.BLOCKED_CAPACITY, "scaling blocked: capacity"
+    if state == ScalingState.BLOCKED_CAPACITY:
+        reclaim_after_commit()  # its team's deserved share may take capacity back now
     Operation.objects.filter(pk=operation.pk).update(
         payload={**operation.payload, "placed": [op.pk for op in placed_ops]}
     )

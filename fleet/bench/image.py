@@ -41,4 +41,7 @@ def ensure_image(tag: str) -> None:
         return
     if not BUSYBOX.exists():
         raise RuntimeError("no busybox to build the image from: apt-get install busybox-static")
-    subprocess.run(["docker", "import", "-", tag], input=rootfs_tar(), check=True)
+    # The image's id that `docker import` prints must not reach a command's JSON on stdout.
+    done = subprocess.run(["docker", "import", "-", tag], input=rootfs_tar(), capture_output=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"docker import {tag} failed: {done.stderr.decode(errors='replace')}")

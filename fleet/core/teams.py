@@ -21,6 +21,7 @@ from django.utils.text import slugify
 
 from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.filters import ID_MAX
+from fleet.core.jobs import place_queue_after_commit, reclaim_after_commit
 from fleet.core.models import (
     DEFAULT_TEAM_SLUG,
     OperationKind,
@@ -348,7 +349,8 @@ def team_quota_set(*, team_id: int, quota: Any, requested_by: Any = None) -> Tea
     """Set the deserved shares given (any of ``gpus``, ``mig_compute_slices``,
     ``mps_memory_mib``, ``mig_profiles``; ``null`` lifts one), the ``limit`` of each kind and
     the ``over_quota_weight``; what is not given stays. A quota below what the team holds now
-    is taken: nothing is evicted, and new replicas are refused until it fits."""
+    is taken: nothing is evicted, and new replicas are refused until it fits. Once it commits,
+    the queue and the reclaim sweep run (:mod:`fleet.core.jobs`)."""
     if not isinstance(quota, Mapping):
         raise ServiceError("malformed_request", "The body must be a JSON object.")
     unknown = sorted(set(quota) - set(QUOTA_KEYS) - set(SHARING_KEYS))
@@ -366,6 +368,10 @@ def team_quota_set(*, team_id: int, quota: Any, requested_by: Any = None) -> Tea
         status=OperationStatus.SUCCEEDED,
         payload={"team": team.pk, "quota": quota_as_dict(team)},
     )
+    # What waits may now be let in (the queue places it) or entitled (a reclaim takes its
+    # share back): both run at once, not at beat's next period.
+    place_queue_after_commit()
+    reclaim_after_commit()
     return team
 
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from itertools import combinations
-from typing import Literal
+from typing import Any, Literal
 
 from fleet.mig import Instance
+from fleet.placement import mixfit
 from fleet.placement.fit import DEFAULT_STRATEGY, Strategy, Target, rank
+from fleet.placement.options import request_key
 from fleet.placement.snapshot import (
     Demand,
     FleetSnapshot,
@@ -92,6 +94,57 @@ class _Allocation:
     index: int = 0
 
 
+class _Ranker:
+    """Where a request goes on snapshots that differ from ``base`` on a few hosts, exactly as
+    :func:`rank` would say, without ranking the fleet again for each planned move.
+
+    For the product strategy the base's ranked items are built once per request; the best
+    target on a changed snapshot is the better of the first base item off the changed hosts and
+    the best item of the changed hosts, ranked alone (a host's items depend on that host
+    alone). Other strategies rank the whole snapshot.
+    """
+
+    def __init__(self, base: FleetSnapshot, strategy: Strategy) -> None:
+        self.base = base
+        self.strategy = strategy
+        self._items: dict[tuple[Any, ...], list[mixfit.Item]] = {}
+
+    def first(
+        self,
+        current: FleetSnapshot,
+        changed: Collection[int],
+        request: PlacementRequest,
+        demand: Demand | None,
+        keep_out: Collection[int] = (),
+    ) -> Target | None:
+        """The first target of ``rank(current, request).feasible`` not on ``keep_out``;
+        ``changed``: the hosts on which ``current`` differs from the base."""
+        if self.strategy != "product":
+            ranking = rank(current, request, strategy=self.strategy, demand=demand)
+            best = ranking.best
+            if best is None or best.gpu_id not in keep_out:
+                return best
+            return next((t for t in ranking.feasible if t.gpu_id not in keep_out), None)
+        key = (request_key(request), mixfit.demand_key(demand))
+        items = self._items.get(key)
+        if items is None:
+            items = self._items[key] = mixfit.ranked_items(self.base, request, None, demand)
+        hosts = set(changed)
+        candidates = []
+        for item in items:
+            gpu = self.base.gpu(item[3])
+            if item[3] not in keep_out and gpu is not None and gpu.host_id not in hosts:
+                candidates.append(item)
+                break
+        for item in mixfit.ranked_items(current, request, None, demand, hosts):
+            if item[3] not in keep_out:
+                candidates.append(item)
+                break
+        if not candidates:
+            return None
+        return mixfit.item_target(min(candidates, key=mixfit.item_order))
+
+
 def plan_moves(
     snapshot: FleetSnapshot,
     request: PlacementRequest,
@@ -123,12 +176,11 @@ def plan_moves(
     if best is not None or isinstance(request, WholeGpuRequest):
         return MovePlan((), best, snapshot)
     sources = [g for g in snapshot.gpus if _could_host(snapshot, g, request, demand)]
+    ranker = _Ranker(snapshot, strategy)
     for size in range(1, max_moves + 1):
         found: list[tuple[int, int, MovePlan]] = []
         for order, gpu in enumerate(sources):
-            plan = _first_plan(
-                snapshot, gpu, request, size, strategy, demand, requests, demands, movable
-            )
+            plan = _first_plan(ranker, gpu, request, size, demand, requests, demands, movable)
             if plan is not None:
                 workload = sum(1 for m in plan.moves if m.occupied)
                 found.append((workload, order, plan))
@@ -162,36 +214,46 @@ def plan_free_gpus(
     moves: list[Move] = []
     freed: list[int] = []
     current = snapshot
+    ranker = _Ranker(snapshot, strategy)
+    changed: set[int] = set()
     while len(freed) < count:
         received = {m.to_gpu for m in moves if m.to_gpu is not None}
         emptied = _cheapest_evacuation(
-            current, received, strategy, sources, demands or {}, requests or {}
+            ranker, current, changed, received, sources, demands or {}, requests or {}
         )
         if emptied is None:
             break
-        gpu_id, more, current = emptied
+        gpu_id, more, current, changed = emptied
         moves.extend(more)
         freed.append(gpu_id)
     return FreePlan(tuple(moves), tuple(freed), current)
 
 
 def _cheapest_evacuation(
+    ranker: _Ranker,
     snapshot: FleetSnapshot,
+    changed: set[int],
     received: set[int],
-    strategy: Strategy,
     sources: Collection[int] | None,
     demands: Mapping[tuple[str, int], Demand],
     requests: Mapping[tuple[str, int], PlacementRequest],
-) -> tuple[int, list[Move], FleetSnapshot] | None:
+) -> tuple[int, list[Move], FleetSnapshot, set[int]] | None:
     busy = [
         g
         for g in snapshot.gpus
         if _allocations(g) and g.id not in received and (sources is None or g.id in sources)
     ]
+    empty = {g.id for g in snapshot.gpus if not _allocations(g)}
     for gpu in sorted(busy, key=lambda g: len(_allocations(g))):
-        keep_out = {g.id for g in snapshot.gpus if not _allocations(g)} | {gpu.id}
         evacuated = _evacuate(
-            snapshot, gpu.id, _allocations(gpu), keep_out, strategy, demands, requests
+            ranker,
+            snapshot,
+            gpu.id,
+            _allocations(gpu),
+            empty | {gpu.id},
+            demands,
+            requests,
+            changed,
         )
         if evacuated is not None:
             return gpu.id, *evacuated
@@ -205,21 +267,26 @@ def _could_host(
     if not _allocations(gpu):
         return False
     empty = replace(gpu, partitions=(), mps_reservations=(), mps_reservation_ids=())
-    alone = FleetSnapshot(snapshot.hosts, (empty,))
-    return rank(alone, request, demand=demand).best is not None
+    return rank(_alone(snapshot, empty), request, demand=demand).best is not None
+
+
+def _alone(snapshot: FleetSnapshot, gpu: GpuState) -> FleetSnapshot:
+    """A snapshot of ``gpu`` alone, with its host (what ``rank`` needs to judge it)."""
+    host = snapshot.host(gpu.host_id)
+    return FleetSnapshot(() if host is None else (host,), (gpu,))
 
 
 def _first_plan(
-    snapshot: FleetSnapshot,
+    ranker: _Ranker,
     gpu: GpuState,
     request: PlacementRequest,
     size: int,
-    strategy: Strategy,
     demand: Demand | None,
     requests: Mapping[tuple[str, int], PlacementRequest] | None = None,
     demands: Mapping[tuple[str, int], Demand] | None = None,
     movable: Collection[tuple[str, int]] | None = None,
 ) -> MovePlan | None:
+    snapshot, strategy = ranker.base, ranker.strategy
     allocations = [
         a
         for a in _allocations(gpu)
@@ -229,30 +296,35 @@ def _first_plan(
     allocations.sort(key=lambda a: a.occupied)
     for chosen in combinations(allocations, size):
         without = _without(gpu, chosen)
-        alone = FleetSnapshot(snapshot.hosts, (without,))
+        alone = _alone(snapshot, without)
         if rank(alone, request, strategy=strategy, demand=demand).best is None:
             continue
-        evacuated = _evacuate(snapshot, gpu.id, list(chosen), {gpu.id}, strategy, demands, requests)
+        evacuated = _evacuate(ranker, snapshot, gpu.id, list(chosen), {gpu.id}, demands, requests)
         if evacuated is None:
             continue
-        moves, after = evacuated
-        target = rank(after, request, strategy=strategy, demand=demand).best
+        moves, after, changed = evacuated
+        target = ranker.first(after, changed, request, demand)
         if target is not None:
             return MovePlan(tuple(moves), target, after)
     return None
 
 
 def _evacuate(
+    ranker: _Ranker,
     snapshot: FleetSnapshot,
     gpu_id: int,
     chosen: list[_Allocation],
     keep_out: set[int],
-    strategy: Strategy,
     demands: Mapping[tuple[str, int], Demand] | None = None,
     requests: Mapping[tuple[str, int], PlacementRequest] | None = None,
-) -> tuple[list[Move], FleetSnapshot] | None:
-    """Move ``chosen`` off ``gpu_id`` one by one, never onto ``keep_out``; ``None`` if stuck."""
-    current = _replace_gpu(snapshot, _without(_gpu(snapshot, gpu_id), chosen))
+    changed: Collection[int] = (),
+) -> tuple[list[Move], FleetSnapshot, set[int]] | None:
+    """Move ``chosen`` off ``gpu_id`` one by one, never onto ``keep_out``; ``None`` if stuck.
+    ``snapshot`` differs from the ranker's base on the hosts ``changed``; returns the moves,
+    the snapshot after them, and the hosts it differs on from the base then."""
+    source = _gpu(snapshot, gpu_id)
+    current = _replace_gpu(snapshot, _without(source, chosen))
+    hosts = {*changed, source.host_id}
     moves: list[Move] = []
     for allocation in chosen:
         if not allocation.occupied:
@@ -261,8 +333,7 @@ def _evacuate(
         key = (allocation.kind, allocation.allocation_id)
         demand = (demands or {}).get(key)
         request = (requests or {}).get(key, allocation.request)
-        ranking = rank(current, request, strategy=strategy, demand=demand)
-        target = next((t for t in ranking.feasible if t.gpu_id not in keep_out), None)
+        target = ranker.first(current, hosts, request, demand, keep_out)
         if target is None:
             return None
         moves.append(
@@ -275,8 +346,10 @@ def _evacuate(
                 target.new_instance,
             )
         )
-        current = _replace_gpu(current, _arrive(_gpu(current, target.gpu_id), allocation, target))
-    return moves, current
+        arrived = _arrive(_gpu(current, target.gpu_id), allocation, target)
+        current = _replace_gpu(current, arrived)
+        hosts.add(arrived.host_id)
+    return moves, current, hosts
 
 
 def _allocations(gpu: GpuState) -> list[_Allocation]:
@@ -338,8 +411,13 @@ def _arrive(gpu: GpuState, allocation: _Allocation, target: Target) -> GpuState:
 
 
 def _gpu(snapshot: FleetSnapshot, gpu_id: int) -> GpuState:
-    return next(g for g in snapshot.gpus if g.id == gpu_id)
+    found = snapshot.gpu(gpu_id)
+    if found is None:
+        raise KeyError(f"GPU {gpu_id} is not in the snapshot")
+    return found
 
 
 def _replace_gpu(snapshot: FleetSnapshot, gpu: GpuState) -> FleetSnapshot:
-    return replace(snapshot, gpus=tuple(gpu if g.id == gpu.id else g for g in snapshot.gpus))
+    # with_changes keeps the other hosts' groups and their memos: the ranking after a planned
+    # move pays for the host that changed, not for the fleet.
+    return snapshot.with_changes(gpus=[gpu])

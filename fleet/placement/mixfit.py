@@ -10,7 +10,7 @@ computed from, so a caller that applies one placement at a time
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,19 +93,72 @@ def rank_product(
     def feasible() -> tuple[Target, ...]:
         every: list[Item] = []
         for found, group in entries:
-            made = (
-                _materialize(found, group, request, demand) if isinstance(found, _Lazy) else found
-            )
-            if made is None:
-                continue
-            items = made[2]
-            if items is None:
-                assert not isinstance(request, WholeGpuRequest)
-                items = tuple(i for i, _, _ in _group_scored(scorer, group, request, demand))
-            every.extend(items)
-        return tuple(_target(i) for i in sorted(every, key=lambda i: (-i[0], i[1], i[2])))
+            every.extend(_entry_items(scorer, group, request, demand, found))
+        return tuple(_target(i) for i in sorted(every, key=item_order))
 
     return Ranking.deferred(None if best is None else _target(best[1]), feasible, refusals)
+
+
+def item_order(item: Item) -> tuple[int, int, int]:
+    """Where an item stands in :attr:`Ranking.feasible` (best first, ties in snapshot order)."""
+    return (-item[0], item[1], item[2])
+
+
+def ranked_items(
+    snapshot: FleetSnapshot,
+    request: PlacementRequest,
+    mix: RequestMix | None,
+    demand: Demand | None,
+    host_ids: frozenset[int] | set[int] | None = None,
+) -> list[Item]:
+    """The items of :func:`rank_product`'s ``feasible`` list, in its order, on the hosts in
+    ``host_ids`` only when given: a planner that changes a few hosts of a snapshot ranks them
+    alone and reads the rest from the unchanged snapshot's list (:func:`item_target` makes
+    each a :class:`Target`)."""
+    scorer = scorer_for(mix)
+    if isinstance(request, MpsRequest) and not rules.request_valid(request):
+        return []
+    slot = scorer.slot_of((request_key(request), demand_key(demand)))
+    avoid = demand is not None and bool(demand.avoid_hosts)
+    if host_ids is None:
+        groups: Iterable[HostGroup] = snapshot.host_groups
+    else:
+        groups = [g for h in host_ids if (g := snapshot.group(h)) is not None]
+    every: list[Item] = []
+    for group in groups:
+        if avoid and rules.avoided(group.host, demand):
+            continue
+        memo = group.memo
+        entry = memo.get(slot, _MISSING)
+        if entry is _MISSING:
+            entry = memo[slot] = _group_entry(scorer, group, request, demand, slot)
+        if entry is not None:
+            every.extend(_entry_items(scorer, group, request, demand, entry))
+    every.sort(key=item_order)
+    return every
+
+
+def item_target(item: Item) -> Target:
+    """The target an item of :func:`ranked_items` names."""
+    return _target(item)
+
+
+def _entry_items(
+    scorer: Fragmentation,
+    group: HostGroup,
+    request: PlacementRequest,
+    demand: Demand | None,
+    found: _Entry | _Lazy,
+) -> tuple[Item, ...]:
+    """Every item of a host's answer (built from an equal host's template where needed)."""
+    made = _materialize(found, group, request, demand) if isinstance(found, _Lazy) else found
+    if made is None:
+        return ()
+    items = made[2]
+    if items is None:
+        assert not isinstance(request, WholeGpuRequest)
+        items = tuple(i for i, _, _ in _group_scored(scorer, group, request, demand))
+    return items
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,6 +129,18 @@ def quota_shares(quota: Quota, usage: Usage) -> dict[str, float]:
     return shares
 
 
+def covers(a: Usage, b: Usage) -> bool:
+    """Whether ``a`` asks for at least ``b`` of every kind (each MIG profile of ``b`` too).
+    Quota and borrowing verdicts are monotone in the demand, so a team's quota refusing ``b``
+    refuses ``a`` too, on the same holdings and fleet."""
+    return (
+        a.gpus >= b.gpus
+        and a.mig_compute_slices >= b.mig_compute_slices
+        and a.mps_memory_mib >= b.mps_memory_mib
+        and all(a.mig_profiles.get(key, 0) >= n for key, n in b.mig_profiles.items())
+    )
+
+
 def plus(a: Usage, b: Usage) -> Usage:
     """Two usages added up."""
     profiles = dict(a.mig_profiles)

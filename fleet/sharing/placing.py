@@ -8,7 +8,9 @@ Each replica goes through :func:`fleet.allocations.autoplace.deployment_autoplac
 its own transaction): the team's quota and limit, borrowing only what no other team's deserved
 share needs, the engine's best target; nothing is forced. Within a run, a replica that fits
 nowhere stops the attempts at every other replica asking for the same (the fleet only fills up
-during a run), and a team its quota refuses is skipped; at most :data:`MAX_ATTEMPTS` attempts a
+during a run), and a replica its team's quota (or borrowing) refuses stops those of its team
+asking for at least as much (:func:`fleet.placement.quota.covers`: a smaller one may still be
+let in, as what-would-it-take's ``place`` plan says); at most :data:`MAX_ATTEMPTS` attempts a
 run. Runs are serialised (a PostgreSQL advisory lock; SQLite serialises writers), so two workers
 never place the head of the queue twice. Replicas of deployments that operators place wait for
 them: the queue shows where they stand.
@@ -22,7 +24,9 @@ from fleet.allocations.autoplace import deployment_autoplace
 from fleet.allocations.quotas import QuotaExceeded
 from fleet.allocations.selectors import placement_demand, placement_request
 from fleet.core.errors import ServiceError
+from fleet.core.jobs import reclaim_after_commit
 from fleet.placement.fairshare import queue_order
+from fleet.placement.quota import Usage, covers, replica_demand
 from fleet.sharing.queue import current_shares, waiting_replicas
 
 ADVISORY_KEY = 0x5EC1A2
@@ -47,10 +51,11 @@ def queue_place() -> list[int]:
                     return []  # another worker is placing from the queue now
         attempts = 0
         full: set[str] = set()  # requests that fit nowhere in this run
-        refused_teams: set[int] = set()
+        refused: dict[int, list[Usage]] = {}  # per team, the demands its quota refused
         for queued in queue_order(auto, current_shares()):
             deployment = deployments[queued.waiting.deployment_id]
-            if deployment.team_id in refused_teams:
+            demand = replica_demand(placement_request(deployment))
+            if any(covers(demand, r) for r in refused.get(deployment.team_id, ())):
                 continue
             asks = repr((placement_request(deployment), placement_demand(deployment)))
             if asks in full:
@@ -62,10 +67,12 @@ def queue_place() -> list[int]:
                 with transaction.atomic():
                     operations = deployment_autoplace(deployment_id=deployment.pk, limit=1)
             except QuotaExceeded:
-                refused_teams.add(deployment.team_id)
+                refused.setdefault(deployment.team_id, []).append(demand)
                 continue
             except ServiceError:  # no capacity, or borrowing what another team needs
                 full.add(asks)
                 continue
             placed.extend(op.pk for op in operations)
+        if full:
+            reclaim_after_commit()  # some wait for capacity: reclaim for those entitled now
     return placed

@@ -11,6 +11,11 @@ and none counts on capacity another is freeing. A returning team's replicas are 
 by side, not one after another. Starting is serialised (a PostgreSQL advisory lock, taken before
 any row lock; SQLite serialises writers): two sweeps at once never start reclaims on one GPU. A
 claimant whose reclaim failed is left alone for ``FLEET_RECLAIM_RETRY_S`` (60 s).
+
+Besides beat, a replica left waiting for capacity kicks a sweep at once
+(:func:`fleet.core.jobs.reclaim_after_commit`: a creation into the queue, an autoscaler's
+scale-out, a queue run that could not place everything; at most once a second). Within a sweep,
+an ask (request and demand) that found no plan is not planned again.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from django.utils import timezone
 
 from fleet.allocations.models import Allocation
 from fleet.allocations.reclaims import entitled, running_reclaims, serialise_reclaims
+from fleet.allocations.selectors import placement_demand, placement_request
 from fleet.core.errors import ServiceError
 from fleet.core.models import Operation, OperationKind, OperationStatus
 from fleet.placement.fairshare import queue_order
@@ -70,6 +76,9 @@ def reclaims_start() -> list[int]:
         skipped = _recently_failed()
         started = time.monotonic()
         seen: set[int] = set()
+        # Asks (request and demand, the team among them) that no plan placed: within a sweep
+        # the fleet only loses options (each reclaim started cordons its GPUs for the next).
+        no_gain: set[str] = set()
         planned = 0
         for queued in queue_order(waiting, current_shares()):
             deployment = deployments[queued.waiting.deployment_id]
@@ -82,13 +91,18 @@ def reclaims_start() -> list[int]:
             # the queue: they are passed over without counting against the plans a sweep makes.
             if not deployment.team.has_quota or not entitled(deployment):
                 continue
+            asks = repr((placement_request(deployment), placement_demand(deployment)))
+            if asks in no_gain:
+                continue  # the same ask found no plan in this sweep: nor would this one
             if planned >= MAX_TRIED or (planned and time.monotonic() - started > PLAN_BUDGET_S):
                 break
             planned += 1
             try:
                 with transaction.atomic():
                     operation = reclaim_start(deployment_id=deployment.pk, avoid_gpus=busy)
-            except ServiceError:  # fits now, no net gain, or on a busy GPU: the next one
+            except ServiceError as error:  # fits now, no net gain, or on a busy GPU: the next
+                if error.code == "reclaim.no_gain":
+                    no_gain.add(asks)
                 continue
             started_ops.append(operation.pk)
             claimants.add(deployment.pk)

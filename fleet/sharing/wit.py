@@ -9,7 +9,10 @@ The plans, from the planners Fleet has:
   ``POST /deployments/{id}/defrag`` or ``POST /capacity/repack``;
 * ``reshape``: one GPU's new MIG layout from the layout advisor (``POST /rollouts/``);
 * ``stop``: borrowed replicas of other teams stopped, as a reclaim would
-  (:func:`fleet.sharing.reclaim.reclaim_preview`; ``POST /deployments/{id}/evict`` each);
+  (:func:`fleet.sharing.reclaim.reclaim_preview`), applied as that reclaim
+  (``POST /queue/reclaim/{id}``: planned again when it is sent); only for a replica its
+  deserved share still entitles once its team's entitled replicas ahead in the queue have
+  theirs (:meth:`Context.claimed_before`);
 * ``quota``: the smallest change of its team's quota, when that is what blocks it
   (``PUT /teams/{id}/quota``); when capacity blocks it too, the capacity plans carry the change
   first;
@@ -45,15 +48,20 @@ from fleet.allocations.models import Allocation, AllocationState, Deployment, Re
 from fleet.allocations.planning.advice import capacity_advice
 from fleet.allocations.planning.repack_plans import capacity_repack_plan
 from fleet.allocations.rankings import placed_demands, placed_requests
+from fleet.allocations.reclaims import entitled
 from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_request
 from fleet.core.errors import Conflict, NotFound, ServiceError
+from fleet.core.jobs import place_queue_after_commit
 from fleet.core.models import Operation, OperationKind, Team
 from fleet.core.operations import RUNNING
 from fleet.inventory.models import Gpu, Host
 from fleet.partitioning.models import Partition
 from fleet.placement import Target, rank
 from fleet.placement.defrag import plan_moves
-from fleet.placement.quota import replica_demand
+from fleet.placement.fairshare import QUEUE_FITS_NOW
+from fleet.placement.quota import Usage, plus, replica_demand
+from fleet.placement.sharing import sharing_verdict
+from fleet.placement.simulate import apply_target
 from fleet.placement.snapshot import (
     Demand,
     FleetSnapshot,
@@ -69,6 +77,7 @@ from fleet.placement.wit import (
     rank_plans,
     with_prefix,
 )
+from fleet.sharing.queue import QueueEntry, fleet_queue
 from fleet.sharing.reclaim import reclaim_preview
 
 logger = logging.getLogger(__name__)
@@ -86,6 +95,8 @@ ADVICE_TIME_LIMIT_S = 2.0
 """The layout advisor's limit per product, in the background refresh."""
 ON_DEMAND_ADVICE_TIME_LIMIT_S = 0.3
 """The advisor's limit when a request computes an answer the cache missed."""
+QUEUE_AHEAD = 20
+"""Replicas ahead in the queue an answer counts as placed first at most (a queue run's tries)."""
 
 
 # -- the replica asked about ---------------------------------------------------------------------
@@ -258,6 +269,11 @@ class Context:
     demands: dict[tuple[str, int], Demand] | None = None
     advice: dict[str, dict[str, Any] | None] | None = None
     memo: dict[Any, Any] = field(default_factory=dict)
+    queue: list[QueueEntry] | None = None
+    served: list[FleetSnapshot] = field(default_factory=list)
+    served_index: list[int] = field(default_factory=list)  # the queue entry each one placed
+    walked: int = 0
+    first_in_queue: dict[int, int] = field(default_factory=dict)  # deployment: its position
 
     def moved_requests(self) -> dict[tuple[str, int], PlacementRequest]:
         if self.requests is None:
@@ -268,6 +284,55 @@ class Context:
         if self.demands is None:
             self.demands = placed_demands()
         return self.demands
+
+    def served_before(self, deployment_id: int) -> FleetSnapshot:
+        """The snapshot once the queue has placed the waiting replicas ahead of the
+        deployment's next one that fit now (engine-placed ones, in queue order, at most
+        :data:`QUEUE_AHEAD` of them, each on the engine's best target): what is left for it.
+        Each replica's "it fits now" alone would promise the same slices to all of them."""
+        queue = self.fleet_queue()
+        first = self.first_in_queue.get(deployment_id, len(queue))
+        while self.walked < first and len(self.served_index) < QUEUE_AHEAD:
+            entry = queue[self.walked]
+            self.walked += 1
+            if entry.reason.code != QUEUE_FITS_NOW or not entry.deployment.auto_place:
+                continue
+            request = placement_request(entry.deployment)
+            demand = placement_demand(entry.deployment)
+            best = rank(self.served[-1], request, demand=demand).best
+            if best is not None:
+                self.served.append(apply_target(self.served[-1], request, best))
+                self.served_index.append(self.walked - 1)
+        return self.served[sum(1 for i in self.served_index if i < first)]
+
+    def fleet_queue(self) -> list[QueueEntry]:
+        if self.queue is None:
+            self.queue = fleet_queue()
+            self.served = [self.snapshot]
+            for i, entry in enumerate(self.queue):
+                self.first_in_queue.setdefault(entry.deployment.pk, i)
+        return self.queue
+
+    def claimed_before(self, deployment: Deployment) -> Usage:
+        """What the team's replicas ahead of the deployment's next one in the queue take of
+        its deserved share first: each that the share entitles, in queue order (the reclaim
+        sweep serves them first, and the queue places them first where they fit). A replica
+        entitled alone may be past the share once they have theirs: a reclaim sent for it
+        then is refused (``reclaim.not_entitled``)."""
+        queue = self.fleet_queue()
+        first = self.first_in_queue.get(deployment.pk, len(queue))
+        team = deployment.team
+        sharing = sharing_of(team)
+        held = team_usage(team.pk)
+        claimed = Usage()
+        for entry in queue[:first]:
+            if entry.team.pk != team.pk:
+                continue
+            demand = replica_demand(placement_request(entry.deployment))
+            verdict = sharing_verdict(sharing, plus(held, claimed), demand, Usage(), Usage())
+            if verdict.allowed and not verdict.borrowed:
+                claimed = plus(claimed, demand)
+        return claimed
 
     def advice_of(self, product_key: str) -> dict[str, Any] | None:
         if self.advice is None:
@@ -315,14 +380,19 @@ def compute_answer(deployment: Deployment, context: Context) -> dict[str, Any]:
     team = deployment.team
     blockers = _quota_blockers(team, request)
     best = rank(snapshot, request, demand=demand).best
+    if best is not None:  # it fits now: unless the queue's replicas ahead take that room first
+        served = context.served_before(deployment.pk)
+        if served is not snapshot:
+            snapshot = served
+            best = rank(snapshot, request, demand=demand).best
     fits = best is not None
     plans: list[Plan] = []
     if best is not None:
         plans.append(_place_plan(deployment, best))
     else:
-        plans += _moves_plans(deployment, request, demand, context)
+        plans += _moves_plans(deployment, request, demand, context, snapshot)
         plans += _reshape_plans(deployment, request, context)
-        if not blockers:
+        if not blockers and entitled(deployment, context.claimed_before(deployment)):
             plans += _stop_plans(deployment)
     if blockers:
         plans = _with_quota(deployment, request, plans, best)
@@ -378,14 +448,19 @@ def _place_plan(deployment: Deployment, target: Target) -> Plan:
 
 
 def _moves_plans(
-    deployment: Deployment, request: PlacementRequest, demand: Demand, context: Context
+    deployment: Deployment,
+    request: PlacementRequest,
+    demand: Demand,
+    context: Context,
+    snapshot: FleetSnapshot,
 ) -> list[Plan]:
+    """On ``snapshot``: the fleet's, or what the queue's replicas ahead leave."""
     if isinstance(request, WholeGpuRequest):
         return _repack_plans(deployment, request, demand, context)
-    key = ("moves", request, demand)
+    key = ("moves", request, demand, id(snapshot))
     if key not in context.memo:  # deployments asking the same get the same plan
         context.memo[key] = plan_moves(
-            context.snapshot,
+            snapshot,
             request,
             demand=demand,
             requests=context.moved_requests(),
@@ -558,24 +633,25 @@ def _one_reshape(deployment: Deployment, advice: dict[str, Any]) -> Plan | None:
 
 
 def _stop_plans(deployment: Deployment) -> list[Plan]:
+    """Stopping borrowed replicas as a reclaim would (its claimant entitled, the moves it also
+    needs first): applied as that reclaim, ``POST /queue/reclaim/{id}``, which plans again when
+    it is sent, as ``defrag`` does for moves: what it stops is the fleet's then, not a list of
+    evictions that another reclaim, a departure or a move may have made wrong meanwhile."""
     preview = reclaim_preview(deployment.pk)
     plan = preview.plan
-    if plan.action != "stop" or any(m.occupied for m in plan.moves):
-        # Stops that need moves first (a GPU cleared by both) are the reclaim's to carry out,
-        # step by step; evictions alone would not place it.
+    if plan.action != "stop":
         return []
     stopped = [preview.allocations[b.key] for b in plan.stops]
-    requests = [
-        ApiRequest("POST", f"/deployments/{a.deployment_id}/evict", {"replica": a.replica})
-        for a in stopped
-    ]
+    moved = sum(1 for m in plan.moves if m.occupied)
     n = len(stopped)
+    first = f"move {moved} replica{'s' * (moved != 1)} (make before break), then " if moved else ""
     return [
         Plan(
             "stop",
-            f"Stop {n} borrowed replica{'s' * (n != 1)} of other teams (they wait again), "
-            "as a reclaim would, then place it.",
-            (*requests, *_then_place(deployment, plan.target, after="released")),
+            f"Reclaim: {first}stop {n} borrowed replica{'s' * (n != 1)} of other teams (they "
+            "wait again), then place it.",
+            (ApiRequest("POST", f"/queue/reclaim/{deployment.pk}", None),),
+            moved=moved,
             stopped=n,
             destructive=True,
             role="operator",
@@ -583,9 +659,9 @@ def _stop_plans(deployment: Deployment) -> list[Plan]:
                 "bound": n,
                 "method": "reclaim",
                 "status": "optimal",
-                "claim": "The reclaim plan: nothing fits and no moves of borrowed replicas make "
-                "room; these are the fewest stops on one host, lowest priority and most "
-                "recently started first.",
+                "claim": "The reclaim plan: nothing fits and no moves alone make room; these "
+                "are the fewest stops on one host, lowest priority and most recently started "
+                "first.",
             },
             details={
                 "stops": [
@@ -596,7 +672,8 @@ def _stop_plans(deployment: Deployment) -> list[Plan]:
                         "gpu": a.gpu_id,
                     }
                     for a in stopped
-                ]
+                ],
+                "planned_again": True,
             },
         )
     ]
@@ -620,11 +697,15 @@ def _with_quota(
     put = ApiRequest("PUT", f"/teams/{team.pk}/quota", change.body)
     raised = ", ".join(f"{where} {kind} {old} → {new}" for where, kind, old, new in change.raised)
     if best is not None:
+        # An engine-placed deployment needs no place request: the change runs the queue, and
+        # the reclaim sweep where it now entitles the replica (room taken meanwhile is
+        # reclaimed for it), where an explicit target could have been taken already.
+        then = "the engine places it" if deployment.auto_place else "place it"
         return [
             Plan(
                 "quota",
-                f"Raise team {team.name}'s quota ({raised}), then place it.",
-                (put, _place_request(deployment, best)),
+                f"Raise team {team.name}'s quota ({raised}), then {then}.",
+                (put, *_then_place(deployment, best, after="")),
                 changes_policy=True,
                 role="admin",
                 details={"raised": [list(r) for r in change.raised], "borrowed": change.borrowed},
@@ -720,7 +801,17 @@ def answer_for(ref: str) -> tuple[WaitingRef, dict[str, Any], bool]:
     context = Context(fleet_snapshot(), fingerprint, ON_DEMAND_ADVICE_TIME_LIMIT_S)
     answer = compute_answer(waiting.deployment, context)
     cache.set(_key(fingerprint, waiting.deployment.pk), answer, CACHE_TTL_S)
+    _kick_if_it_fits(waiting.deployment, answer)
     return waiting, answer, False
+
+
+def _kick_if_it_fits(deployment: Deployment, answer: dict[str, Any]) -> None:
+    """A replica that fits now, its team's quota allowing, is the engine's to place: the queue
+    runs at once (:func:`fleet.core.jobs.place_queue_after_commit`, once a second at most)
+    rather than at beat's next run, so the answer's ``place`` plan is seldom left to a person
+    (and to a race with the replicas arriving meanwhile)."""
+    if deployment.auto_place and answer["blocked_by"] == "none":
+        place_queue_after_commit()
 
 
 def waiting_deployments() -> list[Deployment]:
@@ -776,8 +867,10 @@ def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
             finished = False
             break
         try:
-            cache.set(key, compute_answer(deployment, context), CACHE_TTL_S)
+            answer = compute_answer(deployment, context)
+            cache.set(key, answer, CACHE_TTL_S)
             cache.set(f"{CACHE_PREFIX}:last:{deployment.pk}", time.time(), CACHE_TTL_S)
+            _kick_if_it_fits(deployment, answer)
             computed += 1
         except Exception:  # one deployment's failure must not stop the others' answers
             logger.exception("what-would-it-take failed for deployment %s", deployment.pk)

@@ -235,6 +235,28 @@ def reclaim_start(
     return operation
 
 
+def reclaim_now(*, deployment_id: int, requested_by: Any = None) -> Operation:
+    """An operator's reclaim for the deployment's next replica, started now
+    (``POST /queue/reclaim/{deployment}``: what-would-it-take's ``stop`` plan applies it). It is
+    planned when it is sent, on the fleet as it is then (moves where they now suffice), away
+    from the GPUs of the reclaims running, as a sweep starts one (serialised with the sweeps):
+    the refusals of :func:`reclaim_start`. The sweep's bound on reclaims at once is not
+    applied: a person decided this one, and no two reclaims touch the same GPU anyway."""
+    with transaction.atomic():
+        serialise_reclaims()
+        _claimants, busy, known = running_reclaims()
+        if not known:
+            raise Conflict(
+                "reclaim.gpus_busy",
+                "A reclaim started by an older server is running and does not say which GPUs it "
+                "touches: retry once it has finished.",
+                {"deployment": deployment_id},
+            )
+        return reclaim_start(
+            deployment_id=deployment_id, requested_by=requested_by, avoid_gpus=busy
+        )
+
+
 def _subject(operation: Operation, payload: dict[str, Any]) -> dict[str, Any]:
     return {
         "operation": {"id": operation.pk, "kind": operation.kind},

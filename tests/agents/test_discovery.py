@@ -136,3 +136,35 @@ def test_the_hello_says_the_address_its_replicas_are_reached_at(mem_store):
     del hello["address"]  # restarted without --address
     agent_hello(host=Host.objects.get(pk=host.pk), hello=hello)
     assert Host.objects.get(pk=host.pk).address == ""
+
+
+def test_an_ack_lost_with_its_socket_is_asked_for_again_at_the_next_hello(
+    mem_store, django_capture_on_commit_callbacks
+):
+    # The agent applies generation 1, then its socket drops before the ack arrives: its next
+    # hello says generation 1 is applied, and the operation is still open. The hello asks for
+    # the desired state again; the agent's ack then settles the operation.
+    from fleet.agents.delivery import agent_ack
+    from fleet.agents.documents import host_desired_state
+    from fleet.core.models import Operation
+    from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
+
+    host, _ = host_create(name="node-l")
+    host_issue_token(host)
+    Host.objects.filter(pk=host.pk).update(hostname="sim-3", status="ready")
+    agent = SimAgent(["h100-sxm5-80gb"], seed=3)
+    assert agent_hello(host=Host.objects.get(pk=host.pk), hello=agent.hello()) is False
+    gpu = Gpu.objects.get(host=host)
+    with django_capture_on_commit_callbacks(execute=True):
+        operation = gpu_set_layout(
+            gpu_id=gpu.pk, spec=LayoutSpec(mode="mig", instances=(MigInstanceSpec("3g.40gb", 0),))
+        )
+    desired = host_desired_state(Host.objects.get(pk=host.pk))
+    agent.apply(desired)  # applied; its ack is lost with the socket
+
+    assert agent_hello(host=Host.objects.get(pk=host.pk), hello=agent.hello()) is True
+    assert Operation.objects.get(pk=operation.pk).status not in ("succeeded", "failed")
+    with django_capture_on_commit_callbacks(execute=True):
+        agent_ack(host=host, ack=agent.apply(host_desired_state(Host.objects.get(pk=host.pk))))
+    assert Operation.objects.get(pk=operation.pk).status == "succeeded"
+    assert agent_hello(host=Host.objects.get(pk=host.pk), hello=agent.hello()) is False

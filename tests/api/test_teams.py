@@ -131,6 +131,22 @@ def test_a_quota_is_set_limit_by_limit_and_read_next_to_the_usage(admin_client, 
     assert read["quota"]["mps_memory_mib"] == 65536 and read["usage"]["gpus"] == 0
 
 
+def test_a_quota_change_runs_the_queue_and_the_reclaim_sweep_at_once(
+    admin_client, broker, django_capture_on_commit_callbacks
+):
+    from fleet.core.jobs import PLACE_QUEUE, RECLAIM
+
+    team = new_team(admin_client)
+    url = f"/api/v1/teams/{team['id']}/quota"
+    with django_capture_on_commit_callbacks(execute=True):
+        assert admin_client.put(url, {"gpus": -1}, format="json").status_code == 400
+    assert broker == []  # refused: nothing changed, nothing to run
+    with django_capture_on_commit_callbacks(execute=True):
+        assert admin_client.put(url, {"gpus": 2}, format="json").status_code == 200
+    # What waits may now be let in (placed) or entitled (reclaimed for): neither waits a beat.
+    assert sorted(broker) == sorted([PLACE_QUEUE, RECLAIM])
+
+
 @pytest.mark.parametrize(
     ("body", "code"),
     [

@@ -9,13 +9,21 @@ import pytest
 from django.core.cache import cache
 
 from fleet.allocations.models import Allocation
-from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
+from fleet.allocations.services import (
+    DeploymentRequest,
+    deployment_create,
+    deployment_delete,
+    deployment_evict,
+    deployment_place,
+)
+from fleet.core.models import Operation
 from fleet.core.teams import team_create, team_quota_set
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
 from fleet.sharing.wit import cached_answer, waiting_deployments, wit_refresh
 from tests.factories import GpuFactory, HostFactory
 from tests.helpers import assert_error, snapshot_rows
+from tests.sharing.conftest import lend_whole_gpus, run_reclaim
 
 pytestmark = pytest.mark.django_db
 
@@ -80,25 +88,75 @@ def test_stopping_borrowed_work_is_the_plan_and_reading_changes_nothing(
     assert kinds == ["stop", "wait"]
     stop = body["plans"][0]
     assert stop["rank"] == 1 and stop["stopped"] == 1 and stop["destructive"]
+    # Applied as the reclaim itself, planned again when it is sent (never a stale list of
+    # evictions); the replicas it would stop now are named in the details.
     assert stop["requests"] == [
+        {"method": "POST", "path": f"/queue/reclaim/{serve.pk}", "body": None, "after": ""}
+    ]
+    assert stop["details"]["stops"] == [
         {
-            "method": "POST",
-            "path": f"/deployments/{borrowed.deployment_id}/evict",
-            "body": {"replica": borrowed.replica},
-            "after": "",
-        },
-        {
-            "method": "POST",
-            "path": f"/deployments/{serve.pk}/place",
-            "body": {"gpu": borrowed.gpu_id},
-            "after": "released",
-        },
+            "allocation": borrowed.pk,
+            "deployment": borrowed.deployment_id,
+            "replica": borrowed.replica,
+            "gpu": borrowed.gpu_id,
+        }
     ]
     assert stop["role"] == "operator" and stop["may_apply"] is False  # a viewer
     assert wit(operator_client, f"{serve.pk}.0").json()["plans"][0]["may_apply"] is True
     wait = body["plans"][-1]
     assert wait["details"]["when"] == "unknown" and wait["details"]["at"] is None
     assert wait["requests"] == [] and wait["may_apply"] is False
+
+
+def test_no_stop_plan_where_the_teams_replicas_ahead_in_the_queue_take_its_share_first(
+    viewer_client, lent_fleet
+):
+    # ads deserves one GPU and holds none: serve, waiting first, is entitled and gets the
+    # reclaim. Later, a second deployment of ads is entitled alone too, but the sweep serves
+    # serve first, after which ads is at its share: a reclaim sent for it would be refused
+    # (reclaim.not_entitled), so it is not offered one.
+    serve = lent_fleet["serve"]
+    later = deployment_create(name="later", request=WHOLE, replicas=1, team_id=serve.team_id)
+    assert [p["kind"] for p in wit(viewer_client, f"{serve.pk}.0").json()["plans"]] == [
+        "stop",
+        "wait",
+    ]
+    body = wit(viewer_client, f"{later.pk}.0").json()
+    assert [p["kind"] for p in body["plans"]] == ["wait"], body
+    deployment_delete(deployment_id=serve.pk)  # nothing of ads waits before later now
+    cache.clear()
+    body = wit(viewer_client, f"{later.pk}.0").json()
+    assert [p["kind"] for p in body["plans"]] == ["stop", "wait"], body
+
+
+def test_the_stop_plan_is_planned_again_when_applied_and_places_the_replica(
+    operator_client, settings
+):
+    # Three GPUs held by search (two borrowed). The answer names the most recently started
+    # borrowed replica; before it is applied, that replica is evicted and a third team takes
+    # its GPU. Applied, the plan (the reclaim itself) stops the other borrowed one instead and
+    # places the replica: the evictions it listed would now fail.
+
+    settings.FLEET_RECLAIM_MIN_RUNTIME_S = 0
+    lent = lend_whole_gpus(3, ["serve"])
+    serve, train = lent["serves"][0], lent["train"]
+    stop = wit(operator_client, f"{serve.pk}.0").json()["plans"][0]
+    assert stop["kind"] == "stop" and stop["may_apply"] is True
+    [named] = stop["details"]["stops"]
+    deployment_evict(deployment_id=train.pk, replica=named["replica"])
+    ops = team_create(name="ops")
+    team_quota_set(team_id=ops.pk, quota={"gpus": 1})
+    taker = deployment_create(name="taker", request=WHOLE, replicas=1, team_id=ops.pk)
+    deployment_place(deployment_id=taker.pk, gpu_id=named["gpu"])
+    [request] = stop["requests"]
+    response = send(operator_client, request)
+    assert response.status_code == 202, response.json()
+    operation = Operation.objects.get(pk=response.json()["id"])
+    operation = run_reclaim(operation)
+    assert operation.status == "succeeded", operation.payload["log"]
+    placed = Allocation.objects.get(deployment=serve)
+    assert placed.gpu_id != named["gpu"] and not placed.borrowed
+    assert Allocation.objects.placed().filter(deployment=taker, gpu_id=named["gpu"]).exists()
 
 
 def test_a_quota_block_answers_the_exact_quota_body_and_applying_it_places_the_replica(
@@ -129,6 +187,28 @@ def test_a_quota_block_answers_the_exact_quota_body_and_applying_it_places_the_r
     assert_error(wit(viewer_client, f"{serve.pk}.1"), 409, "wit.placed")
 
 
+def test_an_engine_placed_replicas_quota_plan_is_the_change_alone(admin_client, viewer_client):
+    # No explicit target to lose to another replica meanwhile: the change lets it in and the
+    # engine places it wherever it fits then.
+    from fleet.sharing.placing import queue_place
+
+    first, _ = dedicated_gpus(2)
+    team = team_create(name="ads")
+    team_quota_set(team_id=team.pk, quota={"gpus": 1})
+    serve = deployment_create(name="serve", request=WHOLE, replicas=1, team_id=team.pk)
+    deployment_place(deployment_id=serve.pk, gpu_id=first.pk)
+    serve.auto_place = True
+    serve.replicas = 2
+    serve.save(update_fields=["auto_place", "replicas"])
+    top = wit(admin_client, f"{serve.pk}.1").json()["plans"][0]
+    assert top["kind"] == "quota" and top["summary"].endswith("then the engine places it.")
+    [put] = top["requests"]
+    assert put["method"] == "PUT" and put["path"] == f"/teams/{team.pk}/quota"
+    assert send(admin_client, put).status_code == 200
+    queue_place()  # what the change kicks (beat's run in the embedded mode)
+    assert Allocation.objects.placed().filter(deployment=serve).count() == 2
+
+
 def test_a_replica_that_fits_now_is_placed_by_its_one_plan(operator_client):
     (gpu,) = dedicated_gpus(1)
     serve = deployment_create(name="serve", request=WHOLE, replicas=1)
@@ -146,6 +226,54 @@ def test_a_replica_that_fits_now_is_placed_by_its_one_plan(operator_client):
     ]
     assert send(operator_client, place["requests"][0]).status_code == 202
     assert Allocation.objects.placed().filter(deployment=serve).count() == 1
+
+
+def test_an_engine_placed_replica_that_fits_kicks_the_queue_and_others_do_not(
+    operator_client, broker, django_capture_on_commit_callbacks
+):
+    from fleet.allocations.models import Deployment
+    from fleet.core.jobs import PLACE_QUEUE
+
+    dedicated_gpus(1)
+    manual = deployment_create(name="manual", request=WHOLE, replicas=1)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert wit(operator_client, f"{manual.pk}.0").json()["blocked_by"] == "none"
+    assert PLACE_QUEUE not in broker  # placing it is the operator's: the plan says so
+    Deployment.objects.filter(pk=manual.pk).update(auto_place=True)  # left waiting (a race)
+    cache.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert wit(operator_client, f"{manual.pk}.0").json()["plans"][0]["kind"] == "place"
+    assert broker == [PLACE_QUEUE]  # the engine's: the queue runs at once
+    cache.clear()  # the answer and the once-a-second hold gone: beat's refresh kicks too
+    with django_capture_on_commit_callbacks(execute=True):
+        assert wit_refresh().computed == 1
+    assert broker == [PLACE_QUEUE, PLACE_QUEUE]
+
+
+def test_the_room_the_queues_replicas_ahead_take_is_not_promised_again(viewer_client):
+    # One free GPU, two engine-placed deployments waiting for one: each fits alone, but the
+    # queue places the first there; the second's answer says it does not fit, from the
+    # background refresh (one context) and on demand alike.
+    from datetime import timedelta
+
+    from fleet.allocations.models import Deployment
+
+    dedicated_gpus(1)
+    first = deployment_create(name="first", request=WHOLE, replicas=1, auto_place=True)
+    second = deployment_create(name="second", request=WHOLE, replicas=1, auto_place=True)
+    Deployment.objects.filter(pk=first.pk).update(
+        created_at=first.created_at - timedelta(minutes=5)
+    )
+    assert Allocation.objects.count() == 0
+    assert wit(viewer_client, f"{first.pk}.0").json()["plans"][0]["kind"] == "place"
+    body = wit(viewer_client, f"{second.pk}.0").json()
+    assert body["blocked_by"] == "capacity"
+    assert "place" not in [p["kind"] for p in body["plans"]]
+    cache.clear()
+    assert wit_refresh().computed == 2
+    fingerprint = body["fingerprint"]
+    assert cached_answer(fingerprint, first.pk)["blocked_by"] == "none"
+    assert cached_answer(fingerprint, second.pk)["blocked_by"] == "capacity"
 
 
 def test_k_moves_carry_the_planners_proof_and_apply_as_a_defrag(operator_client, viewer_client):

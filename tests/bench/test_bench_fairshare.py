@@ -14,8 +14,17 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from fleet.mig import product_by_key
-from fleet.placement.benchmarks.fairshare import FairshareOptions, Simulation, load_pods, team_of
+from fleet.placement.benchmarks.fairshare import (
+    FairshareOptions,
+    Job,
+    Simulation,
+    load_pods,
+    team_of,
+)
 from fleet.placement.benchmarks.trace import TracePod
+
+# A simulation on the product's pure rules: no database, no Redis (once, in `make test`).
+pytestmark = pytest.mark.pure
 
 TRACE = (
     Path(__file__).resolve().parents[2]
@@ -112,5 +121,42 @@ def test_the_command_writes_the_json_the_issue_asks_for(tmp_path):
     fair = result["fair_share"]
     assert {"allocation_ratio", "reclaim_p99_s", "stopped_while_free"} <= set(fair)
     assert {"wit_p95_ms", "wit_success"} <= set(fair)
+    assert {"replicas", "p95_s", "p99_s"} <= set(fair["returning_by_holdings"])
+    assert fair["returning_by_holdings"]["replicas"] >= fair["returning_team_replicas"]
+    assert set(fair["reclaim_plan_ms"]) == {"p50", "p95", "max"}
     assert result["fleet"]["gpus"] == 64 and result["trace"]["replicas"] > 1000
     assert set(result["goals"]) >= {"allocation_gain_pp", "reclaim_p99_s", "stopped_while_free"}
+
+
+def test_a_replica_past_its_teams_queue_is_not_entitled_at_arrival():
+    # Team A deserves 30 % of 32 GPUs' compute slices; it holds nothing. A first whole-GPU
+    # replica is within the share; with 9 GPUs' worth of A's replicas already waiting before
+    # it, the next one is past it, though A holds nothing yet.
+    options = FairshareOptions(gpus=32, window_s=1800, load=1.4)
+    replicas, _ = load_pods(pods(600), H100, options)
+    sim = Simulation(H100, replicas, options, "fair_share")
+    whole = next(p for p in replicas if p.team == 0 and p.slices == 7)
+    job = Job(whole, 0.0, whole.life_s)
+    assert sim._entitled(job) and sim._entitled(job, queued=True)
+    sim.waiting_slices[0] = 9 * 7
+    assert sim._entitled(job) and not sim._entitled(job, queued=True)
+
+
+def test_what_would_it_take_offers_no_stop_past_the_share_its_teams_queue_ahead_claims():
+    # Team A deserves 30 % of 32 GPUs' compute slices (67.2): nine whole GPUs. With nine of
+    # A's whole-GPU replicas waiting before it (and one of team B's, which does not count), a
+    # tenth is entitled alone but not once the sweep has served those nine first: the stop plan
+    # (the reclaim) is not offered it, as fleet.sharing.wit.Context.claimed_before does.
+    options = FairshareOptions(gpus=32, window_s=1800, load=1.4)
+    replicas, _ = load_pods(pods(600), H100, options)
+    sim = Simulation(H100, replicas, options, "fair_share")
+    whole = [p for p in replicas if p.team == 0 and p.slices == 7][:10]
+    other = next(p for p in replicas if p.team == 1 and p.slices == 7)
+    jobs = [Job(p, float(i), p.life_s) for i, p in enumerate(whole)]
+    for job in [*jobs[:5], Job(other, 5.5, other.life_s), *jobs[5:]]:
+        sim._enqueue(job)
+    last = jobs[-1]
+    assert sim._claimed_before(jobs[0]) == 0
+    assert sim._claimed_before(last) == 9 * 7
+    assert sim._entitled(last) and not sim._entitled(last, ahead=sim._claimed_before(last))
+    assert sim._entitled(jobs[8], ahead=sim._claimed_before(jobs[8]))

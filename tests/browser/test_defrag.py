@@ -12,6 +12,8 @@ Run: ``.venv/bin/pytest tests/browser/test_defrag.py -m browser -p no:cacheprovi
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -77,16 +79,17 @@ def _deploy(session: Any, name: str, profile: str, **extra: Any) -> int:
     return int(created["id"])
 
 
-def test_apply_on_a_defrag_proposal_moves_a_replica_and_places_the_waiting_one(
-    new_session: Any,
-) -> None:
-    session = new_session("operator")
-    page = session.page
+@contextmanager
+def moves_stage(session: Any, name: str) -> Iterator[tuple[int, int, int]]:
+    """A free dedicated H100 in MIG mode with one 1g.10gb at slice 0 (where the only 4g.40gb
+    placement starts), a 1g.10gb replica running there, and a 4g.40gb deployment that may run
+    on that GPU's host only: it fits once the small one moves. Yields (GPU, small, big); puts
+    everything back afterwards."""
     stage, host = _free_dedicated_h100(session)
     _, before_labels = session.api("GET", f"/api/v1/hosts/{host}/")
     labels = dict(before_labels["labels"])
     status, _ = session.api(
-        "PATCH", f"/api/v1/hosts/{host}/", {"labels": {**labels, "defrag-test": "stage"}}
+        "PATCH", f"/api/v1/hosts/{host}/", {"labels": {**labels, f"{name}-test": "stage"}}
     )
     assert status == 200
     status, layout = session.api(
@@ -95,8 +98,8 @@ def test_apply_on_a_defrag_proposal_moves_a_replica_and_places_the_waiting_one(
         {"mode": "mig", "instances": [{"profile": "1g.10gb", "start": 0}]},
     )
     assert status in (200, 202), layout
-    small = _deploy(session, "defrag-small", "1g.10gb")
-    big = _deploy(session, "defrag-big", "4g.40gb", host_labels={"defrag-test": "stage"})
+    small = _deploy(session, f"{name}-small", "1g.10gb")
+    big = _deploy(session, f"{name}-big", "4g.40gb", host_labels={f"{name}-test": "stage"})
     try:
         status, placed = session.api("POST", f"/api/v1/deployments/{small}/place", {"gpu": stage})
         assert status == 202, placed
@@ -107,6 +110,21 @@ def test_apply_on_a_defrag_proposal_moves_a_replica_and_places_the_waiting_one(
             40,
             "the small replica running on the staged GPU",
         )
+        yield stage, small, big
+    finally:
+        for deployment in (big, small):
+            session.api("DELETE", f"/api/v1/deployments/{deployment}/")
+        _wait(lambda: not _placed(session, gpu=stage), 30, "the staged GPU empty again")
+        session.api("PUT", f"/api/v1/gpus/{stage}/layout", {"mode": "dedicated"})
+        session.api("PATCH", f"/api/v1/hosts/{host}/", {"labels": labels})
+
+
+def test_apply_on_a_defrag_proposal_moves_a_replica_and_places_the_waiting_one(
+    new_session: Any,
+) -> None:
+    session = new_session("operator")
+    page = session.page
+    with moves_stage(session, "defrag") as (stage, small, big):
         [before] = _placed(session, deployment=small)
         page.goto(f"{session.stack.url}/deployments/{big}/")
         session.wait_live()
@@ -132,9 +150,3 @@ def test_apply_on_a_defrag_proposal_moves_a_replica_and_places_the_waiting_one(
         [after] = _placed(session, deployment=small)
         assert after["gpu"] != stage and after["workload_state"] == "running"
         assert session.errors == []
-    finally:
-        for deployment in (big, small):
-            session.api("DELETE", f"/api/v1/deployments/{deployment}/")
-        _wait(lambda: not _placed(session, gpu=stage), 30, "the staged GPU empty again")
-        session.api("PUT", f"/api/v1/gpus/{stage}/layout", {"mode": "dedicated"})
-        session.api("PATCH", f"/api/v1/hosts/{host}/", {"labels": labels})

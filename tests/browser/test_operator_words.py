@@ -60,6 +60,27 @@ def _allocations(session: Any, deployment_id: int) -> list[dict[str, Any]]:
     return list(body["results"])
 
 
+def _drop_once_previewed(page: Any, source: Any, card: Any) -> None:
+    """Drags ``source`` onto ``card`` as a person does: over the card until the drag's fit
+    preview has marked it (the dragstart ran and its targets came back), then drops. A drop in
+    the same instant as the press (``drag_to``) was lost on a slow machine: no toast came."""
+    card.scroll_into_view_if_needed()
+    source.hover()
+    page.mouse.down()
+    box = card.locator(".gpu-head").bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y, steps=8)
+    label = card.get_attribute("data-label")
+    page.wait_for_function(
+        'label => document.querySelector(`article.gpu[data-label="${label}"]`)'
+        "?.dataset.fit !== undefined",
+        arg=label,
+        timeout=15_000,
+    )
+    page.mouse.move(x + 4, y, steps=2)
+    page.mouse.up()
+
+
 def _toasts(page: Any) -> str:
     return "\n".join(page.locator("#toasts .toast").all_inner_texts())
 
@@ -164,7 +185,7 @@ def test_gpus_have_names_and_refusals_are_sentences_in_the_dialog_toasts_and_pag
         # A drop where it does not fit: the toast names the GPU and says why in a sentence.
         mig_card = page.locator('article.gpu[data-mode="mig"]').first
         name = mig_card.get_attribute("data-label")
-        dep.drag_to(mig_card.locator(".gpu-head"))
+        _drop_once_previewed(page, dep, mig_card)
         refusal = page.locator(".toast.error", has_text="does not fit")
         refusal.wait_for(timeout=15_000)
         said = refusal.inner_text()

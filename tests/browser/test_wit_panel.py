@@ -137,3 +137,49 @@ def test_a_viewer_sees_the_plans_without_apply(new_session: Any) -> None:
     assert panel.locator("[data-wit-apply]").count() == 0
     assert "may apply it" in panel.inner_text()
     assert session.errors == []
+
+
+def test_the_panel_applies_a_destructive_moves_plan_after_asking(new_session: Any) -> None:
+    # The stage of test_defrag: a 4g.40gb replica fits on no GPU of its host until a 1g.10gb
+    # replica moves out of its way. The panel's moves plan asks first (Cancel sends nothing),
+    # then, confirmed, moves it make-before-break and places the waiting replica.
+    from tests.browser.test_defrag import _placed as _placed_where
+    from tests.browser.test_defrag import moves_stage
+
+    session = new_session("operator")
+    page = session.page
+    with moves_stage(session, "wit") as (stage, small, big):
+        page.goto(f"{session.stack.url}/deployments/{big}/")
+        panel = page.locator("#wit-panel")
+        plan = panel.locator('li[data-kind="moves"]')
+        plan.wait_for(timeout=20_000)
+        assert f"POST /api/v1/deployments/{big}/defrag" in plan.inner_text()
+        apply = plan.get_by_role("button", name="Apply plan")
+        sent: list[str] = []
+        page.on(
+            "request",
+            lambda r: sent.append(r.url) if r.method == "POST" and "/defrag" in r.url else None,
+        )
+        apply.click()
+        confirm = page.get_by_role("alertdialog", name="Apply: Move")
+        assert "Move 1 replica (make before break)" in confirm.inner_text()
+        confirm.get_by_role("button", name="Cancel").click()
+        confirm.wait_for(state="detached")
+        page.wait_for_timeout(300)
+        assert sent == [] and not _placed_where(session, deployment=big)  # cancelled: nothing sent
+        apply.click()
+        page.get_by_role("alertdialog", name="Apply: Move").get_by_role(
+            "button", name="Apply"
+        ).click()
+        [where] = _wait(
+            lambda: _placed_where(session, deployment=big), 90, "the waiting replica placed"
+        )
+        assert where["gpu"] == stage and len(sent) == 1
+        [moved] = _placed_where(session, deployment=small)
+        assert moved["gpu"] != stage and moved["workload_state"] == "running"
+        page.wait_for_function(
+            "() => document.getElementById('wit-box').dataset.witState === 'placed'",
+            timeout=15_000,
+        )
+        assert page.locator(".toast.error").count() == 0
+        assert session.errors == []

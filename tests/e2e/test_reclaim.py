@@ -183,3 +183,42 @@ def test_a_replica_created_into_the_queue_is_placed_once_capacity_frees(stack, t
     wait_until(lambda: running(stack, second["id"]) == 1, 30, what="the waiter runs")
     operations = stack.get(f"/api/v1/operations/?kind=place&deployment={second['id']}")
     assert operations["count"] == 1, operations
+
+
+def test_an_operators_reclaim_and_beats_sweep_start_one_between_them(stack, tmp_path):
+    """What-would-it-take's stop plan (``POST /queue/reclaim/{id}``, the API's process) sent
+    as the claimant is created, while beat's sweep (the worker's process, every second) starts
+    reclaims too: the advisory lock serialises them, so exactly one reclaim runs for the
+    claimant (the other answers 409 ``reclaim.in_progress``, or the API's came first), one
+    borrowed replica is stopped, and the claimant is placed on its GPU."""
+    agent = stack.add_agent("rc-2", ["h100-sxm5-80gb"] * 2, runtime="process")
+    for gpu in stack.gpus(agent):
+        status, op = stack.request("PUT", f"/api/v1/gpus/{gpu['id']}/layout", {"mode": "dedicated"})
+        assert status in (200, 202), op
+        assert stack.wait_operation(op["id"])["status"] == "succeeded"
+    lender = team(stack, "race-lender", {"gpus": 1})
+    borrower = team(stack, "race-borrower", {"limit": {"gpus": 2}})
+
+    def whole(name: str, team_id: int, replicas: int, **extra: Any) -> int:
+        body = {"name": name, "replicas": replicas, "kind": "gpu", "gpu_count": 1}
+        body.update(team=team_id, workload=sleeper(tmp_path), **extra)
+        status, created = stack.request("POST", "/api/v1/deployments/", body)
+        assert status == 201, created
+        return int(created["id"])
+
+    held = whole("race-held", borrower, 2, auto=True)
+    wait_until(lambda: running(stack, held) == 2, 30, what="both borrowed replicas run")
+    assert all(a["borrowed"] for a in allocations(stack, held))
+    claimant = whole("race-claimant", lender, 1, wait=True)
+    status, body = stack.request("POST", f"/api/v1/queue/reclaim/{claimant}", None)
+    assert status == 202 or (status == 409 and body["code"] == "reclaim.in_progress"), body
+    done = finished(stack, claimant)
+    assert done["status"] == "succeeded", done
+    reclaims = stack.get(f"/api/v1/operations/?kind=reclaim&deployment={claimant}")
+    assert reclaims["count"] == 1, reclaims  # one between the operator and beat
+    (stopped,) = done["payload"]["stopped"]
+    (placed,) = allocations(stack, claimant)
+    assert placed["gpu"] == stopped["gpu"] and not placed["borrowed"], (placed, stopped)
+    assert len([a for a in allocations(stack, held) if a["state"] != "releasing"]) == 1
+    evicts = stack.get(f"/api/v1/operations/?kind=evict&deployment={held}")
+    assert evicts["count"] == 1, evicts

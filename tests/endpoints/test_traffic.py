@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from django.utils import timezone
 
 from fleet.endpoints.gateway import Gateway
 from fleet.endpoints.haproxy.config import GatewayConfig
+from fleet.endpoints.haproxy.runtime import read_counters
 from fleet.endpoints.haproxy.sync import sync
 from fleet.endpoints.metering import Sample
 from fleet.endpoints.models import Traffic
@@ -81,6 +83,20 @@ def test_a_copy_not_yet_measured_has_no_rate_not_zero(mig_gpu):
     assert seen.requests_per_s is None and seen.replicas[copy].response_ms is None
 
 
+def _settled(gateway: Gateway, requests: int, within_s: float = 5.0) -> None:
+    """Wait until HAProxy has counted every request on the server and its backend alike:
+    it closes a stream's accounting just after the client has its response."""
+    deadline = time.monotonic() + within_s
+    while True:
+        rows = [row for row in read_counters(gateway.api) if row.backend.startswith("ep_")]
+        totals = {row.requests for row in rows if row.requests}
+        in_flight = sum(row.in_flight for row in rows)
+        if totals == {requests} and in_flight == 0:
+            return
+        assert time.monotonic() < deadline, f"HAProxy's counters did not settle: {rows}"
+        time.sleep(0.02)
+
+
 def test_the_gateway_measures_the_requests_sent_through_a_real_haproxy(mig_gpu):
     from tests.endpoints.test_haproxy import Copy, free_port, get
 
@@ -103,6 +119,7 @@ def test_the_gateway_measures_the_requests_sent_through_a_real_haproxy(mig_gpu):
         assert gateway.measure() == 2  # the copy and the backend, no rate yet
         for _ in range(30):
             assert get(config, "/q/x") == (200, "hi")
+        _settled(gateway, requests=30)
         gateway.measure()
         seen = deployment_traffic(deployment_id)
         assert seen is not None and seen.gateways == 1

@@ -106,8 +106,10 @@ def test_over_the_socket_the_agent_reports_its_runtime_and_every_change(tmp_path
         supervisor.close()
     reports = [m for m in seen if m["type"] == "workloads"]
     assert reports[0]["full"] and {w["allocation_id"] for w in reports[0]["workloads"]} <= {7}
-    states = states_in(reports[1:], 7)
-    assert "running" in states  # pending and starting may pass between two reports
+    # The full report may already say running (the process started before it was sent);
+    # pending and starting may pass between two reports.
+    states = states_in(reports, 7)
+    assert "running" in states
     assert states.index("running") < states.index("none") and states[-1] == "none"
     assert all(not m["full"] for m in reports[1:])
     assert [m["generation"] for m in seen if m["type"] == "ack"] == [1, 2]
@@ -158,12 +160,15 @@ def test_a_restarted_agent_fetches_the_desired_state_to_learn_what_it_may_stop(t
         supervisor.close()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(orphan.pid, signal.SIGKILL)
+    # The orphan was stopped (the orphan_stopped event ended the scenario). The first, full
+    # report lists it running, unless the stop had already ended it when that report was sent
+    # (a loaded machine): then it is not reported at all.
     full = next(m for m in seen if m["type"] == "workloads")
-    assert full["full"] and [(w["allocation_id"], w["state"]) for w in full["workloads"]] == [
-        (9, "running")
-    ]
+    reported = [(w["allocation_id"], w["state"]) for w in full["workloads"]]
+    assert full["full"] and reported in ([(9, "running")], [(9, "stopping")], []), reported
     assert [m["generation"] for m in seen if m["type"] == "ack"] == [0]
-    assert states_in(seen, 9)[-1] == "none"
+    states = states_in(seen, 9)
+    assert not states or states[-1] == "none"
 
 
 def test_the_rest_transport_carries_the_full_report_after_hello_and_the_changes(tmp_path):

@@ -110,18 +110,28 @@ def test_stores_keep_latest_and_minute_buckets(store):
 def test_a_redis_bucket_gets_its_expiry_when_created_even_after_redis_forgot_it():
     store = RedisStore(os.environ["FLEET_REDIS_URL"], f"fleet:tel:ttl-{os.getpid()}:", 3600)
     store.clear()
-    now = time.time()
-    minute = int(now // MINUTE)
+    # Every tick in one minute (its first second: never across a minute's boundary), whatever
+    # second of the minute the test runs in; the bucket lives until the end of the raw window
+    # after that minute.
+    minute = int(time.time() // MINUTE)
+    now = minute * MINUTE + 0.1
     key = f"{store.prefix}raw:1:{minute}"
+    expires_at = (minute + telemetry_stores.bucket_minutes(3600)) * MINUTE
+
+    def expiry_s() -> float:
+        left_ms = store.client.pttl(key)
+        return left_ms / 1000 + time.time() if left_ms >= 0 else left_ms
+
     try:
         store.record(host_id=1, ts=now, received_at=now, ticks=[tick(11, 1.0)])
-        assert store.client.ttl(key) > 3600  # to the end of the raw window after its minute
+        assert expiry_s() == pytest.approx(expires_at, abs=1.0)
+        assert expires_at - now >= 3600  # the raw window counted from the minute's end
         store.client.persist(key)  # as if the expiry had not been set: a later tick leaves it
         store.record(host_id=1, ts=now + 0.5, received_at=now, ticks=[tick(11, 2.0)])
         assert store.client.ttl(key) == -1
         store.client.delete(key)  # Redis restarted: the next tick creates the bucket again
         store.record(host_id=1, ts=now + 0.6, received_at=now, ticks=[tick(11, 3.0)])
-        assert store.client.ttl(key) > 3600
+        assert expiry_s() == pytest.approx(expires_at, abs=1.0)
     finally:
         store.clear()
 

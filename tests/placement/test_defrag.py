@@ -217,3 +217,48 @@ def test_a_replica_moved_out_of_the_way_keeps_its_profile_name_across_products()
         snapshot, MigRequest("4g.40gb"), requests={("mig", 10): MigRequest("1g.10gb")}
     )
     assert not by_name.fits and by_name.moves == ()
+
+
+@st.composite
+def changed_snapshots(draw: st.DrawFn) -> tuple[FleetSnapshot, FleetSnapshot, set[int]]:
+    """A fleet of up to four hosts, and the same fleet with a few of its GPUs' layouts changed
+    (as a planned move changes them), and the hosts that changed."""
+    hosts = tuple(HostState(h) for h in range(1, 5))
+    gpus = []
+    for gpu_id in range(1, draw(st.integers(2, 10)) + 1):
+        layout = draw(st.sampled_from(LAYOUTS))
+        parts = tuple((i.profile_id, i.start, draw(st.booleans())) for i in layout)
+        gpus.append(
+            mig_gpu(gpu_id, *parts, host=draw(st.integers(1, 4)), cordoned=draw(st.booleans()))
+        )
+    base = FleetSnapshot(hosts, tuple(gpus))
+    rank(base, MigRequest("1g.10gb"))  # the groups and their memos exist, as in a plan
+    changed: list[GpuState] = []
+    for gpu in draw(st.lists(st.sampled_from(gpus), max_size=3, unique_by=lambda g: g.id)):
+        layout = draw(st.sampled_from(LAYOUTS))
+        parts = tuple((i.profile_id, i.start, draw(st.booleans())) for i in layout)
+        changed.append(mig_gpu(gpu.id, *parts, host=gpu.host_id, cordoned=gpu.cordoned))
+    return base, base.with_changes(gpus=changed), {g.host_id for g in changed}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    fleets=changed_snapshots(),
+    profile=st.sampled_from(["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]),
+    keep_out=st.sets(st.integers(1, 10), max_size=3),
+)
+def test_the_planners_ranking_of_a_changed_snapshot_is_the_full_rankings(
+    fleets: tuple[FleetSnapshot, FleetSnapshot, set[int]], profile: str, keep_out: set[int]
+) -> None:
+    # The move search ranks only the hosts its planned moves changed and reads the others from
+    # the unchanged snapshot's ranking: the answer is the full ranking's, exactly.
+    from fleet.placement.defrag import _Ranker
+
+    base, current, hosts = fleets
+    request = MigRequest(profile)
+    full = rank(current, request).feasible
+    expected = next((t for t in full if t.gpu_id not in keep_out), None)
+    kept_out = {*keep_out, *(g.id for g in current.gpus if g.host_id in hosts and not keep_out)}
+    assert _Ranker(base, "product").first(current, hosts, request, None, keep_out) == expected
+    other = next((t for t in full if t.gpu_id not in kept_out), None)
+    assert _Ranker(base, "product").first(current, hosts, request, None, kept_out) == other

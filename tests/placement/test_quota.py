@@ -4,12 +4,15 @@ replica breaks (each kind alone, several at once, and the edges)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fleet.placement import MigRequest, MpsRequest, WholeGpuRequest
 from fleet.placement.quota import (
     Quota,
     Usage,
     compute_slices_of,
+    covers,
     profile_key,
     quota_violations,
     replica_demand,
@@ -131,3 +134,55 @@ def test_no_limit_bounds_nothing():
     assert not Quota().bounded
     assert quota_violations(Quota(), Usage(gpus=10**6), Usage(gpus=10**6)) == []
     assert Quota(mig_profiles={"1g.10gb": 1}).bounded
+
+
+def test_covers_asks_for_at_least_every_kind_and_profile():
+    three = replica_demand(MigRequest("3g.40gb"))
+    one = replica_demand(MigRequest("1g.10gb"))
+    assert covers(three, three)
+    assert not covers(three, one)  # more slices, but not the 1g.10gb profile
+    assert not covers(one, three)
+    assert covers(Usage(gpus=2), Usage(gpus=1)) and not covers(Usage(gpus=1), Usage(gpus=2))
+    assert covers(Usage(mps_memory_mib=10), Usage()) and not covers(Usage(), Usage(gpus=1))
+
+
+_usage = st.builds(
+    Usage,
+    gpus=st.integers(0, 4),
+    mig_compute_slices=st.integers(0, 8),
+    mps_memory_mib=st.integers(0, 4),
+    mig_profiles=st.dictionaries(st.sampled_from(["1g.10gb", "3g.40gb"]), st.integers(0, 3)),
+)
+
+
+@given(
+    _usage,
+    _usage,
+    st.builds(Quota, gpus=st.integers(0, 6), mig_compute_slices=st.integers(0, 12)),
+    _usage,
+)
+def test_a_demand_covering_a_refused_one_is_refused_too(asked, refused, quota, in_use):
+    # What lets the queue skip a team's larger replicas once a smaller one was refused.
+    if covers(asked, refused) and quota_violations(quota, in_use, refused):
+        assert quota_violations(quota, in_use, asked)
+
+
+_quota = st.builds(
+    Quota,
+    gpus=st.none() | st.integers(0, 6),
+    mig_compute_slices=st.none() | st.integers(0, 12),
+)
+
+
+@given(_usage, _usage, _quota, _quota, _usage, _usage, _usage)
+def test_borrowing_refuses_a_demand_covering_a_refused_one_too(
+    asked, refused, deserved, limit, in_use, free, others_need
+):
+    from fleet.placement.sharing import Sharing, sharing_verdict
+
+    sharing = Sharing(deserved=deserved, limit=limit)
+    if (
+        covers(asked, refused)
+        and not sharing_verdict(sharing, in_use, refused, free, others_need).allowed
+    ):
+        assert not sharing_verdict(sharing, in_use, asked, free, others_need).allowed

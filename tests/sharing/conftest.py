@@ -10,6 +10,7 @@ from fleet.allocations.models import Allocation
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.teams import team_create, team_quota_set
 from fleet.partitioning.services import LayoutSpec, gpu_set_layout
+from fleet.workflows.reclaim import reclaim_advance
 from tests.factories import GpuFactory, HostFactory
 
 WHOLE = DeploymentRequest(kind="gpu", gpu_count=1)
@@ -44,3 +45,16 @@ def lent_whole(settings: Any) -> dict[str, Any]:
     settings.FLEET_RECLAIM_MIN_RUNTIME_S = 0
     lent = lend_whole_gpus(2, ["serve"])
     return {**lent, "serve": lent["serves"][0], "borrowed": Allocation.objects.get(borrowed=True)}
+
+
+def run_reclaim(operation: Any, sync: Any = None, rounds: int = 8) -> Any:
+    """Advance the reclaim (after ``sync``: the agents' acks) until it is no longer running,
+    at most ``rounds`` times; the operation as it then is."""
+    for _ in range(rounds):
+        if sync is not None:
+            sync()
+        reclaim_advance(operation_id=operation.pk)
+        operation.refresh_from_db()
+        if operation.status != "dispatched":
+            break
+    return operation

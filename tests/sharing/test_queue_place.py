@@ -96,3 +96,52 @@ def test_one_run_makes_a_bounded_number_of_attempts(monkeypatch):
     assert len(queue_place()) == 1 and placed(small) == 1
     # The first 2-GPU replica that fits nowhere stops the attempts at the same request.
     assert len(calls) == 2
+
+
+def test_a_replica_that_fits_nowhere_kicks_the_reclaim_sweep(
+    broker, django_capture_on_commit_callbacks
+):
+    from fleet.core.jobs import RECLAIM
+
+    gpus(1)
+    team = team_create(name="ads")
+    auto("one", team, minutes_ago=2)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert len(queue_place()) == 1  # it fitted: no reclaim asked for
+    assert RECLAIM not in broker
+    auto("two", team, minutes_ago=1)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert queue_place() == []  # the fleet is full: the sweep decides, at once
+    assert RECLAIM in broker
+
+
+def test_a_refused_replica_stops_only_its_teams_replicas_asking_for_as_much(monkeypatch):
+    import fleet.sharing.placing as placing
+
+    gpus(2)
+    team = team_create(name="ads")
+    team_quota_set(team_id=team.pk, quota={"gpus": 1})
+    two = DeploymentRequest(kind="gpu", gpu_count=2)
+    big = deployment_create(name="big", request=two, replicas=1, team_id=team.pk, auto_place=True)
+    Deployment.objects.filter(pk=big.pk).update(created_at=big.created_at - timedelta(minutes=9))
+    also_big = deployment_create(
+        name="also-big", request=two, replicas=1, team_id=team.pk, auto_place=True
+    )
+    Deployment.objects.filter(pk=also_big.pk).update(
+        created_at=also_big.created_at - timedelta(minutes=8)
+    )
+    small = auto("small", team, minutes_ago=1)
+    tried = []
+    real = placing.deployment_autoplace
+    monkeypatch.setattr(
+        placing,
+        "deployment_autoplace",
+        lambda deployment_id, limit: (
+            tried.append(deployment_id) or real(deployment_id=deployment_id, limit=limit)
+        ),
+    )
+    # big (2 GPUs, first in the queue) passes the team's quota of 1: also-big, asking as much,
+    # is not tried in this run; small, asking less, still is, and fits.
+    assert len(queue_place()) == 1
+    assert tried == [big.pk, small.pk]
+    assert (placed(big), placed(also_big), placed(small)) == (0, 0, 1)

@@ -26,11 +26,11 @@ from fleet.inventory.services import host_create
 from fleet.partitioning.models import Partition
 from fleet.partitioning.services import LayoutSpec, MigInstanceSpec, gpu_set_layout
 from fleet.sharing.reclaiming import reclaims_start
-from fleet.workflows.reclaim import reclaim_advance, reclaim_start
+from fleet.workflows.reclaim import reclaim_start
 from tests.agent_sim import SimAgent
 from tests.factories import GpuFactory, webhook
 from tests.helpers import snapshot_rows
-from tests.sharing.conftest import lend_whole_gpus
+from tests.sharing.conftest import lend_whole_gpus, run_reclaim
 
 pytestmark = pytest.mark.django_db
 
@@ -79,17 +79,6 @@ def lent_mig(django_capture_on_commit_callbacks, settings):
     return {"small": small, "big": big, "search": search, "ads": ads, "sync": sync}
 
 
-def _run(operation, sync=None, rounds=8):
-    for _ in range(rounds):
-        if sync is not None:
-            sync()
-        reclaim_advance(operation_id=operation.pk)
-        operation.refresh_from_db()
-        if operation.status != "dispatched":
-            break
-    return operation
-
-
 def test_a_reclaim_moves_a_borrowed_replica_and_stops_nobody(lent_mig):
     webhook("https://hooks.example/r", [RECLAIM_STARTED, RECLAIM_FINISHED])
     started = reclaims_start()
@@ -102,7 +91,7 @@ def test_a_reclaim_moves_a_borrowed_replica_and_stops_nobody(lent_mig):
     assert [b["name"] for b in payload["borrowers"]] == ["search"]
     assert next(s["name"] for s in payload["plan"] if s["kind"] == "move").startswith("small[")
     assert "no smaller set" in payload["bound"]
-    operation = _run(operation, lent_mig["sync"])
+    operation = run_reclaim(operation, lent_mig["sync"])
     assert operation.status == "succeeded", operation.payload["log"]
     assert operation.result["moved"] == 1 and operation.result["stopped"] == []
     placed = Allocation.objects.get(deployment=lent_mig["big"])
@@ -124,7 +113,7 @@ def test_a_reclaim_stops_a_borrowed_replica_only_when_no_move_would_do(lent_whol
     assert operation.payload["action"] == "stop"
     assert [s["allocation"] for s in operation.payload["planned_stops"]] == [borrowed.pk]
     assert "whole-GPU replicas are not moved" in operation.payload["bound"]
-    operation = _run(operation)
+    operation = run_reclaim(operation)
     assert operation.status == "succeeded", operation.payload["log"]
     serve = Allocation.objects.get(deployment=lent_whole["serve"])
     assert serve.gpu_id == borrowed.gpu_id and not serve.borrowed
@@ -150,6 +139,27 @@ def test_no_net_gain_touches_nothing(lent_whole, settings):
     assert snapshot_rows() == before
 
 
+def test_a_sweep_plans_an_ask_that_found_no_plan_once(lent_whole, settings, monkeypatch):
+    # Three entitled claimants asking the same (a whole GPU, the same team): the borrowed
+    # replica is too young to stop, so the first finds no plan, and the sweep does not plan
+    # the same ask twice (the fleet only loses options within a sweep).
+    import fleet.sharing.reclaiming as reclaiming
+
+    settings.FLEET_RECLAIM_MIN_RUNTIME_S = 3600
+    for name in ("two", "three"):
+        deployment_create(name=name, request=WHOLE, replicas=1, team_id=lent_whole["ads"].pk)
+    planned = []
+    real = reclaiming.reclaim_start
+
+    def counted(**kwargs):
+        planned.append(kwargs["deployment_id"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(reclaiming, "reclaim_start", counted)
+    team_quota_set(team_id=lent_whole["ads"].pk, quota={"gpus": 3})
+    assert reclaims_start() == [] and len(planned) == 1
+
+
 def test_a_replica_past_its_deserved_share_never_reclaims(lent_whole):
     with pytest.raises(Conflict) as refused:
         reclaim_start(deployment_id=lent_whole["train"].pk)
@@ -161,7 +171,7 @@ def test_stops_only_if_still_needed(lent_whole):
     # Capacity comes back before the reclaim's first step: nobody is stopped.
     extra = GpuFactory(host=lent_whole["borrowed"].gpu.host)
     gpu_set_layout(gpu_id=extra.pk, spec=LayoutSpec(mode="dedicated"))
-    operation = _run(Operation.objects.get(pk=pk))
+    operation = run_reclaim(Operation.objects.get(pk=pk))
     assert operation.status == "succeeded", operation.payload["log"]
     assert operation.result["stopped"] == []
     assert Allocation.objects.get(deployment=lent_whole["serve"]).gpu_id == extra.pk
@@ -211,7 +221,7 @@ def test_reclaims_run_side_by_side_each_on_its_own_gpus(lent_four):
     gpus = [set(op.payload["gpus"]) for op in operations]
     assert all(not (a & b) for i, a in enumerate(gpus) for b in gpus[i + 1 :]), gpus
     for operation in operations:
-        assert _run(operation).status == "succeeded", operation.payload["log"]
+        assert run_reclaim(operation).status == "succeeded", operation.payload["log"]
     placed = Allocation.objects.placed().filter(deployment__in=lent_four["serves"])
     assert placed.count() == 3 and not any(a.borrowed for a in placed)
     # search keeps its deserved GPU; its three borrowed replicas wait in the queue.
@@ -276,7 +286,7 @@ def test_a_stopped_replica_is_not_placed_back_while_the_claim_holds(lent_whole):
 
 def test_the_team_pages_show_the_reclaim(lent_whole, admin_user, client):
     [pk] = reclaims_start()
-    _run(Operation.objects.get(pk=pk))
+    run_reclaim(Operation.objects.get(pk=pk))
     client.force_login(admin_user)
     for team in (lent_whole["search"], lent_whole["ads"]):
         page = client.get(f"/teams/{team.pk}/").content.decode()
@@ -327,7 +337,7 @@ def test_a_stopped_mig_replica_leaves_its_slice_destroyed_for_the_claimant(
 
     sync()
     [pk] = reclaims_start()
-    operation = _run(Operation.objects.get(pk=pk), sync)
+    operation = run_reclaim(Operation.objects.get(pk=pk), sync)
     assert operation.status == "succeeded", operation.payload["log"]
     assert operation.payload["action"] == "stop"
     assert [s["allocation"] for s in operation.payload["stopped"]] == [lent.pk]
@@ -404,7 +414,7 @@ def test_where_borrowed_moves_make_no_room_a_guaranteed_replica_moves_and_nobody
     assert [(m["name"], m["gpu"]) for m in moves] == [("small[0]", second.pk)]
     assert payload["borrowers"] == []  # a guaranteed replica moved: nobody borrowed from
     assert "1 of them not borrowed" in payload["bound"]
-    operation = _run(operation, sync)
+    operation = run_reclaim(operation, sync)
     assert operation.status == "succeeded", operation.payload["log"]
     placed = Allocation.objects.get(deployment=big)
     assert placed.partition.profile_name == "4g.40gb" and placed.partition.gpu_id == first.pk
@@ -424,7 +434,7 @@ def test_a_sweep_stops_planning_once_its_time_budget_is_spent(lent_whole, monkey
 
     def counted(**kwargs):
         planned.append(kwargs["deployment_id"])
-        raise Conflict("reclaim.no_gain", "nothing", {})
+        raise Conflict("reclaim.gpus_busy", "not now", {})
 
     monkeypatch.setattr(reclaiming, "reclaim_start", counted)
     monkeypatch.setattr(reclaiming, "PLAN_BUDGET_S", 0.0)
@@ -476,7 +486,7 @@ def test_a_gpu_cleared_by_a_move_and_a_stop_takes_a_whole_gpu_claimant(
     moves = [s for s in payload["plan"] if s["kind"] == "move"]
     assert [(m["name"], m["gpu"]) for m in moves] == [("one[0]", third.pk)]
     assert "1 move(s)" in payload["bound"]
-    operation = _run(operation, sync, rounds=12)
+    operation = run_reclaim(operation, sync, rounds=12)
     assert operation.status == "succeeded", operation.payload["log"]
     placed = Allocation.objects.get(deployment=whole)
     assert placed.partition.profile_name == "7g.80gb" and placed.partition.gpu_id == first.pk
@@ -513,11 +523,11 @@ def test_its_stops_wait_while_another_reclaim_holds_the_gpu_they_free(lent_whole
         status="dispatched",
         payload={"gpus": [gpu]},
     )
-    operation = _run(Operation.objects.get(pk=pk), rounds=2)
+    operation = run_reclaim(Operation.objects.get(pk=pk), rounds=2)
     assert operation.status == "dispatched"  # waiting, nothing stopped
     assert Allocation.objects.placed().filter(deployment=lent_whole["train"]).count() == 2
     assert any("waiting for the other reclaims" in e["note"] for e in operation.payload["log"])
     Operation.objects.filter(pk=other.pk).update(status="succeeded")
-    operation = _run(operation)
+    operation = run_reclaim(operation)
     assert operation.status == "succeeded", operation.payload["log"]
     assert operation.result["stopped"] == [lent_whole["borrowed"].pk]

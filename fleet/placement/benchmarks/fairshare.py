@@ -37,23 +37,28 @@ others, past their deserved shares, borrow. In the third, A's arrivals come back
 **Timing** (the product's defaults): a replica is placed when it arrives if it fits and its team
 may hold it (a scale-out of an auto-placed deployment); waiting replicas are placed from the
 queue every ``queue_every_s`` (beat's ``place-queue``, 5 s:
-:func:`fleet.sharing.placing.queue_place`, at most 20 attempts a run, in queue order) and as soon
-as a replica's departure frees capacity (unless kicked less than a second before); reclaim
-runs every ``reclaim_every_s`` (3 s), up to ``reclaim_concurrency`` (8) at once, each
-planned away from the GPUs of those running and touching none of them, a sweep planning for
-at most 20 entitled claimants or 2 s of this machine's time (the product's bounds). A
-reclaim's claimant counts as placed ``move_s`` after the reclaim starts when it moved replicas
+:func:`fleet.sharing.placing.queue_place`, at most 20 attempts a run, in queue order) and as
+soon as a replica's departure frees capacity (or a second later when kicked less than a second
+before); reclaim runs every ``reclaim_every_s`` (3 s) and as soon as a replica is left waiting
+for capacity (on arrival, or by the queue's run; a second later when kicked less than a second
+before: :func:`fleet.core.jobs.reclaim_after_commit`), up to ``reclaim_concurrency`` (8) at
+once, each planned away from the GPUs of those running and touching none of them, a sweep
+planning for at most 20 entitled claimants or 2 s of this machine's time (the product's bounds).
+A reclaim's claimant counts as placed ``move_s`` after the reclaim starts when it moved replicas
 (make-before-break: the new copy is started and ready before the old one goes) and ``stop_s``
-after when it stopped some (drained from the balancer, then SIGTERM); the simulation applies
-the plan's capacity changes at
-once. A stopped replica returns to the queue with the rest of its lifetime. A reclaim that no
-longer places its claimant is failed, and that claimant is left alone for ``reclaim_retry_s``.
+after when it stopped some (drained from the balancer, then SIGTERM); the simulation applies the
+plan's capacity changes at once. A stopped replica returns to the queue with the rest of its
+lifetime. A reclaim that no longer places its claimant is failed, and that claimant is left
+alone for ``reclaim_retry_s``.
 
 **What would it take?** Every ``wit_every_s``, for the first ``wit_per_sample`` waiting replicas
 in queue order: the planners' answer, timed in process (the API's own latency is
-``bench_wit``'s), ranked by :func:`fleet.placement.wit.rank_plans`; its top plan is applied
-``wit_apply_after_s`` later (the background refresh's period), as its API requests would be
-taken then (:meth:`Simulation._wit_apply`), unless the replica was placed meanwhile.
+``bench_wit``'s), ranked by :func:`fleet.placement.wit.rank_plans`, as
+:func:`fleet.sharing.wit.compute_answer` finds them; its top plan is applied
+``wit_apply_after_s`` later (a person reading it and confirming: an answer served is always for
+the fleet as it is then, by its fingerprint), as its API requests would be taken then
+(:meth:`Simulation._wit_outcome`), unless the replica was placed meanwhile. The simulation goes
+on as if nobody had applied it.
 
 **Modes**: ``hard_caps``: each team's deserved share is its cap (Fleet before sharing);
 ``fair_share``: the deserved share with a limit of the whole fleet, so a team borrows what
@@ -80,8 +85,9 @@ from fleet.placement.fit import Target, rank
 from fleet.placement.quota import Quota, Usage, plus
 from fleet.placement.reclaim import Borrowed, plan_gpus, reclaim_plan
 from fleet.placement.sharing import Sharing, deserved_need, sharing_verdict
+from fleet.placement.simulate import apply_target
 from fleet.placement.snapshot import FleetSnapshot, GpuState, HostState, MigPartition, MigRequest
-from fleet.placement.wit import Plan, rank_plans
+from fleet.placement.wit import Plan, PlanKind, rank_plans
 
 Mode = Literal["hard_caps", "fair_share"]
 MODES: tuple[Mode, ...] = ("hard_caps", "fair_share")
@@ -107,6 +113,7 @@ class FairshareOptions:
     reclaim_every_s: float = 3.0
     reclaim_retry_s: float = 60.0
     reclaim_concurrency: int = 8
+    reclaim_kick: bool = True
     move_s: float = 5.0
     stop_s: float = 3.0
     min_runtime_s: float = 0.0
@@ -232,7 +239,8 @@ class Job:
     started_s: float = 0.0
     placed_at: float | None = None  # the first placement (the wait ends)
     token: int = 0
-    entitled_at_arrival: bool = False
+    entitled_at_arrival: bool = False  # within the deserved share, its team's queue counted
+    under_deserved_at_arrival: bool = False  # within it by what the team holds alone
     phase: int = 0
     withdrawn: bool = False
 
@@ -254,13 +262,18 @@ class Run:
     moved: int = 0
     stopped: int = 0
     stopped_while_free: int = 0
+    checking_s: float = 0.0
+    """This machine's time spent on the benchmark's own checks (``stopped_while_free``), kept
+    out of the sweep's planning budget: the product does not run them."""
     reclaims: int = 0
     reclaims_failed: int = 0
     decisions_ms: list[float] = field(default_factory=list)
     wit_ms: list[float] = field(default_factory=list)
+    plans_ms: list[float] = field(default_factory=list)
     wit_kinds: dict[str, int] = field(default_factory=dict)
     wit_applied: int = 0
     wit_placed: int = 0
+    wit_outcomes: dict[str, int] = field(default_factory=dict)
 
 
 class Simulation:
@@ -305,6 +318,9 @@ class Simulation:
         self.run = Run()
         self.now = 0.0
         self.kicked_at = -1.0
+        self.reclaim_kicked_at = -1.0
+        self.queue_deferred_until = -1.0
+        self.reclaim_deferred_until = -1.0
 
     # -- the fleet ------------------------------------------------------------------------
 
@@ -368,11 +384,17 @@ class Simulation:
         free = Usage(mig_compute_slices=self.capacity - self.occupied)
         return sharing_verdict(sharing, in_use, demand, free, others)
 
-    def _entitled(self, job: Job) -> bool:
-        sharing = self.sharing[job.pod.team]
+    def _entitled(self, job: Job, queued: bool = False, ahead: int = 0) -> bool:
+        """Whether the job is within its team's deserved share (what a reclaim asks of a
+        claimant); with ``queued``, counting the team's replicas already waiting before it
+        too: those come first in the team's queue, so a replica past them is past the share
+        until some of the team's work ends; with ``ahead``, once the team holds that many
+        more slices."""
+        team = job.pod.team
+        held = self.used[team] + ahead + (self.waiting_slices[team] if queued else 0)
         verdict = sharing_verdict(
-            sharing,
-            Usage(mig_compute_slices=self.used[job.pod.team]),
+            self.sharing[team],
+            Usage(mig_compute_slices=held),
             Usage(mig_compute_slices=job.pod.slices),
             Usage(),
             Usage(),
@@ -454,27 +476,47 @@ class Simulation:
     def _place_queue(self) -> None:
         """Beat's ``fleet.place_queue`` (:func:`fleet.sharing.placing.queue_place`): in queue
         order, at most ``MAX_ATTEMPTS`` attempts; a request that fits nowhere is not tried again
-        in the run, nor a team its quota refused."""
+        in the run, nor a replica of a team its quota refused one as large."""
         full: set[int] = set()
-        refused: set[int] = set()
+        refused: dict[int, int] = {}  # per team, the fewest slices its quota refused
         attempts = 0
         for job in self._queue():
-            if job.pod.team in refused or job.pod.profile_id in full:
+            team = job.pod.team
+            if job.pod.slices >= refused.get(team, 1 << 30) or job.pod.profile_id in full:
                 continue
             if attempts >= MAX_ATTEMPTS:
-                return
+                break
             attempts += 1
             if not self._verdict(job).allowed:
-                refused.add(job.pod.team)
+                refused[team] = min(refused.get(team, 1 << 30), job.pod.slices)
                 continue
             self._try(job, full)
+        if full:
+            self._kick_reclaim()  # some wait for capacity: reclaim for those entitled now
 
     def _kick(self) -> None:
         """Capacity freed: the queue places at once, unless it was kicked less than a second
-        ago (then beat's next run does; :func:`fleet.core.jobs.place_queue_after_commit`)."""
+        ago; then once that second is over (one deferred run covers the kicks of the hold:
+        :func:`fleet.core.jobs.place_queue_after_commit`)."""
         if self.now - self.kicked_at >= 1.0:
             self.kicked_at = self.now
             self._place_queue()
+        elif self.now >= self.queue_deferred_until:
+            self.queue_deferred_until = self.now + 1.0
+            self._push(self.now + 1.0, "kick_queue", None)
+
+    def _kick_reclaim(self) -> None:
+        """A replica was left waiting: the reclaim sweep runs at once, unless it was kicked
+        less than a second ago; then once that second is over
+        (:func:`fleet.core.jobs.reclaim_after_commit`)."""
+        if not self.options.reclaim_kick:
+            return
+        if self.now - self.reclaim_kicked_at >= 1.0:
+            self.reclaim_kicked_at = self.now
+            self._push(self.now, "kick_sweep", None)  # after this event, as a task would
+        elif self.now >= self.reclaim_deferred_until:
+            self.reclaim_deferred_until = self.now + 1.0
+            self._push(self.now + 1.0, "kick_sweep", None)
 
     def _borrowed_of_others(self, team: int) -> list[Borrowed]:
         return [
@@ -495,47 +537,66 @@ class Simulation:
         busy = set().union(*(r.gpus for r in self.reclaims))
         planned = 0
         started = time.perf_counter()
+        checked = self.run.checking_s
+        no_gain: set[tuple[int, int]] = set()  # asks that found no plan in this sweep
         for job in self._queue():
             if self.failed_until.get(job.pod.name, -1.0) > self.now:
                 continue
             if not self._entitled(job):
                 continue
+            asks = (job.pod.team, job.pod.profile_id)
+            if asks in no_gain:
+                continue
             # The sweep's bounds (fleet.sharing.reclaiming): 20 plans, 2 s of planning.
-            if planned >= MAX_TRIED or (planned and time.perf_counter() - started > PLAN_BUDGET_S):
+            spent = time.perf_counter() - started - (self.run.checking_s - checked)
+            if planned >= MAX_TRIED or (planned and spent > PLAN_BUDGET_S):
                 return
             planned += 1
-            snapshot, borrowed = self.snapshot, self._borrowed_of_others(job.pod.team)
-            if busy:
-                borrowed = [b for b in borrowed if b.gpu_id not in busy]
-                snapshot = snapshot.with_changes(
-                    gpus=[replace(g, cordoned=True) for i in sorted(busy) if (g := snapshot.gpu(i))]
-                )
-            plan = reclaim_plan(
-                snapshot,
-                MigRequest(job.pod.profile_id),
-                borrowed=borrowed,
-                now_s=self.now,
-                min_runtime_s=self.options.min_runtime_s,
-            )
-            if plan.action in ("place", "none"):
-                continue  # fits now (the queue places it), or no net gain: the next one
-            if plan.action == "stop" and busy:
-                whole = reclaim_plan(
-                    self.snapshot,
-                    MigRequest(job.pod.profile_id),
-                    borrowed=self._borrowed_of_others(job.pod.team),
-                    now_s=self.now,
-                    min_runtime_s=self.options.min_runtime_s,
-                )
-                if whole.action != "stop":
-                    continue  # moves onto the busy GPUs would spare the stops: it waits
+            planning = time.perf_counter()
+            plan, refused = self._reclaim_plan(job, busy)
+            self.run.plans_ms.append((time.perf_counter() - planning) * 1000)
+            if refused == "no_gain":
+                no_gain.add(asks)
+            if plan is None:
+                continue  # no net gain, fits now (the queue places it), or busy GPUs: the next
             gpus = plan_gpus(plan)
-            if gpus & busy:
-                continue  # reclaim.gpus_busy
             self._apply(job, plan.action, plan.moves, [b.key[1] for b in plan.stops], gpus)
             busy |= gpus
             if len(self.reclaims) >= limit:
                 return
+
+    def _reclaim_plan(self, job: Job, busy: set[int]) -> tuple[Any, str]:
+        """:func:`fleet.workflows.reclaim.reclaim_start`'s plan for ``job`` (entitled), away
+        from the ``busy`` GPUs of the reclaims running: the plan, or ``None`` and the refusal
+        (``no_gain``, ``fits_now``, ``gpus_busy``)."""
+        snapshot, borrowed = self.snapshot, self._borrowed_of_others(job.pod.team)
+        if busy:
+            borrowed = [b for b in borrowed if b.gpu_id not in busy]
+            snapshot = snapshot.with_changes(
+                gpus=[replace(g, cordoned=True) for i in sorted(busy) if (g := snapshot.gpu(i))]
+            )
+        request = MigRequest(job.pod.profile_id)
+        o = self.options
+        plan = reclaim_plan(
+            snapshot, request, borrowed=borrowed, now_s=self.now, min_runtime_s=o.min_runtime_s
+        )
+        if plan.action == "none":
+            return None, "no_gain"
+        if plan.action == "place":
+            return None, "fits_now"
+        if plan.action == "stop" and busy:
+            whole = reclaim_plan(
+                self.snapshot,
+                request,
+                borrowed=self._borrowed_of_others(job.pod.team),
+                now_s=self.now,
+                min_runtime_s=o.min_runtime_s,
+            )
+            if whole.action != "stop":
+                return None, "gpus_busy"  # moves onto the busy GPUs would spare the stops
+        if plan_gpus(plan) & busy:
+            return None, "gpus_busy"
+        return plan, ""
 
     def _apply(
         self,
@@ -549,9 +610,11 @@ class Simulation:
         if action == "stop":
             request = MigRequest(claimant.pod.profile_id)
             # Capacity free in bulk: would any plan, moving anyone, have placed it?
+            checking = time.perf_counter()
             free = self.capacity - self.occupied >= claimant.pod.slices
             if free and plan_moves(self.snapshot, request).target is not None:
                 self.run.stopped_while_free += len(stops)
+            self.run.checking_s += time.perf_counter() - checking
         delay = 0.0
         if moves:  # the moves first (a plan of stops may need some: a GPU cleared by both)
             for move in moves:
@@ -597,33 +660,50 @@ class Simulation:
 
     def _wit_sample(self) -> None:
         """What would it take for the first waiting replicas in queue order: each answer timed,
-        its top plan applied ``wit_apply_after_s`` later (the background refresh's period)."""
+        its top plan applied ``wit_apply_after_s`` later (a person's reading and confirming). A
+        replica that fits now, its team's quota allowing, kicks the queue (as
+        :func:`fleet.sharing.wit.wit_refresh` does): placing it is the engine's job."""
         for job in self._queue()[: self.options.wit_per_sample]:
             started = time.perf_counter()
             answer = self._wit(job)
             self.run.wit_ms.append((time.perf_counter() - started) * 1000)
             kind = answer[0].kind
             self.run.wit_kinds[kind] = self.run.wit_kinds.get(kind, 0) + 1
+            if kind == "place":
+                self._kick()
             if kind != "wait":
                 self._push(self.now + self.options.wit_apply_after_s, "wit_apply", (job, answer))
 
     def _wit(self, job: Job) -> tuple[Plan, Target | None, tuple[tuple[int, str], ...]]:
-        """The top plan of :func:`fleet.placement.wit.rank_plans` among those the planners
-        find (place, the fewest moves, stopping borrowed replicas; each after a quota change
-        where the team's quota refuses), where the replica goes, and the replicas it stops (by
+        """The top plan of :func:`fleet.placement.wit.rank_plans` among those
+        :func:`fleet.sharing.wit.compute_answer` finds (the layout advisor's reshapes aside:
+        the simulation reshapes by itself): ``place`` (``quota`` where its team's sharing
+        refuses it: the quota change, then place), else the fewest ``moves`` (after the quota
+        change, where one is needed) and, for a replica its deserved share entitles (once its
+        team's entitled replicas ahead in the queue have theirs) that the quota lets in,
+        ``stop`` (the reclaim). Where it goes, and the replicas it stops (by
         partition and name)."""
         request = MigRequest(job.pod.profile_id)
-        policy = not self._verdict(job).allowed
+        blocked = not self._verdict(job).allowed
         plans: list[tuple[Plan, Target | None, tuple[tuple[int, str], ...]]] = []
-        best = rank(self.snapshot, request).best
+        snapshot = self.snapshot
+        best = rank(snapshot, request).best
+        if best is not None:  # unless the queue's replicas ahead take that room first
+            snapshot = self._served_before(job)
+            best = rank(snapshot, request).best
         if best is not None:
-            plans.append((Plan("place", "place", changes_policy=policy), best, ()))
+            kind: PlanKind = "quota" if blocked else "place"
+            plans.append((Plan(kind, kind, changes_policy=blocked), best, ()))
         else:
-            moved = plan_moves(self.snapshot, request)
+            moved = plan_moves(snapshot, request)
             if moved.target is not None:
                 n = sum(1 for m in moved.moves if m.occupied)
-                plans.append((Plan("moves", "moves", moved=n, changes_policy=policy), None, ()))
-            if self.mode == "fair_share":
+                plans.append((Plan("moves", "moves", moved=n, changes_policy=blocked), None, ()))
+            if (
+                self.mode == "fair_share"
+                and not blocked
+                and self._entitled(job, ahead=self._claimed_before(job))
+            ):
                 stop = reclaim_plan(
                     self.snapshot,
                     request,
@@ -635,48 +715,85 @@ class Simulation:
                     named = tuple(
                         (b.key[1], self.by_partition[b.key[1]].pod.name) for b in stop.stops
                     )
-                    stops = Plan("stop", "stop", stopped=len(named), changes_policy=policy)
+                    n = sum(1 for m in stop.moves if m.occupied)
+                    stops = Plan("stop", "stop", stopped=len(named), moved=n)
                     plans.append((stops, stop.target, named))
         if not plans:
             return Plan("wait", "wait"), None, ()
         top = rank_plans([plan for plan, _, _ in plans])[0]
         return next(item for item in plans if item[0] is top)
 
+    def _claimed_before(self, job: Job) -> int:
+        """The slices its team's entitled replicas ahead of it in the queue take of the
+        deserved share first: :meth:`fleet.sharing.wit.Context.claimed_before`."""
+        claimed = 0
+        for ahead in self._queue():
+            if ahead is job:
+                break
+            if ahead.pod.team == job.pod.team and self._entitled(ahead, ahead=claimed):
+                claimed += ahead.pod.slices
+        return claimed
+
+    def _served_before(self, job: Job) -> FleetSnapshot:
+        """The snapshot once the queue has placed the waiting replicas ahead of ``job`` that
+        fit now, its team's sharing allowing (at most ``MAX_ATTEMPTS``):
+        :meth:`fleet.sharing.wit.Context.served_before`."""
+        snapshot, placed = self.snapshot, 0
+        for ahead in self._queue():
+            if ahead is job or placed >= MAX_ATTEMPTS:
+                break
+            if not self._verdict(ahead).allowed:
+                continue
+            request = MigRequest(ahead.pod.profile_id)
+            best = rank(snapshot, request).best
+            if best is not None:
+                snapshot = apply_target(snapshot, request, best)
+                placed += 1
+        return snapshot
+
     def _wit_apply(
         self, job: Job, answer: tuple[Plan, Target | None, tuple[tuple[int, str], ...]]
     ) -> None:
         """The top plan's requests, sent now, as the API would take them for an auto-placed
-        deployment: ``moves`` is ``POST .../defrag``, planned again when it is sent; ``stop``
-        evicts the replicas it names; then the engine places the replica (a quota change,
-        where the plan has one, taken as granted). It counts as placing the replica when that
-        would succeed now."""
+        deployment; it counts as placing the replica when that would succeed now (the
+        simulation goes on as if nobody had applied it). Unless it was placed meanwhile."""
         if job.partition is not None or job.pod.name not in self.waiting:
             return  # placed (or gone) meanwhile: nothing to apply
-        plan, _, stops = answer
+        plan = answer[0]
         self.run.wit_applied += 1
+        outcome = self._wit_outcome(job, plan)
+        self.run.wit_placed += outcome == "placed"
+        key = f"{plan.kind}:{outcome}"
+        self.run.wit_outcomes[key] = self.run.wit_outcomes.get(key, 0) + 1
+
+    def _wit_outcome(self, job: Job, plan: Plan) -> str:
+        """``placed``, or why the plan's requests would not place the replica now:
+
+        * ``place``: ``POST .../place``, the engine's target now (``no_room``; ``refused``
+          where its team's sharing now refuses it);
+        * ``quota``: the quota change (taken as granted: its deserved share raised), then the
+          engine's place, else the reclaim the change kicks for it (``no_room``);
+        * ``moves``: ``POST .../defrag``, planned again when it is sent (``no_plan``);
+        * ``stop``: ``POST /queue/reclaim/{id}``, planned again when it is sent, away from the
+          GPUs of the reclaims running (``not_entitled``, ``no_gain``, ``fits_now``: the
+          reclaim is refused; ``gpus_busy``: it waits for another reclaim)."""
         request = MigRequest(job.pod.profile_id)
-        snapshot = self.snapshot
+        if not plan.changes_policy and not self._verdict(job).allowed:
+            return "refused"
+        busy = set().union(*(r.gpus for r in self.reclaims))
+        if plan.kind in ("place", "quota"):
+            if rank(self.snapshot, request).best is not None:
+                return "placed"
+            if plan.kind == "quota" and self._reclaim_plan(job, busy)[0] is not None:
+                return "placed"  # entitled now: the room taken meanwhile is reclaimed for it
+            return "no_room"
         if plan.kind == "moves":
-            self.run.wit_placed += plan_moves(snapshot, request).target is not None
-            return
-        if plan.kind == "stop":
-            if any(
-                self.by_partition.get(pid) is None or self.by_partition[pid].pod.name != name
-                for pid, name in stops
-            ):
-                return  # a replica it names is gone or elsewhere: the evict is refused
-            gpus: dict[int, GpuState] = {}
-            for pid, _ in stops:
-                gpu = gpus.get(self.by_partition[pid].gpu or 0) or self._gpu(
-                    self.by_partition[pid].gpu or 0
-                )
-                gpus[gpu.id] = replace(
-                    gpu, partitions=tuple(p for p in gpu.partitions if p.id != pid)
-                )
-            snapshot = snapshot.with_changes(gpus=gpus.values())
-        # The replicas are auto-placed: the engine places them (the plan sends no place
-        # request of its own, as fleet.sharing.wit answers for auto-placed deployments).
-        self.run.wit_placed += rank(snapshot, request).best is not None
+            return "placed" if plan_moves(self.snapshot, request).target is not None else "no_plan"
+        assert plan.kind == "stop"
+        if not self._entitled(job):
+            return "not_entitled"
+        found, refused = self._reclaim_plan(job, busy)
+        return "placed" if found is not None else refused
 
     # -- the clock ------------------------------------------------------------------------
 
@@ -711,9 +828,11 @@ class Simulation:
                 job = Job(payload, at, payload.life_s, phase=self._phase(at))
                 self.jobs.append(job)
                 self.jobs_by_name[payload.name] = job
-                job.entitled_at_arrival = self._entitled(job)
+                job.under_deserved_at_arrival = self._entitled(job)
+                job.entitled_at_arrival = self._entitled(job, queued=True)
                 if not self._try(job):
                     self._enqueue(job)
+                    self._kick_reclaim()  # created into the queue: fleet.core.jobs
             elif kind == "depart":
                 job, token = payload
                 if token == job.token and job.partition is not None:
@@ -721,6 +840,10 @@ class Simulation:
                     self._kick()
             elif kind == "reclaimed":
                 self.reclaims.remove(payload)
+            elif kind == "kick_sweep":
+                self._sweep()
+            elif kind == "kick_queue":
+                self._place_queue()
             elif kind == "wit_apply":
                 self._wit_apply(*payload)
             elif kind == "idle":  # team A goes idle: its work ends, what waited is withdrawn
@@ -793,6 +916,9 @@ class Simulation:
         returning = waits(
             j for j in self.jobs if j.pod.team == 0 and j.phase == 2 and j.entitled_at_arrival
         )
+        under = waits(
+            j for j in self.jobs if j.pod.team == 0 and j.phase == 2 and j.under_deserved_at_arrival
+        )
         return {
             "allocation_ratio": phases[1]["allocation_ratio"],
             "phases": phases,
@@ -806,16 +932,28 @@ class Simulation:
                 if returning
                 else None
             ),
+            "returning_by_holdings": {
+                "replicas": len(under),
+                "p95_s": round(percentile(under, 95), 2),
+                "p99_s": round(percentile(under, 99), 2),
+            },
             "reclaims": run.reclaims,
             "reclaims_failed": run.reclaims_failed,
             "moved": run.moved,
             "stopped": run.stopped,
             "stopped_while_free": run.stopped_while_free,
             "decision_p95_ms": round(percentile(run.decisions_ms, 95), 2),
+            "reclaim_plans": len(run.plans_ms),
+            "reclaim_plan_ms": {
+                "p50": round(percentile(run.plans_ms, 50), 1) if run.plans_ms else None,
+                "p95": round(percentile(run.plans_ms, 95), 1) if run.plans_ms else None,
+                "max": round(max(run.plans_ms), 1) if run.plans_ms else None,
+            },
             "wit_answers": len(run.wit_ms),
             "wit_p95_ms": round(percentile(run.wit_ms, 95), 1) if run.wit_ms else None,
             "wit_top_plans": dict(sorted(run.wit_kinds.items())),
             "wit_applied": run.wit_applied,
+            "wit_outcomes": dict(sorted(run.wit_outcomes.items())),
             "wit_success": round(run.wit_placed / run.wit_applied, 4) if run.wit_applied else None,
         }
 
