@@ -26,7 +26,7 @@ from fleet.core.operations import RUNNING
 from fleet.core.priorities import NO_PRIORITY, effective_priority, priority_values
 from fleet.placement.quota import Usage, plus, replica_demand
 from fleet.placement.reclaim import Borrowed, ReclaimPlan, reclaim_plan
-from fleet.placement.sharing import sharing_verdict
+from fleet.placement.sharing import Sharing, sharing_verdict
 
 NOT_ENTITLED = "reclaim.not_entitled"
 _PLACED = (AllocationState.PENDING, AllocationState.ACTIVE)
@@ -73,17 +73,20 @@ def borrowed_of_others(team_id: int) -> tuple[list[Borrowed], dict[tuple[str, in
     return found, by_key
 
 
+def within_deserved(sharing: Sharing, held: Usage, demand: Usage) -> bool:
+    """Whether a replica asking ``demand`` is within its team's deserved share when the team
+    holds ``held`` (pure): only such a replica reclaims."""
+    verdict = sharing_verdict(sharing, held, demand, Usage(), Usage())
+    return bool(sharing.deserved.bounded and verdict.allowed and not verdict.borrowed)
+
+
 def entitled(deployment: Deployment, ahead: Usage | None = None) -> bool:
     """Whether the deployment's next replica is within its team's deserved share (only such a
     replica reclaims); with ``ahead``, once the team also holds that much more (its entitled
     replicas before this one in the queue, which the reclaim sweep serves first)."""
-    sharing = sharing_of(deployment.team)
-    demand = replica_demand(placement_request(deployment))
     held = team_usage(deployment.team_id)
-    if ahead is not None:
-        held = plus(held, ahead)
-    verdict = sharing_verdict(sharing, held, demand, Usage(), Usage())
-    return bool(sharing.deserved.bounded and verdict.allowed and not verdict.borrowed)
+    demand = replica_demand(placement_request(deployment))
+    return within_deserved(sharing_of(deployment.team), plus(held, ahead or Usage()), demand)
 
 
 def reclaim_plan_of(deployment: Deployment, avoid_gpus: Collection[int] = ()) -> Preview:

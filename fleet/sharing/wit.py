@@ -12,7 +12,7 @@ The plans, from the planners Fleet has:
   (:func:`fleet.sharing.reclaim.reclaim_preview`), applied as that reclaim
   (``POST /queue/reclaim/{id}``: planned again when it is sent); only for a replica its
   deserved share still entitles once its team's entitled replicas ahead in the queue have
-  theirs (:meth:`Context.claimed_before`);
+  theirs (:meth:`Context.entitled_in_turn`);
 * ``quota``: the smallest change of its team's quota, when that is what blocks it
   (``PUT /teams/{id}/quota``); when capacity blocks it too, the capacity plans carry the change
   first;
@@ -48,7 +48,7 @@ from fleet.allocations.models import Allocation, AllocationState, Deployment, Re
 from fleet.allocations.planning.advice import capacity_advice
 from fleet.allocations.planning.repack_plans import capacity_repack_plan
 from fleet.allocations.rankings import placed_demands, placed_requests
-from fleet.allocations.reclaims import entitled
+from fleet.allocations.reclaims import within_deserved
 from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_request
 from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.jobs import place_queue_after_commit
@@ -59,8 +59,7 @@ from fleet.partitioning.models import Partition
 from fleet.placement import Target, rank
 from fleet.placement.defrag import plan_moves
 from fleet.placement.fairshare import QUEUE_FITS_NOW
-from fleet.placement.quota import Usage, plus, replica_demand
-from fleet.placement.sharing import sharing_verdict
+from fleet.placement.quota import plus, replica_demand
 from fleet.placement.simulate import apply_target
 from fleet.placement.snapshot import (
     Demand,
@@ -313,26 +312,24 @@ class Context:
                 self.first_in_queue.setdefault(entry.deployment.pk, i)
         return self.queue
 
-    def claimed_before(self, deployment: Deployment) -> Usage:
-        """What the team's replicas ahead of the deployment's next one in the queue take of
-        its deserved share first: each that the share entitles, in queue order (the reclaim
-        sweep serves them first, and the queue places them first where they fit). A replica
-        entitled alone may be past the share once they have theirs: a reclaim sent for it
-        then is refused (``reclaim.not_entitled``)."""
+    def entitled_in_turn(self, deployment: Deployment) -> bool:
+        """Whether the deployment's next replica is within its team's deserved share once the
+        team's replicas ahead of it in the queue have theirs: each that the share entitles, in
+        queue order (the reclaim sweep serves them first, and the queue places them first
+        where they fit). A replica entitled alone may be past the share after them: a reclaim
+        sent for it then is refused (``reclaim.not_entitled``)."""
         queue = self.fleet_queue()
         first = self.first_in_queue.get(deployment.pk, len(queue))
         team = deployment.team
         sharing = sharing_of(team)
         held = team_usage(team.pk)
-        claimed = Usage()
         for entry in queue[:first]:
             if entry.team.pk != team.pk:
                 continue
             demand = replica_demand(placement_request(entry.deployment))
-            verdict = sharing_verdict(sharing, plus(held, claimed), demand, Usage(), Usage())
-            if verdict.allowed and not verdict.borrowed:
-                claimed = plus(claimed, demand)
-        return claimed
+            if within_deserved(sharing, held, demand):
+                held = plus(held, demand)
+        return within_deserved(sharing, held, replica_demand(placement_request(deployment)))
 
     def advice_of(self, product_key: str) -> dict[str, Any] | None:
         if self.advice is None:
@@ -392,7 +389,7 @@ def compute_answer(deployment: Deployment, context: Context) -> dict[str, Any]:
     else:
         plans += _moves_plans(deployment, request, demand, context, snapshot)
         plans += _reshape_plans(deployment, request, context)
-        if not blockers and entitled(deployment, context.claimed_before(deployment)):
+        if not blockers and context.entitled_in_turn(deployment):
             plans += _stop_plans(deployment)
     if blockers:
         plans = _with_quota(deployment, request, plans, best)

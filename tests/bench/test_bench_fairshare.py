@@ -146,7 +146,7 @@ def test_what_would_it_take_offers_no_stop_past_the_share_its_teams_queue_ahead_
     # Team A deserves 30 % of 32 GPUs' compute slices (67.2): nine whole GPUs. With nine of
     # A's whole-GPU replicas waiting before it (and one of team B's, which does not count), a
     # tenth is entitled alone but not once the sweep has served those nine first: the stop plan
-    # (the reclaim) is not offered it, as fleet.sharing.wit.Context.claimed_before does.
+    # (the reclaim) is not offered it, as fleet.sharing.wit.Context.entitled_in_turn does.
     options = FairshareOptions(gpus=32, window_s=1800, load=1.4)
     replicas, _ = load_pods(pods(600), H100, options)
     sim = Simulation(H100, replicas, options, "fair_share")
