@@ -56,6 +56,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def drag_over(page: Any, source: Any, card: Any, fit: str | None = None) -> None:
+    """Drags ``source`` over a GPU ``card`` as a person does and holds it there until the
+    drag's fit preview has marked the card (``data-fit``, or that value when ``fit`` is
+    given): the dragstart ran and its targets came back. The mouse stays down: the caller
+    drops with ``page.mouse.up()`` (:func:`drop_once_previewed`). A drop in the same instant as
+    the press (Playwright's ``drag_to``) can be lost on a slow machine."""
+    card.scroll_into_view_if_needed()
+    source.hover()
+    page.mouse.down()
+    box = card.locator(".gpu-head").bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y, steps=8)
+    page.wait_for_function(
+        "([label, fit]) => {"
+        ' const f = document.querySelector(`article.gpu[data-label="${label}"]`)?.dataset.fit;'
+        " return fit === null ? f !== undefined : f === fit; }",
+        arg=[card.get_attribute("data-label"), fit],
+        timeout=15_000,
+    )
+    page.mouse.move(x + 4, y, steps=2)
+
+
+def drop_once_previewed(page: Any, source: Any, card: Any) -> None:
+    """Drags ``source`` onto ``card`` (:func:`drag_over`) and drops it there."""
+    drag_over(page, source, card)
+    page.mouse.up()
+
+
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """``manage.py demo`` on a free port (:class:`fleet.bench.stack.Stack`'s embedded mode): the

@@ -17,6 +17,8 @@ from urllib.parse import urlencode
 
 import pytest
 
+from tests.browser.conftest import drag_over
+
 pytestmark = pytest.mark.browser
 
 SETTLED = """(pid) => {
@@ -89,16 +91,7 @@ def test_2_a_drop_where_it_does_not_fit_shows_why_and_changes_nothing(
     signature = target.get_attribute("data-sig")
     source = page.locator(f'.dep[data-deployment="{deployment["id"]}"]')
 
-    source.hover()
-    page.mouse.down()
-    box = target.bounding_box()
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, steps=8)
-    page.wait_for_function(
-        "() => document.querySelector('article.gpu[data-label=\"a30-d02/gpu0\"]')"
-        "?.dataset.fit === 'no'",
-        timeout=10_000,
-    )
-    page.mouse.move(box["x"] + box["width"] / 2 + 4, box["y"] + box["height"] / 2, steps=2)
+    drag_over(page, source, target, fit="no")
     preview = target.locator(".fit-note").inner_text()
     assert "mps" in preview.lower(), preview  # the placement engine's reason, before the drop
     page.screenshot(path=str(screenshots / "fleet-drag-preview.png"))

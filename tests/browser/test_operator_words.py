@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.browser.conftest import drop_once_previewed
+
 pytestmark = pytest.mark.browser
 
 GPU_ID = re.compile(r"\bGPU \d+\b")
@@ -58,27 +60,6 @@ def _allocations(session: Any, deployment_id: int) -> list[dict[str, Any]]:
     status, body = session.api("GET", f"/api/v1/allocations/?deployment={deployment_id}")
     assert status == 200, body
     return list(body["results"])
-
-
-def _drop_once_previewed(page: Any, source: Any, card: Any) -> None:
-    """Drags ``source`` onto ``card`` as a person does: over the card until the drag's fit
-    preview has marked it (the dragstart ran and its targets came back), then drops. A drop in
-    the same instant as the press (``drag_to``) was lost on a slow machine: no toast came."""
-    card.scroll_into_view_if_needed()
-    source.hover()
-    page.mouse.down()
-    box = card.locator(".gpu-head").bounding_box()
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-    page.mouse.move(x, y, steps=8)
-    label = card.get_attribute("data-label")
-    page.wait_for_function(
-        'label => document.querySelector(`article.gpu[data-label="${label}"]`)'
-        "?.dataset.fit !== undefined",
-        arg=label,
-        timeout=15_000,
-    )
-    page.mouse.move(x + 4, y, steps=2)
-    page.mouse.up()
 
 
 def _toasts(page: Any) -> str:
@@ -185,7 +166,7 @@ def test_gpus_have_names_and_refusals_are_sentences_in_the_dialog_toasts_and_pag
         # A drop where it does not fit: the toast names the GPU and says why in a sentence.
         mig_card = page.locator('article.gpu[data-mode="mig"]').first
         name = mig_card.get_attribute("data-label")
-        _drop_once_previewed(page, dep, mig_card)
+        drop_once_previewed(page, dep, mig_card)
         refusal = page.locator(".toast.error", has_text="does not fit")
         refusal.wait_for(timeout=15_000)
         said = refusal.inner_text()
@@ -197,7 +178,7 @@ def test_gpus_have_names_and_refusals_are_sentences_in_the_dialog_toasts_and_pag
         _, targets = session.api("GET", f"/api/v1/deployments/{share['id']}/targets")
         mps_card = page.locator(f"#gpu-{targets['feasible'][0]['gpu']}")
         mps_name = mps_card.get_attribute("data-label")
-        dep.drag_to(mps_card.locator(".gpu-head"))
+        drop_once_previewed(page, dep, mps_card)
         page.locator(".toast", has_text=f"Placing words-share on {mps_name}").wait_for(
             timeout=15_000
         )
