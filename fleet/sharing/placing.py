@@ -38,6 +38,12 @@ MAX_ATTEMPTS = 20
 def queue_place() -> list[int]:
     """Place waiting replicas of ``auto_place`` deployments that fit now, in queue order;
     returns the ``place`` operations recorded."""
+    return queue_place_unless_busy() or []
+
+
+def queue_place_unless_busy() -> list[int] | None:
+    """:func:`queue_place`, or ``None`` where another worker's run holds the queue now (this
+    one placed nothing: what it would have placed is that run's, or the next one's)."""
     waiting, deployments = waiting_replicas()
     auto = [w for w in waiting if deployments[w.deployment_id].auto_place]
     if not auto:
@@ -48,7 +54,7 @@ def queue_place() -> list[int]:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [ADVISORY_KEY])
                 if not cursor.fetchone()[0]:
-                    return []  # another worker is placing from the queue now
+                    return None  # another worker is placing from the queue now
         attempts = 0
         full: set[str] = set()  # requests that fit nowhere in this run
         refused: dict[int, list[Usage]] = {}  # per team, the demands its quota refused

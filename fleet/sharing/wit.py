@@ -76,6 +76,7 @@ from fleet.placement.wit import (
     rank_plans,
     with_prefix,
 )
+from fleet.sharing.placing import queue_place_unless_busy
 from fleet.sharing.queue import QueueEntry, fleet_queue
 from fleet.sharing.reclaim import reclaim_preview
 
@@ -802,12 +803,31 @@ def answer_for(ref: str) -> tuple[WaitingRef, dict[str, Any], bool]:
     return waiting, answer, False
 
 
+def _fits_now(deployment: Deployment, answer: dict[str, Any]) -> bool:
+    """Whether the answer says the engine places the replica now: its team's quota allows it
+    and it fits once the queue's replicas ahead have theirs."""
+    return bool(deployment.auto_place and answer["blocked_by"] == "none")
+
+
 def _kick_if_it_fits(deployment: Deployment, answer: dict[str, Any]) -> None:
     """A replica that fits now, its team's quota allowing, is the engine's to place: the queue
     runs at once (:func:`fleet.core.jobs.place_queue_after_commit`, once a second at most)
     rather than at beat's next run, so the answer's ``place`` plan is seldom left to a person
     (and to a race with the replicas arriving meanwhile)."""
-    if deployment.auto_place and answer["blocked_by"] == "none":
+    if _fits_now(deployment, answer):
+        place_queue_after_commit()
+
+
+def _place_at_once() -> None:
+    """The queue places now, on this worker (a refresh's first replica that fits): not held
+    back by the kicks' once-a-second hold, in which an arrival or a reclaim could take the
+    room the answer names. Where another worker's run holds the queue, a kick follows it."""
+    try:
+        ran = queue_place_unless_busy() is not None
+    except Exception:  # the refresh goes on; the kick runs the queue on a worker
+        logger.exception("what-would-it-take could not run the queue")
+        ran = False
+    if not ran:
         place_queue_after_commit()
 
 
@@ -841,8 +861,10 @@ def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
     changed since the last refresh less than :data:`REFRESH_EVERY_S` ago; an answer computed
     (on demand) for this fleet within that time is kept.
 
-    A run stops once it took ``FLEET_WIT_REFRESH_BUDGET_S`` (a worker is not held for minutes
-    by a large fleet), without marking the fleet done: the next run goes on, the deployments
+    The first replica found fitting now has the queue run at once, on this worker
+    (:func:`_place_at_once`); the others kick it as an on-demand answer does (held to once a
+    second). A run stops once it took ``FLEET_WIT_REFRESH_BUDGET_S`` (a worker is not held for
+    minutes by a large fleet), without marking the fleet done: the next run goes on, the deployments
     answered longest ago (or never) first, so none starves while the fleet keeps changing."""
     started = time.perf_counter()
     budget = float(settings.FLEET_WIT_REFRESH_BUDGET_S)
@@ -855,6 +877,7 @@ def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
     todo.sort(key=lambda d: (last.get(f"{CACHE_PREFIX}:last:{d.pk}", 0.0), d.pk))
     computed = 0
     finished = True
+    placed_at_once = False  # the first replica found fitting: the queue runs here, at once
     for deployment in todo:
         key = _key(context.fingerprint, deployment.pk)
         found = cache.get(key)
@@ -867,7 +890,11 @@ def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
             answer = compute_answer(deployment, context)
             cache.set(key, answer, CACHE_TTL_S)
             cache.set(f"{CACHE_PREFIX}:last:{deployment.pk}", time.time(), CACHE_TTL_S)
-            _kick_if_it_fits(deployment, answer)
+            if not placed_at_once and _fits_now(deployment, answer):
+                placed_at_once = True
+                _place_at_once()
+            else:
+                _kick_if_it_fits(deployment, answer)
             computed += 1
         except Exception:  # one deployment's failure must not stop the others' answers
             logger.exception("what-would-it-take failed for deployment %s", deployment.pk)

@@ -244,10 +244,32 @@ def test_an_engine_placed_replica_that_fits_kicks_the_queue_and_others_do_not(
     with django_capture_on_commit_callbacks(execute=True):
         assert wit(operator_client, f"{manual.pk}.0").json()["plans"][0]["kind"] == "place"
     assert broker == [PLACE_QUEUE]  # the engine's: the queue runs at once
-    cache.clear()  # the answer and the once-a-second hold gone: beat's refresh kicks too
+    cache.clear()  # the answer and the once-a-second hold gone
     with django_capture_on_commit_callbacks(execute=True):
         assert wit_refresh().computed == 1
-    assert broker == [PLACE_QUEUE, PLACE_QUEUE]
+    # Beat's refresh runs the queue itself, at once: no kick held back a second, in which an
+    # arrival could take the room the answer names.
+    assert broker.count(PLACE_QUEUE) == 1  # the first kick's, from the on-demand answer
+    assert Allocation.objects.filter(deployment=manual).count() == 1  # placed, and pushed:
+    assert broker[-1] == "fleet.push_desired_state"
+
+
+def test_a_refresh_whose_queue_run_finds_another_run_going_kicks_the_queue(
+    broker, django_capture_on_commit_callbacks, monkeypatch
+):
+    # Another worker's run holds the queue (PostgreSQL's advisory lock): the refresh's own run
+    # places nothing, and the kick makes sure a run comes after that one.
+    from fleet.core.jobs import PLACE_QUEUE
+    from fleet.sharing import wit as wit_module
+
+    dedicated_gpus(1)
+    deployment_create(name="engine", request=WHOLE, replicas=1, auto_place=True)
+    Allocation.objects.all().delete()
+    runs: list[str] = []
+    monkeypatch.setattr(wit_module, "queue_place_unless_busy", lambda: runs.append("busy"))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert wit_refresh().computed == 1
+    assert runs == ["busy"] and broker == [PLACE_QUEUE]
 
 
 def test_the_room_the_queues_replicas_ahead_take_is_not_promised_again(viewer_client):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from fleet.mig import product_by_key
+from fleet.placement import MigRequest, rank
 from fleet.placement.benchmarks.fairshare import (
     FairshareOptions,
     Job,
@@ -160,3 +162,48 @@ def test_what_would_it_take_offers_no_stop_past_the_share_its_teams_queue_ahead_
     assert sim._claimed_before(last) == 9 * 7
     assert sim._entitled(last) and not sim._entitled(last, ahead=sim._claimed_before(last))
     assert sim._entitled(jobs[8], ahead=sim._claimed_before(jobs[8]))
+
+
+def test_a_replica_what_would_it_take_finds_fitting_is_placed_at_once_not_a_second_later():
+    # The queue was kicked a moment ago (its once-a-second hold is on): the refresh's first
+    # replica that fits has the queue run at once, as fleet.sharing.wit.wit_refresh does.
+    options = FairshareOptions(gpus=32, window_s=1800, load=1.4)
+    replicas, _ = load_pods(pods(600), H100, options)
+    sim = Simulation(H100, replicas, options, "fair_share")
+    whole = next(p for p in replicas if p.team == 0 and p.slices == 7)
+    job = Job(whole, 0.0, whole.life_s)
+    sim.jobs_by_name[whole.name] = job
+    sim._enqueue(job)
+    sim.now = sim.kicked_at = 100.0
+    sim._wit_sample()
+    assert sim.run.wit_kinds == {"place": 1}
+    assert job.partition is not None and job.placed_by == "queue" and job.placed_at == 100.0
+
+
+def test_a_failed_application_names_what_took_the_room_its_plan_named():
+    options = FairshareOptions(gpus=8, window_s=1800, load=1.4)
+    replicas, _ = load_pods(pods(600), H100, options)
+    sim = Simulation(H100, replicas, options, "fair_share")
+    mine, theirs = [p for p in replicas if p.slices == 7][:2]
+    job = Job(mine, 0.0, mine.life_s)
+    sim._enqueue(job)
+
+    def start(name: str, at: float) -> Job:
+        other = Job(replace(theirs, name=name), at, 1e6)
+        sim.jobs_by_name[name] = other
+        best = rank(sim.snapshot, MigRequest(theirs.profile_id)).best
+        assert best is not None
+        sim._start(other, best, False, at, "arrival")
+        return other
+
+    for gpu in range(7):  # all but one GPU taken
+        start(f"filler-{gpu}", 0.0)
+    answer = sim._wit(job)
+    assert answer[0].kind == "place" and answer[1] is not None
+    sim.now = 3.0
+    start("taker", 3.0)  # an arrival takes the last GPU meanwhile
+    sim._wit_apply(job, answer, 1.0)
+    assert sim.run.wit_outcomes == {"place:no_room": 1}
+    (failure,) = sim.run.wit_failures
+    assert failure["pod"] == mine.name and failure["gpu"] == answer[1].gpu_id
+    assert failure["taken_since_by"] == [{"pod": "taker", "team": theirs.team, "by": "arrival"}]

@@ -243,6 +243,8 @@ class Job:
     under_deserved_at_arrival: bool = False  # within it by what the team holds alone
     phase: int = 0
     withdrawn: bool = False
+    placed_by: str = ""  # how it was last placed: arrival, queue, reclaim, moved
+    placed_s: float = 0.0  # when (a move's time too)
 
 
 @dataclass
@@ -274,6 +276,7 @@ class Run:
     wit_applied: int = 0
     wit_placed: int = 0
     wit_outcomes: dict[str, int] = field(default_factory=dict)
+    wit_failures: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Simulation:
@@ -308,6 +311,7 @@ class Simulation:
         self.waiting: dict[str, Job] = {}
         self.by_partition: dict[int, Job] = {}
         self.jobs: list[Job] = []
+        self.jobs_by_name: dict[str, Job] = {}
         self.intervals: list[UseInterval] = []
         self.open: dict[str, tuple[float, float]] = {}
         self.events: list[tuple[float, int, str, Any]] = []
@@ -401,9 +405,11 @@ class Simulation:
         )
         return verdict.allowed and not verdict.borrowed
 
-    def _start(self, job: Job, target: Target, borrowed: bool, at: float) -> None:
-        """``job`` holds ``target`` from now; it counts as placed (and runs) from ``at``."""
+    def _start(self, job: Job, target: Target, borrowed: bool, at: float, by: str) -> None:
+        """``job`` holds ``target`` from now; it counts as placed (and runs) from ``at``;
+        ``by``: what placed it (an arrival, the queue, a reclaim)."""
         self._occupy(job, target)
+        job.placed_by, job.placed_s = by, at
         job.borrowed = borrowed
         job.started_s = at
         self.used[job.pod.team] += job.pod.slices
@@ -432,7 +438,7 @@ class Simulation:
         self.waiting[job.pod.name] = job
         self.waiting_slices[job.pod.team] += job.pod.slices
 
-    def _try(self, job: Job, failed: set[int] | None = None) -> bool:
+    def _try(self, job: Job, by: str, failed: set[int] | None = None) -> bool:
         verdict = self._verdict(job)
         if not verdict.allowed:
             return False
@@ -445,7 +451,7 @@ class Simulation:
             if failed is not None:
                 failed.add(job.pod.profile_id)
             return False
-        self._start(job, best, verdict.borrowed, self.now)
+        self._start(job, best, verdict.borrowed, self.now, by)
         return True
 
     # -- the queue and reclaim ------------------------------------------------------------
@@ -490,7 +496,7 @@ class Simulation:
             if not self._verdict(job).allowed:
                 refused[team] = min(refused.get(team, 1 << 30), job.pod.slices)
                 continue
-            self._try(job, full)
+            self._try(job, "queue", full)
         if full:
             self._kick_reclaim()  # some wait for capacity: reclaim for those entitled now
 
@@ -630,7 +636,7 @@ class Simulation:
         verdict = self._verdict(claimant)
         best = rank(self.snapshot, MigRequest(claimant.pod.profile_id)).best
         if verdict.allowed and best is not None:
-            self._start(claimant, best, verdict.borrowed, done)
+            self._start(claimant, best, verdict.borrowed, done, "reclaim")
         else:
             self.run.reclaims_failed += 1
             self.failed_until[claimant.pod.name] = self.now + self.options.reclaim_retry_s
@@ -655,24 +661,31 @@ class Simulation:
         self._vacate(job)
         target = Target(move.to_gpu, move.to_partition_id, move.new_instance, 0.0)
         self._occupy(job, target)
+        job.placed_by, job.placed_s = "moved", self.now
 
     # -- what would it take? --------------------------------------------------------------
 
     def _wit_sample(self) -> None:
         """What would it take for the first waiting replicas in queue order: each answer timed,
         its top plan applied ``wit_apply_after_s`` later (a person's reading and confirming). A
-        replica that fits now, its team's quota allowing, kicks the queue (as
-        :func:`fleet.sharing.wit.wit_refresh` does): placing it is the engine's job."""
+        replica that fits now, its team's quota allowing, is the engine's to place, as
+        :func:`fleet.sharing.wit.wit_refresh` does: the first such of a refresh has the queue
+        run at once, the others kick it."""
+        ran = False
         for job in self._queue()[: self.options.wit_per_sample]:
             started = time.perf_counter()
             answer = self._wit(job)
             self.run.wit_ms.append((time.perf_counter() - started) * 1000)
             kind = answer[0].kind
             self.run.wit_kinds[kind] = self.run.wit_kinds.get(kind, 0) + 1
-            if kind == "place":
+            if kind == "place" and not ran:
+                ran = True
+                self._place_queue()
+            elif kind == "place":
                 self._kick()
             if kind != "wait":
-                self._push(self.now + self.options.wit_apply_after_s, "wit_apply", (job, answer))
+                at = self.now + self.options.wit_apply_after_s
+                self._push(at, "wit_apply", (job, answer, self.now))
 
     def _wit(self, job: Job) -> tuple[Plan, Target | None, tuple[tuple[int, str], ...]]:
         """The top plan of :func:`fleet.placement.wit.rank_plans` among those
@@ -725,7 +738,7 @@ class Simulation:
 
     def _claimed_before(self, job: Job) -> int:
         """The slices its team's entitled replicas ahead of it in the queue take of the
-        deserved share first: :meth:`fleet.sharing.wit.Context.claimed_before`."""
+        deserved share first, as :meth:`fleet.sharing.wit.Context.entitled_in_turn` counts."""
         claimed = 0
         for ahead in self._queue():
             if ahead is job:
@@ -752,19 +765,49 @@ class Simulation:
         return snapshot
 
     def _wit_apply(
-        self, job: Job, answer: tuple[Plan, Target | None, tuple[tuple[int, str], ...]]
+        self,
+        job: Job,
+        answer: tuple[Plan, Target | None, tuple[tuple[int, str], ...]],
+        answered_at: float,
     ) -> None:
         """The top plan's requests, sent now, as the API would take them for an auto-placed
         deployment; it counts as placing the replica when that would succeed now (the
-        simulation goes on as if nobody had applied it). Unless it was placed meanwhile."""
+        simulation goes on as if nobody had applied it). Unless it was placed meanwhile. A
+        plan that would fail is recorded with what took the room it named meanwhile."""
         if job.partition is not None or job.pod.name not in self.waiting:
             return  # placed (or gone) meanwhile: nothing to apply
-        plan = answer[0]
+        plan, target = answer[0], answer[1]
         self.run.wit_applied += 1
         outcome = self._wit_outcome(job, plan)
         self.run.wit_placed += outcome == "placed"
         key = f"{plan.kind}:{outcome}"
         self.run.wit_outcomes[key] = self.run.wit_outcomes.get(key, 0) + 1
+        if outcome != "placed" and len(self.run.wit_failures) < 20:
+            self.run.wit_failures.append(self._wit_failure(job, plan, target, answered_at))
+
+    def _wit_failure(
+        self, job: Job, plan: Plan, target: Target | None, answered_at: float
+    ) -> dict[str, Any]:
+        """A failed application: its replica, its plan, and the replicas placed since the
+        answer on the GPU the plan named (what took the room: an arrival, the queue, a
+        reclaim's claimant, a move), with the queue's position of the replica now."""
+        queue = self._queue()
+        taken = [
+            {"pod": other.pod.name, "team": other.pod.team, "by": other.placed_by}
+            for other in self.by_partition.values()
+            if target is not None and other.gpu == target.gpu_id and other.placed_s >= answered_at
+        ]
+        return {
+            "pod": job.pod.name,
+            "team": job.pod.team,
+            "slices": job.pod.slices,
+            "plan": plan.kind,
+            "answered_at_s": round(answered_at, 1),
+            "gpu": target.gpu_id if target is not None else None,
+            "taken_since_by": taken,
+            "queue_position": next((i for i, j in enumerate(queue) if j is job), None),
+            "free_slices": self.capacity - self.occupied,
+        }
 
     def _wit_outcome(self, job: Job, plan: Plan) -> str:
         """``placed``, or why the plan's requests would not place the replica now:
@@ -806,7 +849,6 @@ class Simulation:
 
     def simulate(self) -> Run:
         o = self.options
-        self.jobs_by_name: dict[str, Job] = {}
         for pod in self.pods:
             if pod.team == 0 and self._phase(pod.arrival_s) == 1:
                 continue  # team A is idle in the second phase
@@ -830,7 +872,7 @@ class Simulation:
                 self.jobs_by_name[payload.name] = job
                 job.under_deserved_at_arrival = self._entitled(job)
                 job.entitled_at_arrival = self._entitled(job, queued=True)
-                if not self._try(job):
+                if not self._try(job, "arrival"):
                     self._enqueue(job)
                     self._kick_reclaim()  # created into the queue: fleet.core.jobs
             elif kind == "depart":
@@ -955,6 +997,7 @@ class Simulation:
             "wit_applied": run.wit_applied,
             "wit_outcomes": dict(sorted(run.wit_outcomes.items())),
             "wit_success": round(run.wit_placed / run.wit_applied, 4) if run.wit_applied else None,
+            "wit_failures": run.wit_failures,
         }
 
 
