@@ -24,7 +24,7 @@ from fleet.core.models import Team
 from fleet.inventory.models import Gpu, GpuHealth, HostStatus, SharingMode
 from fleet.partitioning.converters import catalog_product
 from fleet.placement.quota import Usage, plus, replica_demand
-from fleet.placement.sharing import Verdict, deserved_need, sharing_verdict
+from fleet.placement.sharing import Standing, Verdict, others_deserved_need, sharing_verdict
 
 
 def _schedulable_gpus() -> list[Gpu]:
@@ -85,14 +85,26 @@ def waiting_demand(team_id: int) -> Usage:
 
 def others_need(team_id: int) -> Usage:
     """What every other team's deserved share needs now (:func:`deserved_need`)."""
-    total = Usage()
+    sharing, held, waiting = {}, {}, {}
     for team in Team.objects.exclude(pk=team_id):
         if not team.has_quota:
             continue
-        waiting = waiting_demand(team.pk)
-        if waiting != Usage():
-            total = plus(total, deserved_need(sharing_of(team), team_usage(team.pk), waiting))
-    return total
+        waiting[team.pk] = waiting_demand(team.pk)
+        if waiting[team.pk] != Usage():
+            sharing[team.pk], held[team.pk] = sharing_of(team), team_usage(team.pk)
+    return others_deserved_need(team_id, sharing, held, waiting)
+
+
+def fleet_standing() -> Standing:
+    """Where every bounded team stands now (its sharing, holdings and waiting demand) and the
+    fleet's free capacity: :func:`admission` of any team, in memory, for a sequence of
+    placements (:meth:`Standing.after`)."""
+    sharing, held, waiting = {}, {}, {}
+    for team in Team.objects.all():
+        if team.shares_bounded:
+            sharing[team.pk] = sharing_of(team)
+            held[team.pk], waiting[team.pk] = team_usage(team.pk), waiting_demand(team.pk)
+    return Standing(sharing, held, waiting, free_capacity())
 
 
 def admission(team: Team, in_use: Usage, demand: Usage) -> Verdict:

@@ -152,3 +152,18 @@ def plus(a: Usage, b: Usage) -> Usage:
         mps_memory_mib=a.mps_memory_mib + b.mps_memory_mib,
         mig_profiles=profiles,
     )
+
+
+def minus(a: Usage, b: Usage) -> Usage:
+    """``a`` less ``b``, kind by kind, never below 0 (a profile left at 0 is dropped)."""
+    profiles = {
+        key: left
+        for key, n in a.mig_profiles.items()
+        if (left := n - b.mig_profiles.get(key, 0)) > 0
+    }
+    return Usage(
+        gpus=max(0, a.gpus - b.gpus),
+        mig_compute_slices=max(0, a.mig_compute_slices - b.mig_compute_slices),
+        mps_memory_mib=max(0, a.mps_memory_mib - b.mps_memory_mib),
+        mig_profiles=profiles,
+    )

@@ -15,10 +15,11 @@ every other team's waiting replicas within their deserved shares.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from fleet.domain import Violation
-from fleet.placement.quota import Quota, Usage, quota_violations
+from fleet.placement.quota import Quota, Usage, minus, plus, quota_violations
 
 BORROW_UNAVAILABLE = "quota.borrow_unavailable"
 
@@ -152,3 +153,64 @@ def deserved_need(sharing: Sharing, in_use: Usage, waiting: Usage) -> Usage:
             if (n := need(d.mig_profiles.get(p), in_use.mig_profiles.get(p, 0), wanted)) > 0
         },
     )
+
+
+def others_deserved_need(
+    team_id: int,
+    sharing: Mapping[int, Sharing],
+    held: Mapping[int, Usage],
+    waiting: Mapping[int, Usage],
+) -> Usage:
+    """What every team but ``team_id`` needs now for its deserved share
+    (:func:`deserved_need` of each, added up); a team without a deserved share needs nothing."""
+    total = Usage()
+    for other, its_sharing in sharing.items():
+        wanted = waiting.get(other, Usage())
+        if other == team_id or wanted == Usage():
+            continue
+        total = plus(total, deserved_need(its_sharing, held.get(other, Usage()), wanted))
+    return total
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where the teams stand at one moment, to judge a sequence of placements in memory (what
+    what-would-it-take counts the queue doing before a replica): each bounded team's sharing,
+    holdings and waiting demand, and the fleet's free capacity in bulk. A team absent from
+    ``sharing`` is unbounded: always admitted, never borrowing."""
+
+    sharing: Mapping[int, Sharing]
+    held: Mapping[int, Usage]
+    waiting: Mapping[int, Usage]
+    free: Usage
+
+    def verdict(self, team_id: int, demand: Usage) -> Verdict:
+        """:func:`sharing_verdict` of ``demand`` more for the team (the fleet's free capacity
+        and the other teams' needs weighed only where it would borrow)."""
+        sharing = self.sharing.get(team_id)
+        if sharing is None:
+            return Verdict()
+        in_use = self.held.get(team_id, Usage())
+        quick = sharing_verdict(sharing, in_use, demand, Usage(), Usage())
+        if not quick.borrowed:
+            return quick
+        others = others_deserved_need(team_id, self.sharing, self.held, self.waiting)
+        return sharing_verdict(sharing, in_use, demand, self.free, others)
+
+    def others_need(self, team_id: int) -> Usage:
+        return others_deserved_need(team_id, self.sharing, self.held, self.waiting)
+
+    def after(self, team_id: int, demand: Usage) -> Standing:
+        """The standing once one waiting replica of the team holds ``demand``: the team holds
+        it and waits for it no longer, and the fleet has that much less free."""
+        if team_id not in self.sharing:
+            return replace(self, free=minus(self.free, demand))
+        return replace(
+            self,
+            held={**self.held, team_id: plus(self.held.get(team_id, Usage()), demand)},
+            waiting={
+                **self.waiting,
+                team_id: minus(self.waiting.get(team_id, Usage()), demand),
+            },
+            free=minus(self.free, demand),
+        )

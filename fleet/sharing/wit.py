@@ -42,7 +42,7 @@ from django.core.cache import cache
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from fleet.allocations.borrowing import admission, free_capacity, others_need
+from fleet.allocations.borrowing import admission, fleet_standing, free_capacity, others_need
 from fleet.allocations.holdings import sharing_of, team_usage
 from fleet.allocations.models import Allocation, AllocationState, Deployment, RequestKind
 from fleet.allocations.planning.advice import capacity_advice
@@ -59,7 +59,8 @@ from fleet.partitioning.models import Partition
 from fleet.placement import Target, rank
 from fleet.placement.defrag import plan_moves
 from fleet.placement.fairshare import QUEUE_FITS_NOW
-from fleet.placement.quota import plus, replica_demand
+from fleet.placement.quota import QUOTA_EXCEEDED, Usage, covers, plus, replica_demand
+from fleet.placement.sharing import BORROW_UNAVAILABLE, Standing
 from fleet.placement.simulate import apply_target
 from fleet.placement.snapshot import (
     Demand,
@@ -76,7 +77,7 @@ from fleet.placement.wit import (
     rank_plans,
     with_prefix,
 )
-from fleet.sharing.placing import queue_place_unless_busy
+from fleet.sharing.placing import MAX_ATTEMPTS, queue_place_unless_busy
 from fleet.sharing.queue import QueueEntry, fleet_queue
 from fleet.sharing.reclaim import reclaim_preview
 
@@ -95,9 +96,6 @@ ADVICE_TIME_LIMIT_S = 2.0
 """The layout advisor's limit per product, in the background refresh."""
 ON_DEMAND_ADVICE_TIME_LIMIT_S = 0.3
 """The advisor's limit when a request computes an answer the cache missed."""
-QUEUE_AHEAD = 20
-"""Replicas ahead in the queue an answer counts as placed first at most (a queue run's tries)."""
-
 
 # -- the replica asked about ---------------------------------------------------------------------
 
@@ -257,6 +255,73 @@ def cached_answer(fingerprint: str, deployment_id: int) -> dict[str, Any] | None
 # -- the answer ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Served:
+    """The fleet at one point of a queue run: the room left, and where the teams stand."""
+
+    snapshot: FleetSnapshot
+    standing: Standing
+
+
+class QueueWalk:
+    """The queue's next run (:func:`fleet.sharing.placing.queue_place_unless_busy`), walked in
+    memory once per refresh, as far as the answers ask: the replicas of engine-placed
+    deployments in queue order, at most :data:`fleet.sharing.placing.MAX_ATTEMPTS` attempts,
+    skipping what the run skips (a request that fit nowhere, a team's demand as large as one
+    its sharing refused), each judged by its team's sharing on the standing the ones before it
+    leave (a team borrowing before them may not after) and placed on the engine's best
+    target."""
+
+    def __init__(self, queue: list[QueueEntry], start: Served) -> None:
+        self.queue = queue
+        self.points: list[tuple[int, Served]] = [(0, start)]  # from entry i on: the fleet
+        self.walked = 0
+        self.attempts = 0
+        self.full: set[str] = set()
+        self.refused: dict[int, list[Usage]] = {}
+        self.first: dict[int, int] = {}
+        for i, entry in enumerate(queue):
+            self.first.setdefault(entry.deployment.pk, i)
+
+    def before(self, deployment_id: int) -> Served:
+        """What the run leaves the deployment's first replica in the queue (the whole run's
+        outcome for one the queue does not list)."""
+        first = self.first.get(deployment_id, len(self.queue))
+        while self.walked < first and self.attempts < MAX_ATTEMPTS:
+            self._step(self.queue[self.walked])
+            self.walked += 1
+        return next(served for at, served in reversed(self.points) if at <= first)
+
+    def _step(self, entry: QueueEntry) -> None:
+        deployment = entry.deployment
+        if not deployment.auto_place:
+            return
+        request, demand = placement_request(deployment), placement_demand(deployment)
+        need = replica_demand(request)
+        if any(covers(need, r) for r in self.refused.get(deployment.team_id, ())):
+            return
+        asks = repr((request, demand))
+        if asks in self.full:
+            return
+        self.attempts += 1
+        served = self.points[-1][1]
+        verdict = served.standing.verdict(deployment.team_id, need)
+        if not verdict.allowed:
+            self.refused.setdefault(deployment.team_id, []).append(need)
+            return
+        best = None
+        if entry.reason.code in (QUEUE_FITS_NOW, BORROW_UNAVAILABLE, QUOTA_EXCEEDED):
+            best = rank(served.snapshot, request, demand=demand).best  # else it fit nowhere
+        if best is None:
+            self.full.add(asks)
+            return
+        after = Served(
+            apply_target(served.snapshot, request, best),
+            served.standing.after(deployment.team_id, need),
+        )
+        self.points.append((self.walked + 1, after))
+
+
 @dataclass
 class Context:
     """What the answers of one refresh share: the snapshot, the moved replicas' requests and
@@ -270,10 +335,7 @@ class Context:
     advice: dict[str, dict[str, Any] | None] | None = None
     memo: dict[Any, Any] = field(default_factory=dict)
     queue: list[QueueEntry] | None = None
-    served: list[FleetSnapshot] = field(default_factory=list)
-    served_index: list[int] = field(default_factory=list)  # the queue entry each one placed
-    walked: int = 0
-    first_in_queue: dict[int, int] = field(default_factory=dict)  # deployment: its position
+    walk: QueueWalk | None = None
 
     def moved_requests(self) -> dict[tuple[str, int], PlacementRequest]:
         if self.requests is None:
@@ -285,32 +347,17 @@ class Context:
             self.demands = placed_demands()
         return self.demands
 
-    def served_before(self, deployment_id: int) -> FleetSnapshot:
-        """The snapshot once the queue has placed the waiting replicas ahead of the
-        deployment's next one that fit now (engine-placed ones, in queue order, at most
-        :data:`QUEUE_AHEAD` of them, each on the engine's best target): what is left for it.
+    def served_before(self, deployment_id: int) -> Served:
+        """The fleet once the queue's run has placed the waiting replicas ahead of the
+        deployment's next one (:class:`QueueWalk`): the room and the standing they leave it.
         Each replica's "it fits now" alone would promise the same slices to all of them."""
-        queue = self.fleet_queue()
-        first = self.first_in_queue.get(deployment_id, len(queue))
-        while self.walked < first and len(self.served_index) < QUEUE_AHEAD:
-            entry = queue[self.walked]
-            self.walked += 1
-            if entry.reason.code != QUEUE_FITS_NOW or not entry.deployment.auto_place:
-                continue
-            request = placement_request(entry.deployment)
-            demand = placement_demand(entry.deployment)
-            best = rank(self.served[-1], request, demand=demand).best
-            if best is not None:
-                self.served.append(apply_target(self.served[-1], request, best))
-                self.served_index.append(self.walked - 1)
-        return self.served[sum(1 for i in self.served_index if i < first)]
+        if self.walk is None:
+            self.walk = QueueWalk(self.fleet_queue(), Served(self.snapshot, fleet_standing()))
+        return self.walk.before(deployment_id)
 
     def fleet_queue(self) -> list[QueueEntry]:
         if self.queue is None:
             self.queue = fleet_queue()
-            self.served = [self.snapshot]
-            for i, entry in enumerate(self.queue):
-                self.first_in_queue.setdefault(entry.deployment.pk, i)
         return self.queue
 
     def entitled_in_turn(self, deployment: Deployment) -> bool:
@@ -320,11 +367,11 @@ class Context:
         where they fit). A replica entitled alone may be past the share after them: a reclaim
         sent for it then is refused (``reclaim.not_entitled``)."""
         queue = self.fleet_queue()
-        first = self.first_in_queue.get(deployment.pk, len(queue))
+        first = next((i for i, e in enumerate(queue) if e.deployment.pk == deployment.pk), None)
         team = deployment.team
         sharing = sharing_of(team)
         held = team_usage(team.pk)
-        for entry in queue[:first]:
+        for entry in queue[:first]:  # all of it when the queue does not list it
             if entry.team.pk != team.pk:
                 continue
             demand = replica_demand(placement_request(entry.deployment))
@@ -378,11 +425,15 @@ def compute_answer(deployment: Deployment, context: Context) -> dict[str, Any]:
     team = deployment.team
     blockers = _quota_blockers(team, request)
     best = rank(snapshot, request, demand=demand).best
+    standing = None
     if best is not None:  # it fits now: unless the queue's replicas ahead take that room first
         served = context.served_before(deployment.pk)
-        if served is not snapshot:
-            snapshot = served
+        if served.snapshot is not snapshot:
+            snapshot = served.snapshot
             best = rank(snapshot, request, demand=demand).best
+        if best is not None and team.shares_bounded:  # and its borrowing, after theirs
+            standing = served.standing
+            blockers = list(standing.verdict(team.pk, replica_demand(request)).violations)
     fits = best is not None
     plans: list[Plan] = []
     if best is not None:
@@ -393,7 +444,7 @@ def compute_answer(deployment: Deployment, context: Context) -> dict[str, Any]:
         if not blockers and context.entitled_in_turn(deployment):
             plans += _stop_plans(deployment)
     if blockers:
-        plans = _with_quota(deployment, request, plans, best)
+        plans = _with_quota(deployment, request, plans, best, standing)
     plans.append(_wait_plan(deployment, request, demand, snapshot, blockers, fits))
     ranked = rank_plans(plans)
     return {
@@ -678,18 +729,22 @@ def _stop_plans(deployment: Deployment) -> list[Plan]:
 
 
 def _with_quota(
-    deployment: Deployment, request: PlacementRequest, plans: list[Plan], best: Target | None
+    deployment: Deployment,
+    request: PlacementRequest,
+    plans: list[Plan],
+    best: Target | None,
+    standing: Standing | None = None,
 ) -> list[Plan]:
     """Its team's quota blocks it: the quota change alone when it then fits, and before every
-    capacity plan otherwise (a capacity plan alone would not place it)."""
+    capacity plan otherwise (a capacity plan alone would not place it). ``standing``: where
+    the teams stand once the queue's replicas ahead are placed (else as they stand now)."""
     team = deployment.team
-    change = quota_change(
-        sharing_of(team),
-        team_usage(team.pk),
-        replica_demand(request),
-        free_capacity(),
-        others_need(team.pk),
-    )
+    demand = replica_demand(request)
+    if standing is not None:
+        held, free, needed = standing.held[team.pk], standing.free, standing.others_need(team.pk)
+    else:
+        held, free, needed = team_usage(team.pk), free_capacity(), others_need(team.pk)
+    change = quota_change(sharing_of(team), held, demand, free, needed)
     if change is None:
         return []
     put = ApiRequest("PUT", f"/teams/{team.pk}/quota", change.body)

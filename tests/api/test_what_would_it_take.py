@@ -272,13 +272,17 @@ def test_a_refresh_whose_queue_run_finds_another_run_going_kicks_the_queue(
     assert runs == ["busy"] and broker == [PLACE_QUEUE]
 
 
-def test_the_room_the_queues_replicas_ahead_take_is_not_promised_again(viewer_client):
+def test_the_room_the_queues_replicas_ahead_take_is_not_promised_again(viewer_client, monkeypatch):
     # One free GPU, two engine-placed deployments waiting for one: each fits alone, but the
     # queue places the first there; the second's answer says it does not fit, from the
-    # background refresh (one context) and on demand alike.
+    # background refresh (one context: another worker's queue run holds the queue) and on
+    # demand alike.
     from datetime import timedelta
 
     from fleet.allocations.models import Deployment
+    from fleet.sharing import wit as wit_module
+
+    monkeypatch.setattr(wit_module, "queue_place_unless_busy", lambda: None)
 
     dedicated_gpus(1)
     first = deployment_create(name="first", request=WHOLE, replicas=1, auto_place=True)
@@ -296,6 +300,48 @@ def test_the_room_the_queues_replicas_ahead_take_is_not_promised_again(viewer_cl
     fingerprint = body["fingerprint"]
     assert cached_answer(fingerprint, first.pk)["blocked_by"] == "none"
     assert cached_answer(fingerprint, second.pk)["blocked_by"] == "capacity"
+
+
+def test_a_borrowing_the_queues_replicas_ahead_leave_refused_is_not_promised(viewer_client):
+    # Four GPUs, one held by lab. ads deserves two and waits for two (its operators place
+    # them). c and e only borrow; each waits for one GPU, engine-placed, c first. Alone, e may
+    # borrow (3 free - 1 leaves the 2 ads needs); once the queue has placed c, it may not (2
+    # free - 1 < 2): its answer is not "place", and the queue's run indeed leaves it waiting.
+    from datetime import timedelta
+
+    from fleet.allocations.models import Deployment
+    from fleet.sharing.placing import queue_place
+
+    gpus = dedicated_gpus(4)
+    lab = deployment_create(name="lab", request=WHOLE, replicas=1)
+    deployment_place(deployment_id=lab.pk, gpu_id=gpus[0].pk)
+    ads = team_create(name="ads")
+    team_quota_set(team_id=ads.pk, quota={"gpus": 2})
+    deployment_create(name="serve", request=WHOLE, replicas=2, team_id=ads.pk)
+    made = {}
+    for name in ("c", "e"):
+        team = team_create(name=name)
+        team_quota_set(team_id=team.pk, quota={"limit": {"gpus": 4}})
+        made[name] = deployment_create(
+            name=f"{name}-job", request=WHOLE, replicas=1, team_id=team.pk, auto_place=True
+        )
+    c, e = made["c"], made["e"]
+    Deployment.objects.filter(pk=c.pk).update(created_at=c.created_at - timedelta(minutes=5))
+    assert wit(viewer_client, f"{c.pk}.0").json()["plans"][0]["kind"] == "place"
+    body = wit(viewer_client, f"{e.pk}.0").json()
+    assert body["blocked_by"] == "quota", body
+    assert [r["code"] for r in body["quota_reasons"]] == ["quota.borrow_unavailable"]
+    assert "place" not in [p["kind"] for p in body["plans"]]
+    deployment_delete(deployment_id=c.pk)  # nothing borrows ahead of e now: it may
+    cache.clear()
+    assert wit(viewer_client, f"{e.pk}.0").json()["plans"][0]["kind"] == "place"
+    c = deployment_create(
+        name="c-job2", request=WHOLE, replicas=1, team_id=c.team_id, auto_place=True
+    )
+    Deployment.objects.filter(pk=c.pk).update(created_at=c.created_at - timedelta(minutes=9))
+    queue_place()
+    placed = set(Allocation.objects.values_list("deployment_id", flat=True))
+    assert c.pk in placed and e.pk not in placed  # what the answer said
 
 
 def test_k_moves_carry_the_planners_proof_and_apply_as_a_defrag(operator_client, viewer_client):

@@ -19,6 +19,7 @@ from fleet.placement import MigRequest, rank
 from fleet.placement.benchmarks.fairshare import (
     FairshareOptions,
     Job,
+    Pod,
     Simulation,
     load_pods,
     team_of,
@@ -130,13 +131,29 @@ def test_the_command_writes_the_json_the_issue_asks_for(tmp_path):
     assert set(result["goals"]) >= {"allocation_gain_pp", "reclaim_p99_s", "stopped_while_free"}
 
 
+def fair_sim(gpus: int = 32) -> tuple[Simulation, list[Pod]]:
+    """A borrow-and-reclaim simulation of ``gpus`` H100s, not started, and its trace's
+    replicas (the first 600 pods)."""
+    options = FairshareOptions(gpus=gpus, window_s=1800, load=1.4)
+    replicas, _ = load_pods(pods(600), H100, options)
+    return Simulation(H100, replicas, options, "fair_share"), replicas
+
+
+def start(sim: Simulation, pod: Pod, name: str, at: float = 0.0) -> Job:
+    """A replica of ``pod`` renamed ``name``, running from ``at`` on the engine's target."""
+    job = Job(replace(pod, name=name), at, 1e6)
+    sim.jobs_by_name[name] = job
+    best = rank(sim.snapshot, MigRequest(pod.profile_id)).best
+    assert best is not None
+    sim._start(job, best, False, at, "arrival")
+    return job
+
+
 def test_a_replica_past_its_teams_queue_is_not_entitled_at_arrival():
     # Team A deserves 30 % of 32 GPUs' compute slices; it holds nothing. A first whole-GPU
     # replica is within the share; with 9 GPUs' worth of A's replicas already waiting before
     # it, the next one is past it, though A holds nothing yet.
-    options = FairshareOptions(gpus=32, window_s=1800, load=1.4)
-    replicas, _ = load_pods(pods(600), H100, options)
-    sim = Simulation(H100, replicas, options, "fair_share")
+    sim, replicas = fair_sim()
     whole = next(p for p in replicas if p.team == 0 and p.slices == 7)
     job = Job(whole, 0.0, whole.life_s)
     assert sim._entitled(job) and sim._entitled(job, queued=True)
@@ -149,9 +166,7 @@ def test_what_would_it_take_offers_no_stop_past_the_share_its_teams_queue_ahead_
     # A's whole-GPU replicas waiting before it (and one of team B's, which does not count), a
     # tenth is entitled alone but not once the sweep has served those nine first: the stop plan
     # (the reclaim) is not offered it, as fleet.sharing.wit.Context.entitled_in_turn does.
-    options = FairshareOptions(gpus=32, window_s=1800, load=1.4)
-    replicas, _ = load_pods(pods(600), H100, options)
-    sim = Simulation(H100, replicas, options, "fair_share")
+    sim, replicas = fair_sim()
     whole = [p for p in replicas if p.team == 0 and p.slices == 7][:10]
     other = next(p for p in replicas if p.team == 1 and p.slices == 7)
     jobs = [Job(p, float(i), p.life_s) for i, p in enumerate(whole)]
@@ -167,9 +182,7 @@ def test_what_would_it_take_offers_no_stop_past_the_share_its_teams_queue_ahead_
 def test_a_replica_what_would_it_take_finds_fitting_is_placed_at_once_not_a_second_later():
     # The queue was kicked a moment ago (its once-a-second hold is on): the refresh's first
     # replica that fits has the queue run at once, as fleet.sharing.wit.wit_refresh does.
-    options = FairshareOptions(gpus=32, window_s=1800, load=1.4)
-    replicas, _ = load_pods(pods(600), H100, options)
-    sim = Simulation(H100, replicas, options, "fair_share")
+    sim, replicas = fair_sim()
     whole = next(p for p in replicas if p.team == 0 and p.slices == 7)
     job = Job(whole, 0.0, whole.life_s)
     sim.jobs_by_name[whole.name] = job
@@ -181,29 +194,45 @@ def test_a_replica_what_would_it_take_finds_fitting_is_placed_at_once_not_a_seco
 
 
 def test_a_failed_application_names_what_took_the_room_its_plan_named():
-    options = FairshareOptions(gpus=8, window_s=1800, load=1.4)
-    replicas, _ = load_pods(pods(600), H100, options)
-    sim = Simulation(H100, replicas, options, "fair_share")
+    sim, replicas = fair_sim(gpus=8)
     mine, theirs = [p for p in replicas if p.slices == 7][:2]
     job = Job(mine, 0.0, mine.life_s)
     sim._enqueue(job)
-
-    def start(name: str, at: float) -> Job:
-        other = Job(replace(theirs, name=name), at, 1e6)
-        sim.jobs_by_name[name] = other
-        best = rank(sim.snapshot, MigRequest(theirs.profile_id)).best
-        assert best is not None
-        sim._start(other, best, False, at, "arrival")
-        return other
-
     for gpu in range(7):  # all but one GPU taken
-        start(f"filler-{gpu}", 0.0)
+        start(sim, theirs, f"filler-{gpu}")
     answer = sim._wit(job)
     assert answer[0].kind == "place" and answer[1] is not None
     sim.now = 3.0
-    start("taker", 3.0)  # an arrival takes the last GPU meanwhile
+    start(sim, theirs, "taker", 3.0)  # an arrival takes the last GPU meanwhile
     sim._wit_apply(job, answer, 1.0)
     assert sim.run.wit_outcomes == {"place:no_room": 1}
     (failure,) = sim.run.wit_failures
     assert failure["pod"] == mine.name and failure["gpu"] == answer[1].gpu_id
     assert failure["taken_since_by"] == [{"pod": "taker", "team": theirs.team, "by": "arrival"}]
+
+
+def test_what_would_it_take_judges_borrowing_after_the_queues_replicas_ahead():
+    # 8 GPUs (56 slices): team B holds 3 whole GPUs, team C 2, both past their deserved
+    # shares; team A's deserved share waits for 14 slices. One whole-GPU replica of B and one
+    # of C wait, both borrowing. Alone, each may borrow (21 free - 7 covers A's 14); once the
+    # queue has placed the first, the second may not (14 - 7 < 14). The second is not told it
+    # will be placed, and the queue's run indeed leaves it waiting.
+    sim, replicas = fair_sim(gpus=8)
+    whole = {t: [p for p in replicas if p.team == t and p.slices == 7] for t in (1, 2)}
+    for n in range(3):
+        start(sim, whole[1][n], f"b-{n}")
+    for n in range(2):
+        start(sim, whole[2][n], f"c-{n}")
+    sim.waiting_slices[0] = 14
+    for t, at in ((1, 1.0), (2, 2.0)):
+        job = Job(whole[t][-1], at, 1e6)
+        sim.jobs_by_name[job.pod.name] = job
+        sim._enqueue(job)
+    first, second = sim._queue()
+    assert sim._verdict(first).allowed and sim._verdict(second).allowed  # each alone
+    assert sim._wit(first)[0].kind == "place"
+    assert sim._wit(second)[0].kind == "quota"  # its borrowing is refused once first is in
+    _, gained = sim._served_before(second)
+    assert gained[first.pod.team] == 7 and not sim._verdict(second, gained).allowed
+    sim._place_queue()
+    assert first.partition is not None and second.partition is None

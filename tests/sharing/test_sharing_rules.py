@@ -4,8 +4,15 @@ share needs now."""
 
 from __future__ import annotations
 
-from fleet.placement.quota import Quota, Usage
-from fleet.placement.sharing import Sharing, deserved_need, sharing_verdict
+from fleet.placement.quota import Quota, Usage, minus
+from fleet.placement.sharing import (
+    BORROW_UNAVAILABLE,
+    Sharing,
+    Standing,
+    Verdict,
+    deserved_need,
+    sharing_verdict,
+)
 
 NOTHING = Usage()
 ONE_GPU = Usage(gpus=1)
@@ -91,3 +98,53 @@ def test_what_a_deserved_share_needs_is_its_waiting_demand_up_to_what_it_has_lef
     )
     assert (need.gpus, need.mps_memory_mib, need.mig_compute_slices) == (1, 0, 0)
     assert deserved_need(Sharing(limit=Quota(gpus=9)), NOTHING, Usage(gpus=3)) == NOTHING
+
+
+# -- a standing: the verdicts of a sequence of placements, in memory --------------------------
+
+
+def _standing(free: int) -> Standing:
+    """Team 1 deserves 2 GPUs and waits for 2; teams 2 and 3 only borrow (limit 4); team 4
+    is unbounded."""
+    borrower = Sharing(limit=Quota(gpus=4))
+    return Standing(
+        sharing={1: Sharing(deserved=Quota(gpus=2)), 2: borrower, 3: borrower},
+        held={1: NOTHING, 2: NOTHING, 3: NOTHING},
+        waiting={1: Usage(gpus=2), 2: ONE_GPU, 3: ONE_GPU},
+        free=Usage(gpus=free),
+    )
+
+
+def test_a_standing_judges_as_the_verdict_on_what_it_holds():
+    standing = _standing(free=3)
+    assert standing.others_need(2) == Usage(gpus=2)
+    for team in (1, 2, 3):
+        sharing = standing.sharing[team]
+        assert standing.verdict(team, ONE_GPU) == sharing_verdict(
+            sharing, standing.held[team], ONE_GPU, standing.free, standing.others_need(team)
+        )
+    assert standing.verdict(4, Usage(gpus=99)) == Verdict()  # unbounded: always admitted
+
+
+def test_a_borrower_placed_ahead_can_leave_the_next_one_refused():
+    standing = _standing(free=3)
+    assert standing.verdict(3, ONE_GPU).allowed  # 3 free - 1 covers the 2 team 1 needs
+    after = standing.after(2, ONE_GPU)
+    assert (after.held[2], after.waiting[2], after.free) == (ONE_GPU, NOTHING, Usage(gpus=2))
+    assert [v.code for v in after.verdict(3, ONE_GPU).violations] == [BORROW_UNAVAILABLE]
+
+
+def test_a_deserved_replica_placed_ahead_changes_no_borrowers_verdict():
+    # It takes from the free room exactly what it took from its team's need.
+    standing = _standing(free=3)
+    after = standing.after(1, ONE_GPU)
+    assert after.others_need(3) == ONE_GPU and after.free == Usage(gpus=2)
+    assert after.verdict(3, ONE_GPU) == standing.verdict(3, ONE_GPU)
+    assert standing.after(4, ONE_GPU).held == standing.held  # unbounded: only the room
+
+
+def test_minus_never_goes_below_nothing():
+    a = Usage(gpus=1, mig_compute_slices=3, mig_profiles={"1g.10gb": 1, "3g.40gb": 1})
+    b = Usage(gpus=2, mig_compute_slices=1, mig_profiles={"1g.10gb": 1})
+    assert minus(a, b) == Usage(mig_compute_slices=2, mig_profiles={"3g.40gb": 1})
+    assert minus(b, b) == NOTHING

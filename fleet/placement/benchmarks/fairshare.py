@@ -71,7 +71,7 @@ import heapq
 import math
 import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -366,26 +366,32 @@ class Simulation:
 
     # -- teams ----------------------------------------------------------------------------
 
-    def _verdict(self, job: Job) -> Any:
+    def _verdict(self, job: Job, gained: Mapping[int, int] | None = None) -> Any:
+        """The team's sharing verdict on ``job`` (:func:`fleet.allocations.borrowing.admission`);
+        with ``gained``, once each team holds that many slices more (the queue's replicas
+        ahead placed: they hold them, wait for them no longer, and the fleet has that much
+        less free)."""
+        gained = gained or {}
         team = job.pod.team
         sharing = self.sharing[team]
         demand = Usage(mig_compute_slices=job.pod.slices)
-        in_use = Usage(mig_compute_slices=self.used[team])
+        in_use = Usage(mig_compute_slices=self.used[team] + gained.get(team, 0))
         quick = sharing_verdict(sharing, in_use, demand, Usage(), Usage())
         if not quick.borrowed:
             return quick
         others = Usage()
         for t in range(self.teams):
-            if t != team and self.waiting_slices[t]:
+            waiting = self.waiting_slices[t] - gained.get(t, 0)
+            if t != team and waiting > 0:
                 others = plus(
                     others,
                     deserved_need(
                         self.sharing[t],
-                        Usage(mig_compute_slices=self.used[t]),
-                        Usage(mig_compute_slices=self.waiting_slices[t]),
+                        Usage(mig_compute_slices=self.used[t] + gained.get(t, 0)),
+                        Usage(mig_compute_slices=waiting),
                     ),
                 )
-        free = Usage(mig_compute_slices=self.capacity - self.occupied)
+        free = Usage(mig_compute_slices=self.capacity - self.occupied - sum(gained.values()))
         return sharing_verdict(sharing, in_use, demand, free, others)
 
     def _entitled(self, job: Job, queued: bool = False, ahead: int = 0) -> bool:
@@ -697,13 +703,13 @@ class Simulation:
         ``stop`` (the reclaim). Where it goes, and the replicas it stops (by
         partition and name)."""
         request = MigRequest(job.pod.profile_id)
-        blocked = not self._verdict(job).allowed
         plans: list[tuple[Plan, Target | None, tuple[tuple[int, str], ...]]] = []
-        snapshot = self.snapshot
+        snapshot, gained = self.snapshot, None
         best = rank(snapshot, request).best
         if best is not None:  # unless the queue's replicas ahead take that room first
-            snapshot = self._served_before(job)
+            snapshot, gained = self._served_before(job)
             best = rank(snapshot, request).best
+        blocked = not self._verdict(job, gained if best is not None else None).allowed
         if best is not None:
             kind: PlanKind = "quota" if blocked else "place"
             plans.append((Plan(kind, kind, changes_policy=blocked), best, ()))
@@ -747,22 +753,34 @@ class Simulation:
                 claimed += ahead.pod.slices
         return claimed
 
-    def _served_before(self, job: Job) -> FleetSnapshot:
-        """The snapshot once the queue has placed the waiting replicas ahead of ``job`` that
-        fit now, its team's sharing allowing (at most ``MAX_ATTEMPTS``):
+    def _served_before(self, job: Job) -> tuple[FleetSnapshot, dict[int, int]]:
+        """The snapshot once the queue's run has placed the waiting replicas ahead of ``job``,
+        as :meth:`_place_queue` walks them (at most ``MAX_ATTEMPTS`` attempts; a profile that
+        fit nowhere and a team's refused size skipped; each judged by its team's sharing on
+        the holdings the ones before it leave), and the slices each team gained by them:
         :meth:`fleet.sharing.wit.Context.served_before`."""
-        snapshot, placed = self.snapshot, 0
+        snapshot, gained = self.snapshot, dict.fromkeys(range(self.teams), 0)
+        full: set[int] = set()
+        refused: dict[int, int] = {}
+        attempts = 0
         for ahead in self._queue():
-            if ahead is job or placed >= MAX_ATTEMPTS:
+            team = ahead.pod.team
+            if ahead is job or attempts >= MAX_ATTEMPTS:
                 break
-            if not self._verdict(ahead).allowed:
+            if ahead.pod.slices >= refused.get(team, 1 << 30) or ahead.pod.profile_id in full:
+                continue
+            attempts += 1
+            if not self._verdict(ahead, gained).allowed:
+                refused[team] = min(refused.get(team, 1 << 30), ahead.pod.slices)
                 continue
             request = MigRequest(ahead.pod.profile_id)
             best = rank(snapshot, request).best
-            if best is not None:
-                snapshot = apply_target(snapshot, request, best)
-                placed += 1
-        return snapshot
+            if best is None:
+                full.add(ahead.pod.profile_id)
+                continue
+            snapshot = apply_target(snapshot, request, best)
+            gained[team] += ahead.pod.slices
+        return snapshot, gained
 
     def _wit_apply(
         self,
