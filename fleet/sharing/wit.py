@@ -873,17 +873,19 @@ def _kick_if_it_fits(deployment: Deployment, answer: dict[str, Any]) -> None:
         place_queue_after_commit()
 
 
-def _place_at_once() -> None:
+def _place_at_once() -> bool:
     """The queue places now, on this worker (a refresh's first replica that fits): not held
     back by the kicks' once-a-second hold, in which an arrival or a reclaim could take the
-    room the answer names. Where another worker's run holds the queue, a kick follows it."""
+    room the answer names. Where another worker's run holds the queue, a kick follows it.
+    Whether it placed anything (the fleet the refresh answers on has changed)."""
     try:
-        ran = queue_place_unless_busy() is not None
+        placed = queue_place_unless_busy()
     except Exception:  # the refresh goes on; the kick runs the queue on a worker
         logger.exception("what-would-it-take could not run the queue")
-        ran = False
-    if not ran:
+        placed = None
+    if placed is None:
         place_queue_after_commit()
+    return bool(placed)
 
 
 def waiting_deployments() -> list[Deployment]:
@@ -918,12 +920,16 @@ def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
 
     The first replica found fitting now has the queue run at once, on this worker
     (:func:`_place_at_once`); the others kick it as an on-demand answer does (held to once a
-    second). A run stops once it took ``FLEET_WIT_REFRESH_BUDGET_S`` (a worker is not held for
-    minutes by a large fleet), without marking the fleet done: the next run goes on, the deployments
-    answered longest ago (or never) first, so none starves while the fleet keeps changing."""
+    second). Where that run placed replicas, the answers after it are computed on the fleet
+    as it is now (a new context), and the fleet is not marked done (the answers before it
+    were on the fleet before). A run stops once it took ``FLEET_WIT_REFRESH_BUDGET_S`` (a
+    worker is not held for minutes by a large fleet), without marking the fleet done: the next
+    run goes on, the deployments answered longest ago (or never) first, so none starves while
+    the fleet keeps changing."""
     started = time.perf_counter()
     budget = float(settings.FLEET_WIT_REFRESH_BUDGET_S)
-    context = new_context(float(settings.FLEET_WIT_ADVICE_SECONDS))
+    advice_s = float(settings.FLEET_WIT_ADVICE_SECONDS)
+    context = new_context(advice_s)
     done = f"{CACHE_PREFIX}:done:{context.fingerprint}"
     if deployments is None and cache.get(done):
         return Refresh(context.fingerprint, 0, True, time.perf_counter() - started)
@@ -947,7 +953,8 @@ def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
             cache.set(f"{CACHE_PREFIX}:last:{deployment.pk}", time.time(), CACHE_TTL_S)
             if not placed_at_once and _fits_now(deployment, answer):
                 placed_at_once = True
-                _place_at_once()
+                if _place_at_once():  # the fleet changed: answer the rest on it as it is
+                    context, finished = new_context(advice_s), False
             else:
                 _kick_if_it_fits(deployment, answer)
             computed += 1

@@ -272,6 +272,36 @@ def test_a_refresh_whose_queue_run_finds_another_run_going_kicks_the_queue(
     assert runs == ["busy"] and broker == [PLACE_QUEUE]
 
 
+def test_a_refresh_answers_on_the_fleet_its_own_queue_run_left(
+    broker, django_capture_on_commit_callbacks
+):
+    # One free GPU, two engine-placed deployments: the refresh finds the first fitting and
+    # the queue places it at once; the second is then answered on the fleet as it is now
+    # (its answer under the fleet's new fingerprint, readable), and the fleet is not marked
+    # done: the answer before the run was on the fleet before.
+    from datetime import timedelta
+
+    from fleet.allocations.models import Deployment
+    from fleet.sharing.wit import CACHE_PREFIX, fleet_fingerprint
+
+    dedicated_gpus(1)
+    first = deployment_create(name="first", request=WHOLE, replicas=1, auto_place=True)
+    second = deployment_create(name="second", request=WHOLE, replicas=1, auto_place=True)
+    Deployment.objects.filter(pk=first.pk).update(
+        created_at=first.created_at - timedelta(minutes=5)
+    )
+    Allocation.objects.all().delete()
+    with django_capture_on_commit_callbacks(execute=True):
+        refresh = wit_refresh()
+    assert refresh.computed == 2
+    assert Allocation.objects.filter(deployment=first).count() == 1
+    now = fleet_fingerprint()
+    assert refresh.fingerprint == now
+    answer = cached_answer(now, second.pk)
+    assert answer is not None and answer["blocked_by"] == "capacity"
+    assert cache.get(f"{CACHE_PREFIX}:done:{now}") is None
+
+
 def test_the_room_the_queues_replicas_ahead_take_is_not_promised_again(viewer_client, monkeypatch):
     # One free GPU, two engine-placed deployments waiting for one: each fits alone, but the
     # queue places the first there; the second's answer says it does not fit, from the
