@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 
 from fleet.autoscaling.rule import Limits
 from fleet.bench.autoscale import AutoscaleOptions, policy
-from fleet.bench.autoscale_lag import simulate
+from fleet.bench.autoscale_lag import run_model, simulate
 from fleet.bench.autoscale_report import report
 from fleet.bench.autoscale_trace import (
     TRACES,
@@ -68,6 +68,25 @@ def test_the_lag_model_scales_with_the_rule_and_a_longer_lag_costs_latency() -> 
     slow = simulate(trace, concurrency=1, start=1, limits=limits, lag_s=5.0)
     assert max(quick) < max(static)
     assert max(quick) < max(slow)
+
+
+def test_the_lag_model_counts_replica_seconds_from_each_decision() -> None:
+    """Four 10 s requests at 0.5 s, one slot per replica, 30 s of replay: the evaluation at 1 s
+    reads 4 in flight on 1 ready replica (target 1) and asks for 4, ready at 3 s; the scale-in
+    cooldown (100 s, from the policy's setting at 0) keeps them to the end."""
+    trace = Trace("test", [Arrival(0.5, 50_000, 50_000) for _ in range(4)], 30.0, 300.0)
+    static = run_model(trace, concurrency=1, start=2)
+    assert static.duration_s == 30.0 and static.events == []
+    assert static.replica_seconds == pytest.approx(2 * 30.0)  # start x the replay
+    limits = Limits(min=1, max=8, target=1, scale_out_cooldown_s=1, scale_in_cooldown_s=100)
+    auto = run_model(trace, concurrency=1, start=1, limits=limits, lag_s=2.0)
+    assert auto.events == [(1.0, 1, 4)]
+    assert auto.replica_seconds == pytest.approx(1 * 1.0 + 4 * 29.0)  # starting ones included
+    assert auto.latencies_ms == pytest.approx([10_000.0, 12_500.0, 12_500.0, 12_500.0])
+    assert auto.latencies_ms == simulate(trace, concurrency=1, start=1, limits=limits, lag_s=2.0)
+    # A replay whose last answer comes after trace.seconds counts to that answer.
+    slow = run_model(trace, concurrency=1, start=1)
+    assert slow.duration_s == pytest.approx(40.5) and slow.replica_seconds == pytest.approx(40.5)
 
 
 def _mode(latencies: list[float], seconds: float, failed: int = 0) -> dict[str, Any]:
