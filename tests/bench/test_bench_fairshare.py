@@ -236,3 +236,25 @@ def test_what_would_it_take_judges_borrowing_after_the_queues_replicas_ahead():
     assert gained[first.pod.team] == 7 and not sim._verdict(second, gained).allowed
     sim._place_queue()
     assert first.partition is not None and second.partition is None
+
+
+def test_an_answer_carried_out_then_undone_by_a_reclaim_is_not_a_failed_application():
+    # "It fits now": the queue run the answer triggers places it; 0.4 s later a reclaim for
+    # a team that arrived since stops it (it borrowed, and started last). At apply time it
+    # waits again: the plan did place it, so this is no failed application; it is listed.
+    sim, replicas = fair_sim(gpus=8)
+    mine = next(p for p in replicas if p.slices == 7)
+    job = Job(mine, 0.0, mine.life_s)
+    sim.jobs_by_name[mine.name] = job
+    sim._enqueue(job)
+    sim.now = 100.0
+    answer = sim._wit(job)
+    assert answer[0].kind == "place" and answer[1] is not None
+    sim._start(job, answer[1], True, 100.0, "queue")
+    sim.now = 100.4
+    sim._stop(job, 100.4, gone=False)  # as a reclaim does: back to the queue
+    sim.now = 105.0
+    sim._wit_apply(job, answer, 100.0)
+    assert sim.run.wit_applied == 0 and sim.run.wit_failures == []
+    (undone,) = sim.run.wit_placed_then_stopped
+    assert undone["pod"] == mine.name and undone["placed_by"] == "queue"

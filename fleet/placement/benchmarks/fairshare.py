@@ -57,8 +57,9 @@ in queue order: the planners' answer, timed in process (the API's own latency is
 :func:`fleet.sharing.wit.compute_answer` finds them; its top plan is applied
 ``wit_apply_after_s`` later (a person reading it and confirming: an answer served is always for
 the fleet as it is then, by its fingerprint), as its API requests would be taken then
-(:meth:`Simulation._wit_outcome`), unless the replica was placed meanwhile. The simulation goes
-on as if nobody had applied it.
+(:meth:`Simulation._wit_outcome`), unless the replica was placed meanwhile (even if a reclaim
+stopped it again before then: ``wit_placed_then_stopped`` lists those). The simulation goes on
+as if nobody had applied it.
 
 **Modes**: ``hard_caps``: each team's deserved share is its cap (Fleet before sharing);
 ``fair_share``: the deserved share with a limit of the whole fleet, so a team borrows what
@@ -277,6 +278,7 @@ class Run:
     wit_placed: int = 0
     wit_outcomes: dict[str, int] = field(default_factory=dict)
     wit_failures: list[dict[str, Any]] = field(default_factory=list)
+    wit_placed_then_stopped: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Simulation:
@@ -790,10 +792,27 @@ class Simulation:
     ) -> None:
         """The top plan's requests, sent now, as the API would take them for an auto-placed
         deployment; it counts as placing the replica when that would succeed now (the
-        simulation goes on as if nobody had applied it). Unless it was placed meanwhile. A
-        plan that would fail is recorded with what took the room it named meanwhile."""
+        simulation goes on as if nobody had applied it). Unless it was placed meanwhile, even
+        if a reclaim stopped it again since (listed apart). A plan that would fail is recorded
+        with what took the room it named meanwhile."""
         if job.partition is not None or job.pod.name not in self.waiting:
             return  # placed (or gone) meanwhile: nothing to apply
+        if job.placed_by and job.placed_s >= answered_at:
+            # Placed since the answer (the plan carried out: the queue run a place answer
+            # triggers), then stopped by a reclaim (only a reclaim stops a replica that is not
+            # gone) before the person would apply it: placed meanwhile, as above; kept apart.
+            if len(self.run.wit_placed_then_stopped) < 20:
+                self.run.wit_placed_then_stopped.append(
+                    {
+                        "pod": job.pod.name,
+                        "team": job.pod.team,
+                        "plan": answer[0].kind,
+                        "answered_at_s": round(answered_at, 1),
+                        "placed_s": round(job.placed_s, 2),
+                        "placed_by": job.placed_by,
+                    }
+                )
+            return
         plan, target = answer[0], answer[1]
         self.run.wit_applied += 1
         outcome = self._wit_outcome(job, plan)
@@ -1016,6 +1035,7 @@ class Simulation:
             "wit_outcomes": dict(sorted(run.wit_outcomes.items())),
             "wit_success": round(run.wit_placed / run.wit_applied, 4) if run.wit_applied else None,
             "wit_failures": run.wit_failures,
+            "wit_placed_then_stopped": run.wit_placed_then_stopped,
         }
 
 
