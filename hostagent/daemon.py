@@ -52,7 +52,11 @@ def build_backend(config: AgentConfig) -> tuple[GpuBackend, MpsManager]:
         if config.simulate is None:
             raise ConfigError("--backend simulated needs --simulate SPEC.json")
         specs, seed = load_specs(config.simulate)
-        sim = SimulatedBackend(specs, seed=seed if seed is not None else config.seed)
+        sim = SimulatedBackend(
+            specs,
+            seed=seed if seed is not None else config.seed,
+            state_file=config.workload_dir / "simulated-gpus.json",
+        )
         return sim, MpsManager(sim.mps_control, config.mps_dir)
     from hostagent.gpu.nvml import NvmlBackend  # the one place the NVML module is loaded
 

@@ -4,6 +4,8 @@ clients (D5), the GPU reset, compute mode (D19), lost event registrations (D7), 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from hostagent.faults import apply_fault
@@ -250,3 +252,89 @@ def test_the_probe_names_profiles_by_their_nvml_constants_once_mig_is_on():
     [instance] = gpu["gpu_instances"]
     assert (instance["profile_id"], instance["placement"]) == (15, [0, 2])
     assert [d["uuid"] for d in gpu["mig_devices"]] == [sim.mig_instances(h100)[0].uuid]
+
+
+# -- a restart keeps what the GPU keeps --------------------------------------------------------
+
+
+def _kept(tmp_path, *gpus) -> tuple[SimulatedBackend, list[str]]:
+    sim = SimulatedBackend(list(gpus), seed=3, state_file=tmp_path / "gpus-state.json")
+    sim.init()
+    return sim, [g.uuid for g in sim.list_gpus()]
+
+
+def test_a_restarted_agent_finds_the_mig_layout_the_gpu_kept(tmp_path):
+    sim, (h100, l4) = _kept(tmp_path, specs.h100(), specs.l4())
+    sim.set_mig_mode(h100, True)
+    gi = sim.create_gpu_instance(h100, 9, 0)  # 3g.40gb
+    sim.create_compute_instance(h100, gi.gpu_instance_id)
+    sim.create_gpu_instance(h100, 19, 6)  # 1g.10gb, no compute instance yet
+    sim.set_compute_mode(l4, True)
+    before = sim.mig_instances(h100)
+    again, _ = _kept(tmp_path, specs.h100(), specs.l4())  # the agent restarted
+    assert again.mig_instances(h100) == before  # the MIG device's UUID too
+    assert again.list_gpus()[0].mig_mode_current is True
+    assert again.compute_mode(l4) == "exclusive_process"
+    again.destroy_gpu_instance(h100, 2)
+    assert [i.gpu_instance_id for i in _kept(tmp_path, specs.h100())[0].mig_instances(h100)] == [1]
+    # A reset takes the instances (the MIG mode stays), and the restart sees that too.
+    again.destroy_compute_instance(h100, 1, 0)
+    again.destroy_gpu_instance(h100, 1)
+    again.reset_gpu(h100)
+    third, _ = _kept(tmp_path, specs.h100(), specs.l4())
+    assert third.mig_instances(h100) == [] and third.list_gpus()[0].mig_mode_current is True
+    assert third.compute_mode(l4) == "exclusive_process"  # another GPU's reset leaves it
+    assert (tmp_path / "gpus-state.json").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        '{"version": 2, "gpus": {}}',
+        '{"version": 1, "gpus": []}',
+        "[]",
+    ],
+)
+def test_an_unreadable_state_file_is_ignored(tmp_path, text, caplog):
+    (tmp_path / "gpus-state.json").write_text(text)
+    sim, (h100,) = _kept(tmp_path, specs.h100())
+    assert sim.mig_instances(h100) == [] and sim.list_gpus()[0].mig_mode_current is False
+    assert "ignoring the simulated GPUs' state" in caplog.text
+
+
+def test_a_gpu_whose_kept_state_is_invalid_starts_fresh_and_the_others_keep_theirs(tmp_path):
+    sim, (first, second) = _kept(tmp_path, specs.h100(), specs.h100())
+    for gpu in (first, second):
+        sim.set_mig_mode(gpu, True)
+        sim.create_gpu_instance(gpu, 9, 0)
+    path = tmp_path / "gpus-state.json"
+    data = json.loads(path.read_text())
+    # Two 3g.40gb at the same slices: no driver would hold that.
+    overlap = dict(data["gpus"][first]["instances"][0], gpu_instance_id=2)
+    data["gpus"][first]["instances"].append(overlap)
+    path.write_text(json.dumps(data))
+    again, _ = _kept(tmp_path, specs.h100(), specs.h100())
+    assert again.mig_instances(first) == [] and again.list_gpus()[0].mig_mode_current is False
+    assert [i.profile_id for i in again.mig_instances(second)] == [9]
+    for bad in ({"profile_id": 99}, {"start": 1}, {"compute_instances": {"0": "GPU-x"}}):
+        data["gpus"][first]["instances"] = [dict(data["gpus"][second]["instances"][0], **bad)]
+        path.write_text(json.dumps(data))
+        assert _kept(tmp_path, specs.h100(), specs.h100())[0].mig_instances(first) == []
+
+
+def test_the_agent_keeps_its_simulated_gpus_state_in_its_state_directory(tmp_path):
+    from hostagent.config import AgentConfig
+    from hostagent.daemon import build_backend
+
+    spec = tmp_path / "gpus.json"
+    spec.write_text(json.dumps([specs.h100()]))
+    config = AgentConfig(simulate=spec, state_dir=tmp_path / "state", mps_dir=tmp_path / "mps")
+    sim, _ = build_backend(config)
+    sim.init()
+    (h100,) = [g.uuid for g in sim.list_gpus()]
+    sim.set_mig_mode(h100, True)
+    assert (tmp_path / "state" / "simulated-gpus.json").is_file()
+    again, _ = build_backend(config)
+    again.init()
+    assert again.list_gpus()[0].mig_mode_current is True

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from pathlib import Path
 from typing import Any
 
 from hostagent.gpu.backend import (
@@ -22,6 +23,7 @@ from hostagent.gpu.backend import (
     NotSupported,
     ProfilePlacements,
 )
+from hostagent.gpu.simulated import persist
 from hostagent.gpu.simulated.model import DriverQuirks, Gpu, GpuInstance, is_ampere, new_uuid
 from hostagent.gpu.simulated.mps import SimulatedMpsControl
 from hostagent.gpu.simulated.probe import probe_record
@@ -35,7 +37,9 @@ class SimulatedBackend(Workloads):
     """A :class:`~hostagent.gpu.backend.GpuBackend` over in-memory GPUs.
 
     ``mig_change_needs_reset`` makes every MIG mode change wait for :meth:`reset_gpu`;
-    ``quirks`` turns on the driver behaviours of real hosts (:class:`DriverQuirks`).
+    ``quirks`` turns on the driver behaviours of real hosts (:class:`DriverQuirks`);
+    ``state_file``: where the GPUs' MIG and compute modes and MIG instances are kept across a
+    restart, as a real GPU keeps them (:mod:`hostagent.gpu.simulated.persist`).
     """
 
     kind = "simulated"
@@ -49,6 +53,7 @@ class SimulatedBackend(Workloads):
         quirks: DriverQuirks | None = None,
         driver_version: str = "580.65.06",
         nvml_version: str = "13.580.65",
+        state_file: Path | None = None,
     ) -> None:
         self.seed = seed
         self.mig_change_needs_reset = mig_change_needs_reset
@@ -60,6 +65,9 @@ class SimulatedBackend(Workloads):
             for i, spec in enumerate(specs)
         ]
         self._by_uuid = {gpu.uuid: gpu for gpu in self._gpus}
+        self._state_file = state_file
+        if state_file is not None:
+            persist.restore(state_file, self._gpus)
         self._events: list[GpuEvent] = []
         self._cond = threading.Condition()
         self._lock = threading.RLock()
@@ -70,6 +78,11 @@ class SimulatedBackend(Workloads):
         self.mps_control.clients_of = self._mps_clients
         self.mps_control.new_pid = self._new_pid
         self._initialised = False
+
+    def _keep(self) -> None:
+        """After a change of modes or instances (the lock held): the state file, if any."""
+        if self._state_file is not None:
+            persist.save(self._state_file, self._gpus)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -190,8 +203,10 @@ class SimulatedBackend(Workloads):
                 raise InUse("GPU instances exist; destroy them first")
             g.mig_pending = enabled
             if self._toggle_needs_reset(g) and g.mig_current != enabled:
+                self._keep()
                 return MigModeResult(ok=True, needs_reset=True, message=self._pending(g, enabled))
             g.mig_current = enabled
+            self._keep()
             return MigModeResult(ok=True, needs_reset=False)
 
     def _pending(self, g: Gpu, enabled: bool) -> str:
@@ -222,6 +237,7 @@ class SimulatedBackend(Workloads):
             g.compute_mode = "default"
             # NVML handles and event registrations die with a reset (review D7).
             g.events_registered = False
+            self._keep()
 
     def set_compute_mode(self, gpu: str, exclusive_process: bool) -> None:
         """``nvmlDeviceSetComputeMode``; NotSupported on a MIG-enabled GPU (MIG user guide:
@@ -231,6 +247,7 @@ class SimulatedBackend(Workloads):
             if g.mig_current:
                 raise NotSupported("compute mode cannot change in MIG mode")
             g.compute_mode = "exclusive_process" if exclusive_process else "default"
+            self._keep()
 
     def compute_mode(self, gpu: str) -> str:
         """The current compute mode (``nvidia-smi -q -d COMPUTE``): ``default`` or
@@ -257,6 +274,7 @@ class SimulatedBackend(Workloads):
             self._check_fits(g, profile, start)
             gi_id = min(set(range(1, len(g.instances) + 2)) - set(g.instances))
             g.instances[gi_id] = GpuInstance(gi_id, profile, start)
+            self._keep()
             return MigInstance(
                 gpu_instance_id=gi_id,
                 profile_id=profile_id,
@@ -292,6 +310,7 @@ class SimulatedBackend(Workloads):
             g.created += 1
             mig_uuid = "MIG-" + new_uuid(self.seed, g.uuid, gpu_instance_id, 0, g.created)
             gi.compute_instances[0] = mig_uuid
+            self._keep()
             return MigInstance(
                 gpu_instance_id=gpu_instance_id,
                 profile_id=gi.profile["id"],
@@ -317,6 +336,7 @@ class SimulatedBackend(Workloads):
                 raise InUse("processes run on the compute instance", pids)
             self._mutation()
             del gi.compute_instances[compute_instance_id]
+            self._keep()
 
     def destroy_gpu_instance(self, gpu: str, gpu_instance_id: int) -> None:
         """``nvmlGpuInstanceDestroy``: InUse if processes or compute instances remain."""
@@ -332,3 +352,4 @@ class SimulatedBackend(Workloads):
                 raise InUse("compute instances exist on the GPU instance")
             self._mutation()
             del g.instances[gpu_instance_id]
+            self._keep()
