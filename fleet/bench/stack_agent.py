@@ -92,13 +92,14 @@ class Agent:
         hostname: str | None = None,
         transport: str = "ws",
         runtime: str | None = None,
+        allow_mutation: bool = True,
     ) -> Agent:
         args = [
             str(BIN / "fleet-agent"),
             "--server", self.stack.url,
             "--token-file", str(self.token_file),
             "--simulate", str(self.dir / "gpus.json"),
-            "--allow-mutation",
+            *(["--allow-mutation"] if allow_mutation else []),
             "--interval", "0.5",
             "--hostname", hostname or self.hostname,
             "--fault-dir", str(self.faults),
