@@ -38,7 +38,9 @@ TRACE = (
     / "csv"
     / "openb_pod_list_default.csv"
 )
-H100 = product_by_key("h100-sxm5-80gb")
+_H100 = product_by_key("h100-sxm5-80gb")
+assert _H100 is not None
+H100 = _H100
 
 
 @pytest.mark.parametrize(
