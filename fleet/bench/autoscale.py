@@ -73,6 +73,8 @@ class AutoscaleOptions:
     trace_minutes: float | None = None
     # The rule's scale-out step limit (FLEET_AUTOSCALE_MAX_STEP_OUT); None: none.
     max_step_out: int | None = None
+    # The policy's scale-in cooldown, in trace time (compressed with the trace).
+    scale_in_cooldown_s: float = SCALE_IN_COOLDOWN_S
     hosts: int = 4
     gpus_per_host: int = 4
     trace_path: Path | None = None
@@ -102,7 +104,7 @@ def policy(options: AutoscaleOptions, trace: Trace, most: int) -> dict[str, Any]
         "max": most,
         "target": target,
         "scale_out_cooldown_s": round(SCALE_OUT_COOLDOWN_S / trace.factor),
-        "scale_in_cooldown_s": round(SCALE_IN_COOLDOWN_S / trace.factor),
+        "scale_in_cooldown_s": round(options.scale_in_cooldown_s / trace.factor),
     }
 
 
@@ -268,6 +270,7 @@ def run_autoscale_bench(options: AutoscaleOptions) -> dict[str, Any]:
                 "metric": options.metric,
                 "trace_minutes": options.trace_minutes,
                 "max_step_out": options.max_step_out,
+                "scale_in_cooldown_trace_s": options.scale_in_cooldown_s,
                 "replicas": {**sizes, "autoscale_max": gpus},
                 "policy": scaling,
                 "evaluate_every_s": options.evaluate_every_s,

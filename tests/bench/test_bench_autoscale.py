@@ -142,6 +142,7 @@ def test_the_command_refuses_bad_options_before_starting_anything() -> None:
         (["--target", "9"], "--target"),
         (["--rate-target", "0"], "--rate-target"),
         (["--trace-minutes", "0.5"], "--trace-minutes"),
+        (["--scale-in-cooldown", "-1"], "--scale-in-cooldown"),
         (["--database-url", "sqlite://"], "needs PostgreSQL"),
     ):
         with pytest.raises(CommandError, match=message):
@@ -156,6 +157,9 @@ def test_a_rate_target_keeps_the_in_flight_target_by_littles_law() -> None:
     fixed = policy(AutoscaleOptions(metric="requests", rate_target=12.0), trace, 16)
     assert fixed["target"] == {"requests_per_replica_per_s": 12.0}
     assert policy(AutoscaleOptions(), trace, 16)["target"] == {"in_flight_per_replica": 5.0}
+    # The scale-in cooldown is given in trace time and compressed with the trace.
+    short = policy(AutoscaleOptions(scale_in_cooldown_s=60.0), trace, 16)
+    assert short["scale_in_cooldown_s"] == round(60.0 / trace.factor)
 
 
 @pytest.mark.skipif(not TRACES["code"].is_file(), reason="the Azure trace is not here")

@@ -44,7 +44,14 @@ H100 = _H100
 
 
 @pytest.mark.parametrize(
-    "args", [["--gpus", "4"], ["--gpus", "9000"], ["--window", "10"], ["--load", "0"]]
+    "args",
+    [
+        ["--gpus", "4"],
+        ["--gpus", "9000"],
+        ["--window", "10"],
+        ["--load", "0"],
+        ["--wit-every", "1"],
+    ],
 )
 def test_out_of_range_arguments_are_refused(args):
     with pytest.raises(CommandError):

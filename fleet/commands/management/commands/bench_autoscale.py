@@ -63,6 +63,13 @@ class Command(StackBenchCommand):
             help="at most this many replicas added per scale-out, or a doubling (the rule's step "
             "limit); default: none",
         )
+        parser.add_argument(
+            "--scale-in-cooldown",
+            type=float,
+            default=300.0,
+            help="the policy's scale-in cooldown (and stabilization window), in trace seconds "
+            "(compressed with the trace); default 300",
+        )
         parser.add_argument("--hosts", type=int, default=4, help="simulated hosts, 4 GPUs each")
         parser.add_argument(
             "--trace-file", type=Path, default=None, help="another CSV in the trace's format"
@@ -92,6 +99,8 @@ class Command(StackBenchCommand):
             raise CommandError("--trace-minutes must be 1..600")
         if options["max_step_out"] is not None and not 1 <= options["max_step_out"] <= 1000:
             raise CommandError("--max-step-out must be 1..1000")
+        if not 0 <= options["scale_in_cooldown"] <= 3600:
+            raise CommandError("--scale-in-cooldown must be 0..3600 trace seconds")
         if not 1 <= options["hosts"] <= 16:
             raise CommandError("--hosts must be 1..16")
         trace_file = options["trace_file"] or TRACES[options["trace"]]
@@ -112,6 +121,7 @@ class Command(StackBenchCommand):
                 rate_target=options["rate_target"],
                 trace_minutes=options["trace_minutes"],
                 max_step_out=options["max_step_out"],
+                scale_in_cooldown_s=options["scale_in_cooldown"],
                 hosts=options["hosts"],
                 trace_path=options["trace_file"],
                 database_url=options["database_url"],

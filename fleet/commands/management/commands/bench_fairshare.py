@@ -33,6 +33,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--load", type=float, default=1.3, help="offered load over the fleet (0.2..3)"
         )
+        parser.add_argument(
+            "--wit-every",
+            type=float,
+            default=120.0,
+            help="simulated seconds between what-would-it-take samples (5..3600)",
+        )
         parser.add_argument("--pods", type=Path, default=None, help="an openb pod list CSV")
         parser.add_argument("--json", type=Path, default=None, help="also write the JSON here")
 
@@ -43,6 +49,8 @@ class Command(BaseCommand):
             raise CommandError("--window must be between 300 and 86400 seconds")
         if not 0.2 <= options["load"] <= 3:
             raise CommandError("--load must be between 0.2 and 3")
+        if not 5 <= options["wit_every"] <= 3600:
+            raise CommandError("--wit-every must be between 5 and 3600 seconds")
         path = options["pods"] or (Path(settings.BASE_DIR) / TRACE).resolve()
         if not path.is_file():
             raise CommandError(
@@ -56,7 +64,10 @@ class Command(BaseCommand):
         product = product_by_key("h100-sxm5-80gb")
         assert product is not None
         fairshare = FairshareOptions(
-            gpus=options["gpus"], window_s=options["window"], load=options["load"]
+            gpus=options["gpus"],
+            window_s=options["window"],
+            load=options["load"],
+            wit_every_s=options["wit_every"],
         )
         try:
             result = run_fairshare(pods, product, fairshare)
