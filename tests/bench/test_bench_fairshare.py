@@ -217,7 +217,9 @@ def test_a_failed_application_names_what_took_the_room_its_plan_named():
     assert sim.run.wit_outcomes == {"place:no_room": 1}
     (failure,) = sim.run.wit_failures
     assert failure["pod"] == mine.name and failure["gpu"] == answer[1].gpu_id
-    assert failure["taken_since_by"] == [{"pod": "taker", "team": theirs.team, "by": "arrival"}]
+    assert failure["taken_since_by"] == [
+        {"pod": "taker", "team": theirs.team, "by": "arrival", "gpu": answer[1].gpu_id}
+    ]
 
 
 def test_what_would_it_take_judges_borrowing_after_the_queues_replicas_ahead():

@@ -719,7 +719,11 @@ class Simulation:
             moved = plan_moves(snapshot, request)
             if moved.target is not None:
                 n = sum(1 for m in moved.moves if m.occupied)
-                plans.append((Plan("moves", "moves", moved=n, changes_policy=blocked), None, ()))
+                to_gpus = sorted({m.to_gpu for m in moved.moves if m.to_gpu is not None})
+                plan = Plan(
+                    "moves", "moves", moved=n, changes_policy=blocked, details={"to": to_gpus}
+                )
+                plans.append((plan, moved.target, ()))  # where the moves make room
             if (
                 self.mode == "fair_share"
                 and not blocked
@@ -826,13 +830,16 @@ class Simulation:
         self, job: Job, plan: Plan, target: Target | None, answered_at: float
     ) -> dict[str, Any]:
         """A failed application: its replica, its plan, and the replicas placed since the
-        answer on the GPU the plan named (what took the room: an arrival, the queue, a
-        reclaim's claimant, a move), with the queue's position of the replica now."""
+        answer on the GPU the plan named, or where its moves would go (what took the room: an
+        arrival, the queue, a reclaim's claimant, a move), with the queue's position of the
+        replica now."""
         queue = self._queue()
+        gpus = {target.gpu_id} if target is not None else set()
+        gpus |= set(plan.details.get("to", ()))
         taken = [
-            {"pod": other.pod.name, "team": other.pod.team, "by": other.placed_by}
+            {"pod": other.pod.name, "team": other.pod.team, "by": other.placed_by, "gpu": other.gpu}
             for other in self.by_partition.values()
-            if target is not None and other.gpu == target.gpu_id and other.placed_s >= answered_at
+            if other.gpu in gpus and other.placed_s >= answered_at
         ]
         return {
             "pod": job.pod.name,
@@ -841,6 +848,7 @@ class Simulation:
             "plan": plan.kind,
             "answered_at_s": round(answered_at, 1),
             "gpu": target.gpu_id if target is not None else None,
+            "moves_to": list(plan.details.get("to", ())),
             "taken_since_by": taken,
             "queue_position": next((i for i, j in enumerate(queue) if j is job), None),
             "free_slices": self.capacity - self.occupied,
