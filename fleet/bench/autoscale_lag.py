@@ -49,27 +49,6 @@ class ModelRun:
         return self.replica_seconds / self.duration_s if self.duration_s > 0 else 0.0
 
 
-def simulate(
-    trace: Trace,
-    *,
-    concurrency: int,
-    start: int,
-    limits: Limits | None = None,
-    lag_s: float = 0.0,
-    evaluate_every_s: float = 1.0,
-) -> list[float]:
-    """Each request's latency (ms), in arrival order; ``limits`` ``None``: ``start`` replicas
-    throughout (a static mode). :func:`run_model` gives the replica-seconds too."""
-    return run_model(
-        trace,
-        concurrency=concurrency,
-        start=start,
-        limits=limits,
-        lag_s=lag_s,
-        evaluate_every_s=evaluate_every_s,
-    ).latencies_ms
-
-
 def run_model(
     trace: Trace,
     *,

@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 
 from fleet.autoscaling.rule import Limits
 from fleet.bench.autoscale import AutoscaleOptions, policy
-from fleet.bench.autoscale_lag import run_model, simulate
+from fleet.bench.autoscale_lag import run_model
 from fleet.bench.autoscale_report import report
 from fleet.bench.autoscale_trace import (
     TRACES,
@@ -60,12 +60,12 @@ def test_sharpening_doubles_the_busiest_30_trace_seconds() -> None:
 
 def test_the_lag_model_scales_with_the_rule_and_a_longer_lag_costs_latency() -> None:
     trace = _trace()
-    static = simulate(trace, concurrency=1, start=1)
+    static = run_model(trace, concurrency=1, start=1).latencies_ms
     assert len(static) == len(trace.arrivals)
     assert min(static) == pytest.approx(100.0)  # alone, a request takes its service time
     limits = Limits(min=1, max=8, target=0.5, scale_out_cooldown_s=1, scale_in_cooldown_s=5)
-    quick = simulate(trace, concurrency=1, start=1, limits=limits, lag_s=0.0)
-    slow = simulate(trace, concurrency=1, start=1, limits=limits, lag_s=5.0)
+    quick = run_model(trace, concurrency=1, start=1, limits=limits, lag_s=0.0).latencies_ms
+    slow = run_model(trace, concurrency=1, start=1, limits=limits, lag_s=5.0).latencies_ms
     assert max(quick) < max(static)
     assert max(quick) < max(slow)
 
@@ -83,7 +83,10 @@ def test_the_lag_model_counts_replica_seconds_from_each_decision() -> None:
     assert auto.events == [(1.0, 1, 4)]
     assert auto.replica_seconds == pytest.approx(1 * 1.0 + 4 * 29.0)  # starting ones included
     assert auto.latencies_ms == pytest.approx([10_000.0, 12_500.0, 12_500.0, 12_500.0])
-    assert auto.latencies_ms == simulate(trace, concurrency=1, start=1, limits=limits, lag_s=2.0)
+    assert (
+        auto.latencies_ms
+        == run_model(trace, concurrency=1, start=1, limits=limits, lag_s=2.0).latencies_ms
+    )
     # A replay whose last answer comes after trace.seconds counts to that answer.
     slow = run_model(trace, concurrency=1, start=1)
     assert slow.duration_s == pytest.approx(40.5) and slow.replica_seconds == pytest.approx(40.5)
