@@ -72,7 +72,7 @@ import heapq
 import math
 import time
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -446,18 +446,14 @@ class Simulation:
         self.waiting[job.pod.name] = job
         self.waiting_slices[job.pod.team] += job.pod.slices
 
-    def _try(self, job: Job, by: str, failed: set[int] | None = None) -> bool:
+    def _try(self, job: Job, by: str) -> bool:
         verdict = self._verdict(job)
         if not verdict.allowed:
-            return False
-        if failed is not None and job.pod.profile_id in failed:
             return False
         started = time.perf_counter()
         best = rank(self.snapshot, MigRequest(job.pod.profile_id)).best
         self.run.decisions_ms.append((time.perf_counter() - started) * 1000)
         if best is None:
-            if failed is not None:
-                failed.add(job.pod.profile_id)
             return False
         self._start(job, best, verdict.borrowed, self.now, by)
         return True
@@ -488,25 +484,41 @@ class Simulation:
         return [jobs[q.waiting.deployment_id] for q in queue_order(entries, self._shares())]
 
     def _place_queue(self) -> None:
-        """Beat's ``fleet.place_queue`` (:func:`fleet.sharing.placing.queue_place`): in queue
-        order, at most ``MAX_ATTEMPTS`` attempts; a request that fits nowhere is not tried again
-        in the run, nor a replica of a team its quota refused one as large."""
+        """Beat's ``fleet.place_queue`` (:func:`fleet.sharing.placing.queue_place`): the queue's
+        run (:meth:`_queue_run`) on the fleet itself."""
+        full = self._queue_run(
+            lambda job: self._verdict(job).allowed, lambda job: self._try(job, "queue")
+        )
+        if full:
+            self._kick_reclaim()  # some wait for capacity: reclaim for those entitled now
+
+    def _queue_run(
+        self,
+        admits: Callable[[Job], bool],
+        places: Callable[[Job], bool],
+        until: Job | None = None,
+    ) -> bool:
+        """The queue's run, in queue order (up to ``until``): at most ``MAX_ATTEMPTS``
+        attempts; a request that fit nowhere is not tried again in the run, nor a replica of a
+        team its quota refused one as large. ``admits``: its team's sharing lets it in;
+        ``places``: it was placed. Whether some request fit nowhere."""
         full: set[int] = set()
         refused: dict[int, int] = {}  # per team, the fewest slices its quota refused
         attempts = 0
         for job in self._queue():
+            if job is until:
+                break
             team = job.pod.team
             if job.pod.slices >= refused.get(team, 1 << 30) or job.pod.profile_id in full:
                 continue
             if attempts >= MAX_ATTEMPTS:
                 break
             attempts += 1
-            if not self._verdict(job).allowed:
+            if not admits(job):
                 refused[team] = min(refused.get(team, 1 << 30), job.pod.slices)
-                continue
-            self._try(job, "queue", full)
-        if full:
-            self._kick_reclaim()  # some wait for capacity: reclaim for those entitled now
+            elif not places(job):
+                full.add(job.pod.profile_id)
+        return bool(full)
 
     def _kick(self) -> None:
         """Capacity freed: the queue places at once, unless it was kicked less than a second
@@ -760,32 +772,22 @@ class Simulation:
         return claimed
 
     def _served_before(self, job: Job) -> tuple[FleetSnapshot, dict[int, int]]:
-        """The snapshot once the queue's run has placed the waiting replicas ahead of ``job``,
-        as :meth:`_place_queue` walks them (at most ``MAX_ATTEMPTS`` attempts; a profile that
-        fit nowhere and a team's refused size skipped; each judged by its team's sharing on
-        the holdings the ones before it leave), and the slices each team gained by them:
+        """The snapshot once the queue's run (:meth:`_queue_run`) has placed the waiting
+        replicas ahead of ``job``, each judged by its team's sharing on the holdings the ones
+        before it leave, and the slices each team gained by them:
         :meth:`fleet.sharing.wit.Context.served_before`."""
         snapshot, gained = self.snapshot, dict.fromkeys(range(self.teams), 0)
-        full: set[int] = set()
-        refused: dict[int, int] = {}
-        attempts = 0
-        for ahead in self._queue():
-            team = ahead.pod.team
-            if ahead is job or attempts >= MAX_ATTEMPTS:
-                break
-            if ahead.pod.slices >= refused.get(team, 1 << 30) or ahead.pod.profile_id in full:
-                continue
-            attempts += 1
-            if not self._verdict(ahead, gained).allowed:
-                refused[team] = min(refused.get(team, 1 << 30), ahead.pod.slices)
-                continue
+
+        def places(ahead: Job) -> bool:
+            nonlocal snapshot
             request = MigRequest(ahead.pod.profile_id)
             best = rank(snapshot, request).best
-            if best is None:
-                full.add(ahead.pod.profile_id)
-                continue
-            snapshot = apply_target(snapshot, request, best)
-            gained[team] += ahead.pod.slices
+            if best is not None:
+                snapshot = apply_target(snapshot, request, best)
+                gained[ahead.pod.team] += ahead.pod.slices
+            return best is not None
+
+        self._queue_run(lambda ahead: self._verdict(ahead, gained).allowed, places, until=job)
         return snapshot, gained
 
     def _wit_apply(
