@@ -272,16 +272,13 @@ class QueueWalk:
     leave (a team borrowing before them may not after) and placed on the engine's best
     target."""
 
-    def __init__(self, queue: list[QueueEntry], start: Served) -> None:
-        self.queue = queue
+    def __init__(self, queue: list[QueueEntry], first: dict[int, int], start: Served) -> None:
+        self.queue, self.first = queue, first  # first: each deployment's first position
         self.points: list[tuple[int, Served]] = [(0, start)]  # from entry i on: the fleet
         self.walked = 0
         self.attempts = 0
         self.full: set[str] = set()
         self.refused: dict[int, list[Usage]] = {}
-        self.first: dict[int, int] = {}
-        for i, entry in enumerate(queue):
-            self.first.setdefault(entry.deployment.pk, i)
 
     def before(self, deployment_id: int) -> Served:
         """What the run leaves the deployment's first replica in the queue (the whole run's
@@ -335,6 +332,7 @@ class Context:
     advice: dict[str, dict[str, Any] | None] | None = None
     memo: dict[Any, Any] = field(default_factory=dict)
     queue: list[QueueEntry] | None = None
+    first_in_queue: dict[int, int] = field(default_factory=dict)  # deployment: its position
     walk: QueueWalk | None = None
 
     def moved_requests(self) -> dict[tuple[str, int], PlacementRequest]:
@@ -352,12 +350,16 @@ class Context:
         deployment's next one (:class:`QueueWalk`): the room and the standing they leave it.
         Each replica's "it fits now" alone would promise the same slices to all of them."""
         if self.walk is None:
-            self.walk = QueueWalk(self.fleet_queue(), Served(self.snapshot, fleet_standing()))
+            queue = self.fleet_queue()
+            start = Served(self.snapshot, fleet_standing())
+            self.walk = QueueWalk(queue, self.first_in_queue, start)
         return self.walk.before(deployment_id)
 
     def fleet_queue(self) -> list[QueueEntry]:
         if self.queue is None:
             self.queue = fleet_queue()
+            for i, entry in enumerate(self.queue):
+                self.first_in_queue.setdefault(entry.deployment.pk, i)
         return self.queue
 
     def entitled_in_turn(self, deployment: Deployment) -> bool:
@@ -367,11 +369,11 @@ class Context:
         where they fit). A replica entitled alone may be past the share after them: a reclaim
         sent for it then is refused (``reclaim.not_entitled``)."""
         queue = self.fleet_queue()
-        first = next((i for i, e in enumerate(queue) if e.deployment.pk == deployment.pk), None)
+        first = self.first_in_queue.get(deployment.pk, len(queue))
         team = deployment.team
         sharing = sharing_of(team)
         held = team_usage(team.pk)
-        for entry in queue[:first]:  # all of it when the queue does not list it
+        for entry in queue[:first]:
             if entry.team.pk != team.pk:
                 continue
             demand = replica_demand(placement_request(entry.deployment))
@@ -423,7 +425,6 @@ def compute_answer(deployment: Deployment, context: Context) -> dict[str, Any]:
     request = placement_request(deployment)
     demand = placement_demand(deployment)
     team = deployment.team
-    blockers = _quota_blockers(team, request)
     best = rank(snapshot, request, demand=demand).best
     standing = None
     if best is not None:  # it fits now: unless the queue's replicas ahead take that room first
@@ -433,7 +434,10 @@ def compute_answer(deployment: Deployment, context: Context) -> dict[str, Any]:
             best = rank(snapshot, request, demand=demand).best
         if best is not None and team.shares_bounded:  # and its borrowing, after theirs
             standing = served.standing
-            blockers = list(standing.verdict(team.pk, replica_demand(request)).violations)
+    if standing is not None:
+        blockers = list(standing.verdict(team.pk, replica_demand(request)).violations)
+    else:
+        blockers = _quota_blockers(team, request)
     fits = best is not None
     plans: list[Plan] = []
     if best is not None:
