@@ -3,7 +3,7 @@ take, and the solvers' time limits (repack, the layout advisor)."""
 
 from __future__ import annotations
 
-from fleet.settings.env import env_float, env_int
+from fleet.settings.env import env_bool, env_float, env_int
 
 FLEET_OPERATION_TIMEOUT_SECONDS = env_float("FLEET_OPERATION_TIMEOUT_SECONDS", 300.0)
 # A move's new copy must run within this, or the move is rolled back (the old copy stays).
@@ -25,6 +25,8 @@ FLEET_RECLAIM_MIN_RUNTIME_S = env_float("FLEET_RECLAIM_MIN_RUNTIME_S", 600.0)
 FLEET_RECLAIM_CONCURRENCY = env_int("FLEET_RECLAIM_CONCURRENCY", 8)
 # A claimant whose reclaim failed is not tried again for this long (a failing move, say).
 FLEET_RECLAIM_RETRY_S = env_float("FLEET_RECLAIM_RETRY_S", 60.0)
+# The engine carries out the moves that would place the head of the queue (docs/sharing.md).
+FLEET_QUEUE_DEFRAG = env_bool("FLEET_QUEUE_DEFRAG", True)
 # What would it take? The layout advisor's limit per GPU product in the background refresh.
 FLEET_WIT_ADVICE_SECONDS = env_float("FLEET_WIT_ADVICE_SECONDS", 2.0)
 # One background refresh of "what would it take?" stops after this long; the next goes on.

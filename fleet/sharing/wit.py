@@ -35,6 +35,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -48,11 +49,11 @@ from fleet.allocations.models import Allocation, AllocationState, Deployment, Re
 from fleet.allocations.planning.advice import capacity_advice
 from fleet.allocations.planning.repack_plans import capacity_repack_plan
 from fleet.allocations.rankings import placed_demands, placed_requests
-from fleet.allocations.reclaims import within_deserved
+from fleet.allocations.reclaims import running_reclaims, within_deserved
 from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_request
 from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.jobs import place_queue_after_commit
-from fleet.core.models import Operation, OperationKind, Team
+from fleet.core.models import Operation, OperationKind, OperationStatus, Team
 from fleet.core.operations import RUNNING
 from fleet.inventory.models import Gpu, Host
 from fleet.partitioning.models import Partition
@@ -80,6 +81,7 @@ from fleet.placement.wit import (
 from fleet.sharing.placing import MAX_ATTEMPTS, queue_place_unless_busy
 from fleet.sharing.queue import QueueEntry, fleet_queue
 from fleet.sharing.reclaim import reclaim_preview
+from fleet.workflows.defrag import deployment_defrag_apply
 
 logger = logging.getLogger(__name__)
 
@@ -278,6 +280,7 @@ class QueueWalk:
         self.walked = 0
         self.attempts = 0
         self.full: set[str] = set()
+        self.first_full: int | None = None  # the first position let in that fit nowhere
         self.refused: dict[int, list[Usage]] = {}
 
     def before(self, deployment_id: int) -> Served:
@@ -311,6 +314,8 @@ class QueueWalk:
             best = rank(served.snapshot, request, demand=demand).best  # else it fit nowhere
         if best is None:
             self.full.add(asks)
+            if self.first_full is None:
+                self.first_full = self.walked
             return
         after = Served(
             apply_target(served.snapshot, request, best),
@@ -354,6 +359,25 @@ class Context:
             start = Served(self.snapshot, fleet_standing())
             self.walk = QueueWalk(queue, self.first_in_queue, start)
         return self.walk.before(deployment_id)
+
+    def heads_run(self, deployment_id: int) -> bool:
+        """Whether the deployment's next replica heads the queue's run among those that wait
+        for capacity: no replica ahead of it, let in by its team's sharing, fit nowhere."""
+        self.served_before(deployment_id)
+        assert self.walk is not None
+        first = self.first_in_queue.get(deployment_id, len(self.fleet_queue()))
+        return self.walk.first_full is None or self.walk.first_full >= first
+
+    def after_moves(self, deployment: Deployment) -> Context | None:
+        """A context on the fleet once the deployment's moves plan (the one its answer gave,
+        on this context's snapshot) is carried out and its replica placed: the answers after
+        it are not promised the room it takes. ``None`` when no such plan was made."""
+        request, demand = placement_request(deployment), placement_demand(deployment)
+        plan = self.memo.get(("moves", request, demand, id(self.snapshot)))
+        if plan is None or plan.target is None:
+            return None
+        promised = apply_target(plan.snapshot, request, plan.target)
+        return Context(promised, self.fingerprint, self.advice_time_limit_s)
 
     def fleet_queue(self) -> list[QueueEntry]:
         if self.queue is None:
@@ -892,6 +916,49 @@ def _place_at_once() -> bool:
     return bool(placed)
 
 
+def _defrag_for_head(deployment: Deployment, answer: dict[str, Any], context: Context) -> bool:
+    """``FLEET_QUEUE_DEFRAG``: the engine carries out the answer's top plan when it is the
+    fewest moves of other replicas (``POST .../defrag``; make before break: nobody loses a
+    running replica) for an engine-placed replica that its team's quota lets in and that heads
+    the queue's run among those waiting for capacity. One such defrag at a time, fleet-wide (none
+    while any defrag runs), none on a GPU a running reclaim touches, and none for a deployment
+    whose last one failed less than ``FLEET_RECLAIM_RETRY_S`` ago. Whether it started one
+    (:func:`fleet.workflows.defrag.deployment_defrag_apply`, which plans again on the fleet as
+    it is)."""
+    if not (settings.FLEET_QUEUE_DEFRAG and deployment.auto_place):
+        return False
+    if answer["blocked_by"] != "capacity" or not answer["plans"]:
+        return False
+    top = answer["plans"][0]
+    if (
+        top["kind"] != "moves"
+        or top["requests"][0]["path"] != f"/deployments/{deployment.pk}/defrag"
+    ):
+        return False
+    if not context.heads_run(deployment.pk):
+        return False
+    defrags = Operation.objects.filter(kind=OperationKind.DEFRAG)
+    if defrags.filter(status__in=RUNNING).exists():
+        return False
+    since = timezone.now() - timedelta(seconds=float(settings.FLEET_RECLAIM_RETRY_S))
+    failed = (OperationStatus.FAILED, OperationStatus.EXPIRED)
+    if defrags.filter(deployment=deployment, status__in=failed, finished_at__gte=since).exists():
+        return False  # its last one failed (a move that would not start, say): not again yet
+    details = top["details"]
+    gpus = {details["target_gpu"]}
+    for move in details["moves"]:
+        gpus |= {move["from_gpu"], move["to_gpu"]} - {None}
+    if gpus & running_reclaims()[1]:
+        return False
+    try:
+        operation = deployment_defrag_apply(deployment_id=deployment.pk)
+    except ServiceError as error:  # fits now, no plan any more, one running: not this time
+        logger.info("the queue's head %s was not defragmented: %s", deployment.pk, error.code)
+        return False
+    logger.info("defragmenting for the queue's head %s (operation %s)", deployment.pk, operation.pk)
+    return True
+
+
 def waiting_deployments() -> list[Deployment]:
     """Every live deployment with a replica not in place."""
     rows = (
@@ -926,7 +993,10 @@ def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
     (:func:`_place_at_once`); the others kick it as an on-demand answer does (held to once a
     second). Where that run placed replicas, the answers after it are computed on the fleet
     as it is now (a new context), and the fleet is not marked done (the answers before it
-    were on the fleet before). A run stops once it took ``FLEET_WIT_REFRESH_BUDGET_S`` (a
+    were on the fleet before). The head of the queue's moves plan is carried out
+    (:func:`_defrag_for_head`); the answers after it are computed on the fleet those moves and
+    its placement leave (the room they take is not promised to another), and the fleet is not
+    marked done. A run stops once it took ``FLEET_WIT_REFRESH_BUDGET_S`` (a
     worker is not held for minutes by a large fleet), without marking the fleet done: the next
     run goes on, the deployments answered longest ago (or never) first, so none starves while
     the fleet keeps changing."""
@@ -943,6 +1013,7 @@ def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
     computed = 0
     finished = True
     placed_at_once = False  # the first replica found fitting: the queue runs here, at once
+    defragged = False  # the head of the queue's moves, carried out
     for deployment in todo:
         key = _key(context.fingerprint, deployment.pk)
         found = cache.get(key)
@@ -959,6 +1030,9 @@ def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
                 placed_at_once = True
                 if _place_at_once():  # the fleet changed: answer the rest on it as it is
                     context, finished = new_context(advice_s), False
+            elif not defragged and _defrag_for_head(deployment, answer, context):
+                defragged, finished = True, False
+                context = context.after_moves(deployment) or new_context(advice_s)
             else:
                 _kick_if_it_fits(deployment, answer)
             computed += 1

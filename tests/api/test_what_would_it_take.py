@@ -3,6 +3,7 @@ waiting replica, each the exact requests that apply it; applied, the top plan pl
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -279,7 +280,6 @@ def test_a_refresh_answers_on_the_fleet_its_own_queue_run_left(
     # the queue places it at once; the second is then answered on the fleet as it is now
     # (its answer under the fleet's new fingerprint, readable), and the fleet is not marked
     # done: the answer before the run was on the fleet before.
-    from datetime import timedelta
 
     from fleet.allocations.models import Deployment
     from fleet.sharing.wit import CACHE_PREFIX, fleet_fingerprint
@@ -307,7 +307,6 @@ def test_the_room_the_queues_replicas_ahead_take_is_not_promised_again(viewer_cl
     # queue places the first there; the second's answer says it does not fit, from the
     # background refresh (one context: another worker's queue run holds the queue) and on
     # demand alike.
-    from datetime import timedelta
 
     from fleet.allocations.models import Deployment
     from fleet.sharing import wit as wit_module
@@ -337,7 +336,6 @@ def test_a_borrowing_the_queues_replicas_ahead_leave_refused_is_not_promised(vie
     # them). c and e only borrow; each waits for one GPU, engine-placed, c first. Alone, e may
     # borrow (3 free - 1 leaves the 2 ads needs); once the queue has placed c, it may not (2
     # free - 1 < 2): its answer is not "place", and the queue's run indeed leaves it waiting.
-    from datetime import timedelta
 
     from fleet.allocations.models import Deployment
     from fleet.sharing.placing import queue_place
@@ -399,6 +397,120 @@ def test_k_moves_carry_the_planners_proof_and_apply_as_a_defrag(operator_client,
     ]
     assert body["plans"][0]["kind"] == "moves"  # one move beats any reshape or stop
     assert body["plans"][-1]["kind"] == "wait"
+
+
+def fragmented_fleet(client: Any, gpus: int = 2) -> list[Any]:
+    """H100s whose grids each hold one busy 1g in the middle: no 7g fits, one move frees one."""
+    host = HostFactory()
+    made = [GpuFactory(host=host, product_key="h100-sxm5-80gb") for _ in range(gpus)]
+    small = deployment_create(
+        name="small", request=DeploymentRequest(kind="mig", profile="1g.10gb"), replicas=gpus
+    )
+    for gpu in made:
+        client.put(
+            f"/api/v1/gpus/{gpu.pk}/layout",
+            {"mode": "mig", "instances": [{"profile": "1g.10gb", "start": 3}]},
+            format="json",
+        )
+        deployment_place(deployment_id=small.pk, partition_id=Partition.objects.get(gpu=gpu).pk)
+    return made
+
+
+BIG = DeploymentRequest(kind="mig", profile="7g.80gb")
+
+
+def defrags() -> list[Operation]:
+    return list(Operation.objects.filter(kind="defrag").order_by("pk"))
+
+
+def test_the_refresh_carries_out_the_moves_of_the_queues_head_and_promises_its_room_to_none(
+    operator_client,
+):
+    # FLEET_QUEUE_DEFRAG: the first engine-placed replica waiting for capacity, whose top plan
+    # is moves, is defragmented for by the engine. The next one, asking the same, is answered
+    # on the fleet those moves and its placement leave: the one GPU they free is not offered
+    # to it too (it was, before: both got the same plan and the second would fail).
+
+    from fleet.allocations.models import Deployment
+
+    fragmented_fleet(operator_client)
+    head = deployment_create(name="head", request=BIG, replicas=1, auto_place=True)
+    behind = deployment_create(name="behind", request=BIG, replicas=1, auto_place=True)
+    Deployment.objects.filter(pk=head.pk).update(created_at=head.created_at - timedelta(minutes=5))
+    refresh = wit_refresh()
+    assert refresh.computed == 2
+    [operation] = defrags()
+    assert operation.deployment_id == head.pk and operation.requested_by is None
+    assert [step["kind"] for step in operation.payload["plan"]] == ["move"]
+    assert cached_answer(refresh.fingerprint, head.pk)["plans"][0]["kind"] == "moves"
+    answer = cached_answer(refresh.fingerprint, behind.pk)
+    assert "moves" not in [p["kind"] for p in answer["plans"]], answer["plans"]
+    wit_refresh()  # one engine defrag at a time: none for the replica behind
+    assert len(defrags()) == 1
+
+
+def test_no_engine_defrag_behind_a_replica_waiting_for_capacity_nor_when_turned_off(
+    operator_client, settings
+):
+
+    from fleet.allocations.models import Deployment
+
+    fragmented_fleet(operator_client)
+    whole = deployment_create(name="whole", request=WHOLE, replicas=1, auto_place=True)
+    big = deployment_create(name="big", request=BIG, replicas=1, auto_place=True)
+    Deployment.objects.filter(pk=whole.pk).update(
+        created_at=whole.created_at - timedelta(minutes=5)
+    )
+    refresh = wit_refresh()  # a whole GPU waits at the head: the queue is not big's to lead
+    assert cached_answer(refresh.fingerprint, big.pk)["plans"][0]["kind"] == "moves"
+    assert defrags() == []
+    deployment_delete(deployment_id=whole.pk)
+    manual = deployment_create(name="manual", request=BIG, replicas=1)  # an operator places it
+    Deployment.objects.filter(pk=manual.pk).update(
+        created_at=manual.created_at - timedelta(minutes=9)
+    )
+    settings.FLEET_QUEUE_DEFRAG = False
+    cache.clear()
+    wit_refresh()
+    assert defrags() == []
+    settings.FLEET_QUEUE_DEFRAG = True
+    cache.clear()
+    wit_refresh()  # the manual one is the operator's to apply; big, behind it, is the head
+    assert [op.deployment_id for op in defrags()] == [big.pk]
+
+
+def test_no_engine_defrag_again_soon_after_one_failed_nor_on_a_reclaims_gpus(operator_client):
+    from django.utils import timezone
+
+    from fleet.core.models import OperationKind, OperationStatus
+    from fleet.core.operations import operation_record
+
+    gpus = fragmented_fleet(operator_client)
+    big = deployment_create(name="big", request=BIG, replicas=1, auto_place=True)
+    failed = operation_record(
+        kind=OperationKind.DEFRAG,
+        summary="an earlier defrag",
+        deployment=big,
+        status=OperationStatus.FAILED,
+        payload={"plan": [], "index": 0, "step": "failed", "log": []},
+    )
+    Operation.objects.filter(pk=failed.pk).update(finished_at=timezone.now())
+    wit_refresh()
+    assert defrags() == [failed]  # its last one failed a moment ago: not again yet
+    Operation.objects.filter(pk=failed.pk).update(finished_at=timezone.now() - timedelta(minutes=5))
+    reclaim = operation_record(  # a running reclaim touches both GPUs
+        kind=OperationKind.RECLAIM,
+        summary="a reclaim",
+        status=OperationStatus.DISPATCHED,
+        payload={"gpus": [g.pk for g in gpus], "log": []},
+    )
+    cache.clear()
+    wit_refresh()
+    assert defrags() == [failed]
+    Operation.objects.filter(pk=reclaim.pk).update(status=OperationStatus.SUCCEEDED)
+    cache.clear()
+    wit_refresh()
+    assert [op.deployment_id for op in defrags()] == [big.pk, big.pk]
 
 
 @pytest.mark.parametrize(

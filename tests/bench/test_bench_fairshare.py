@@ -243,7 +243,7 @@ def test_what_would_it_take_judges_borrowing_after_the_queues_replicas_ahead():
     assert sim._verdict(first).allowed and sim._verdict(second).allowed  # each alone
     assert sim._wit(first)[0].kind == "place"
     assert sim._wit(second)[0].kind == "quota"  # its borrowing is refused once first is in
-    _, gained = sim._served_before(second)
+    _, gained, _ = sim._served_before(second)
     assert gained[first.pod.team] == 7 and not sim._verdict(second, gained).allowed
     sim._place_queue()
     assert first.partition is not None and second.partition is None
@@ -269,3 +269,47 @@ def test_an_answer_carried_out_then_undone_by_a_reclaim_is_not_a_failed_applicat
     assert sim.run.wit_applied == 0 and sim.run.wit_failures == []
     (undone,) = sim.run.wit_placed_then_stopped
     assert undone["pod"] == mine.name and undone["placed_by"] == "queue"
+
+
+def fragmented_sim(queue_defrag: bool = True) -> tuple[Simulation, Job, Job]:
+    """8 GPUs: GPUs 0 and 1 each hold one small replica (the smallest), the others a
+    whole-GPU one; two whole-GPU replicas wait (``head`` first): neither fits, one move would
+    place one."""
+    sim, replicas = fair_sim(gpus=8)
+    sim.options = replace(sim.options, queue_defrag=queue_defrag)
+    small = min(replicas, key=lambda p: p.slices)
+    whole = [p for p in replicas if p.slices == 7]
+    for gpu in (0, 1):
+        job = Job(replace(small, name=f"small-{gpu}"), 0.0, 1e6)
+        sim.jobs_by_name[job.pod.name] = job
+        feasible = rank(sim.snapshot, MigRequest(small.profile_id)).feasible
+        sim._start(job, next(t for t in feasible if t.gpu_id == gpu), False, 0.0, "arrival")
+    for n in range(6):
+        start(sim, whole[n], f"whole-{n}")
+    head, behind = (Job(replace(whole[6 + i], name=f"queued-{i}"), float(i), 1e6) for i in (0, 1))
+    for job in (head, behind):
+        sim.jobs_by_name[job.pod.name] = job
+        sim._enqueue(job)
+    sim.now = 100.0
+    return sim, head, behind
+
+
+def test_the_engine_carries_out_the_queues_heads_moves_and_the_next_is_answered_after_them():
+    # FLEET_QUEUE_DEFRAG, as fleet.sharing.wit.wit_refresh does: the head's moves answer is
+    # carried out (its move, then it is placed); the replica behind is answered on the fleet
+    # after them, where no move makes room: it is not given the same plan.
+    sim, head, behind = fragmented_sim()
+    assert sim._queue() == [head, behind]
+    sim._wit_sample()
+    assert head.placed_by == "defrag" and head.placed_s == 100.0 + sim.options.move_s
+    assert behind.partition is None
+    assert (sim.run.defrags, sim.run.defrag_moved, sim.run.moved) == (1, 1, 0)
+    assert sim.run.wit_kinds == {"moves": 1, "wait": 1}
+    assert sim.report()["queue_defrags"] == {"started": 1, "failed": 0, "moved": 1}
+
+
+def test_without_the_engines_defrag_both_are_given_the_one_move():
+    sim, head, behind = fragmented_sim(queue_defrag=False)
+    sim._wit_sample()
+    assert head.partition is None and behind.partition is None
+    assert sim.run.wit_kinds == {"moves": 2} and sim.run.defrags == 0

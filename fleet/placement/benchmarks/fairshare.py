@@ -59,7 +59,11 @@ in queue order: the planners' answer, timed in process (the API's own latency is
 the fleet as it is then, by its fingerprint), as its API requests would be taken then
 (:meth:`Simulation._wit_outcome`), unless the replica was placed meanwhile (even if a reclaim
 stopped it again before then: ``wit_placed_then_stopped`` lists those). The simulation goes on
-as if nobody had applied it.
+as if nobody had applied it. As the product's refresh does (``FLEET_QUEUE_DEFRAG``), a ``moves``
+answer (no quota change) for the replica heading the queue's run among those waiting for
+capacity is carried out by the engine, one at a time and away from the GPUs of the reclaims
+running: its moves, then the replica placed ``move_s`` later; the rest of the sample is answered
+on the fleet after them (``--no-queue-defrag`` turns it off).
 
 **Modes**: ``hard_caps``: each team's deserved share is its cap (Fleet before sharing);
 ``fair_share``: the deserved share with a limit of the whole fleet, so a team borrows what
@@ -123,6 +127,7 @@ class FairshareOptions:
     wit_every_s: float = 120.0
     wit_per_sample: int = 4
     wit_apply_after_s: float = 5.0
+    queue_defrag: bool = True
 
 
 @dataclass(frozen=True)
@@ -279,6 +284,10 @@ class Run:
     wit_outcomes: dict[str, int] = field(default_factory=dict)
     wit_failures: list[dict[str, Any]] = field(default_factory=list)
     wit_placed_then_stopped: list[dict[str, Any]] = field(default_factory=list)
+    defrags: int = 0
+    """Moves plans the engine carried out for the head of the queue (``FLEET_QUEUE_DEFRAG``)."""
+    defrags_failed: int = 0
+    defrag_moved: int = 0
 
 
 class Simulation:
@@ -320,6 +329,8 @@ class Simulation:
         self.seq = 0
         self.next_partition = 1
         self.reclaims: list[Reclaim] = []
+        self.defrag_until = -1.0  # the engine's defrag running (one at a time) ends then
+        self.defrag_failed_until: dict[str, float] = {}
         self.failed_until: dict[str, float] = {}
         self.run = Run()
         self.now = 0.0
@@ -631,8 +642,12 @@ class Simulation:
         moves: Sequence[Move],
         stops: list[int],
         gpus: frozenset[int] = frozenset(),
-    ) -> None:
-        self.run.reclaims += 1
+        by: str = "reclaim",
+    ) -> float:
+        """A reclaim's plan (or, ``by`` ``defrag``, the head of the queue's moves) carried
+        out: its moves and stops, then the claimant placed; when it is done."""
+        if by == "reclaim":
+            self.run.reclaims += 1
         if action == "stop":
             request = MigRequest(claimant.pod.profile_id)
             # Capacity free in bulk: would any plan, moving anyone, have placed it?
@@ -645,7 +660,11 @@ class Simulation:
         if moves:  # the moves first (a plan of stops may need some: a GPU cleared by both)
             for move in moves:
                 self._move(move)
-            self.run.moved += sum(1 for m in moves if m.occupied)
+            moved = sum(1 for m in moves if m.occupied)
+            if by == "reclaim":
+                self.run.moved += moved
+            else:
+                self.run.defrag_moved += moved
             delay += self.options.move_s
         if stops:
             for pid in stops:
@@ -656,13 +675,18 @@ class Simulation:
         verdict = self._verdict(claimant)
         best = rank(self.snapshot, MigRequest(claimant.pod.profile_id)).best
         if verdict.allowed and best is not None:
-            self._start(claimant, best, verdict.borrowed, done, "reclaim")
+            self._start(claimant, best, verdict.borrowed, done, by)
+        elif by == "defrag":
+            self.run.defrags_failed += 1
+            self.defrag_failed_until[claimant.pod.name] = self.now + self.options.reclaim_retry_s
         else:
             self.run.reclaims_failed += 1
             self.failed_until[claimant.pod.name] = self.now + self.options.reclaim_retry_s
-        running = Reclaim(claimant, len(moves), len(stops), done, gpus)
-        self.reclaims.append(running)
-        self._push(done, "reclaimed", running)
+        if by == "reclaim":
+            running = Reclaim(claimant, len(moves), len(stops), done, gpus)
+            self.reclaims.append(running)
+            self._push(done, "reclaimed", running)
+        return done
 
     def _move(self, move: Move) -> None:
         gpu = self._gpu(move.from_gpu)
@@ -703,9 +727,36 @@ class Simulation:
                 self._place_queue()
             elif kind == "place":
                 self._kick()
+            elif kind == "moves":
+                self._queue_defrag(job, answer[0])
             if kind != "wait":
                 at = self.now + self.options.wit_apply_after_s
                 self._push(at, "wit_apply", (job, answer, self.now))
+
+    def _queue_defrag(self, job: Job, plan: Plan) -> None:
+        """``FLEET_QUEUE_DEFRAG`` (:func:`fleet.sharing.wit.wit_refresh`): a ``moves`` answer
+        (no quota change) for the head of the queue's run (no replica ahead of it was let in
+        and fit nowhere) is carried out by the engine, one at a time, unless its GPUs are a
+        running reclaim's or its last one failed within ``reclaim_retry_s``: its moves, then
+        the replica placed. The rest of the sample is
+        answered on the fleet after it."""
+        if not self.options.queue_defrag or plan.changes_policy or self.now < self.defrag_until:
+            return
+        if self.defrag_failed_until.get(job.pod.name, -1.0) > self.now:
+            return  # its last one failed: not again for reclaim_retry_s
+        if self._served_before(job)[2]:
+            return  # a replica ahead waits for capacity: the head is not this one
+        moves: tuple[Move, ...] = plan.details["moves"]
+        target: Target = plan.details["target"]
+        gpus = frozenset(
+            {target.gpu_id}
+            | {m.from_gpu for m in moves}
+            | {m.to_gpu for m in moves if m.to_gpu is not None}
+        )
+        if gpus & set().union(*(r.gpus for r in self.reclaims)):
+            return
+        self.run.defrags += 1
+        self.defrag_until = self._apply(job, "move", moves, [], gpus, by="defrag")
 
     def _wit(self, job: Job) -> tuple[Plan, Target | None, tuple[tuple[int, str], ...]]:
         """The top plan of :func:`fleet.placement.wit.rank_plans` among those
@@ -721,7 +772,7 @@ class Simulation:
         snapshot, gained = self.snapshot, None
         best = rank(snapshot, request).best
         if best is not None:  # unless the queue's replicas ahead take that room first
-            snapshot, gained = self._served_before(job)
+            snapshot, gained, _ = self._served_before(job)
             best = rank(snapshot, request).best
         blocked = not self._verdict(job, gained if best is not None else None).allowed
         if best is not None:
@@ -732,9 +783,8 @@ class Simulation:
             if moved.target is not None:
                 n = sum(1 for m in moved.moves if m.occupied)
                 to_gpus = sorted({m.to_gpu for m in moved.moves if m.to_gpu is not None})
-                plan = Plan(
-                    "moves", "moves", moved=n, changes_policy=blocked, details={"to": to_gpus}
-                )
+                details = {"to": to_gpus, "moves": moved.moves, "target": moved.target}
+                plan = Plan("moves", "moves", moved=n, changes_policy=blocked, details=details)
                 plans.append((plan, moved.target, ()))  # where the moves make room
             if (
                 self.mode == "fair_share"
@@ -771,11 +821,11 @@ class Simulation:
                 claimed += ahead.pod.slices
         return claimed
 
-    def _served_before(self, job: Job) -> tuple[FleetSnapshot, dict[int, int]]:
+    def _served_before(self, job: Job) -> tuple[FleetSnapshot, dict[int, int], bool]:
         """The snapshot once the queue's run (:meth:`_queue_run`) has placed the waiting
         replicas ahead of ``job``, each judged by its team's sharing on the holdings the ones
-        before it leave, and the slices each team gained by them:
-        :meth:`fleet.sharing.wit.Context.served_before`."""
+        before it leave, the slices each team gained by them, and whether one of them, let
+        in, fit nowhere: :meth:`fleet.sharing.wit.Context.served_before`."""
         snapshot, gained = self.snapshot, dict.fromkeys(range(self.teams), 0)
 
         def places(ahead: Job) -> bool:
@@ -787,8 +837,10 @@ class Simulation:
                 gained[ahead.pod.team] += ahead.pod.slices
             return best is not None
 
-        self._queue_run(lambda ahead: self._verdict(ahead, gained).allowed, places, until=job)
-        return snapshot, gained
+        full = self._queue_run(
+            lambda ahead: self._verdict(ahead, gained).allowed, places, until=job
+        )
+        return snapshot, gained, full
 
     def _wit_apply(
         self,
@@ -1046,6 +1098,11 @@ class Simulation:
             "wit_success": round(run.wit_placed / run.wit_applied, 4) if run.wit_applied else None,
             "wit_failures": run.wit_failures,
             "wit_placed_then_stopped": run.wit_placed_then_stopped,
+            "queue_defrags": {
+                "started": run.defrags,
+                "failed": run.defrags_failed,
+                "moved": run.defrag_moved,
+            },
         }
 
 

@@ -39,6 +39,12 @@ class Command(BaseCommand):
             default=120.0,
             help="simulated seconds between what-would-it-take samples (5..3600)",
         )
+        parser.add_argument(
+            "--no-queue-defrag",
+            action="store_true",
+            help="the engine does not carry out the head of the queue's moves "
+            "(FLEET_QUEUE_DEFRAG=0)",
+        )
         parser.add_argument("--pods", type=Path, default=None, help="an openb pod list CSV")
         parser.add_argument("--json", type=Path, default=None, help="also write the JSON here")
 
@@ -68,6 +74,7 @@ class Command(BaseCommand):
             window_s=options["window"],
             load=options["load"],
             wit_every_s=options["wit_every"],
+            queue_defrag=not options["no_queue_defrag"],
         )
         try:
             result = run_fairshare(pods, product, fairshare)
