@@ -272,10 +272,18 @@ class QueueWalk:
     skipping what the run skips (a request that fit nowhere, a team's demand as large as one
     its sharing refused), each judged by its team's sharing on the standing the ones before it
     leave (a team borrowing before them may not after) and placed on the engine's best
-    target."""
+    target. With ``raised``, that team's quota is taken as raised enough for every replica of
+    it (what a quota change would let in, those ahead first)."""
 
-    def __init__(self, queue: list[QueueEntry], first: dict[int, int], start: Served) -> None:
+    def __init__(
+        self,
+        queue: list[QueueEntry],
+        first: dict[int, int],
+        start: Served,
+        raised: int | None = None,
+    ) -> None:
         self.queue, self.first = queue, first  # first: each deployment's first position
+        self.raised = raised
         self.points: list[tuple[int, Served]] = [(0, start)]  # from entry i on: the fleet
         self.walked = 0
         self.attempts = 0
@@ -305,12 +313,12 @@ class QueueWalk:
             return
         self.attempts += 1
         served = self.points[-1][1]
-        verdict = served.standing.verdict(deployment.team_id, need)
-        if not verdict.allowed:
+        raised = deployment.team_id == self.raised
+        if not raised and not served.standing.verdict(deployment.team_id, need).allowed:
             self.refused.setdefault(deployment.team_id, []).append(need)
             return
         best = None
-        if entry.reason.code in (QUEUE_FITS_NOW, BORROW_UNAVAILABLE, QUOTA_EXCEEDED):
+        if raised or entry.reason.code in (QUEUE_FITS_NOW, BORROW_UNAVAILABLE, QUOTA_EXCEEDED):
             best = rank(served.snapshot, request, demand=demand).best  # else it fit nowhere
         if best is None:
             self.full.add(asks)
@@ -339,6 +347,7 @@ class Context:
     queue: list[QueueEntry] | None = None
     first_in_queue: dict[int, int] = field(default_factory=dict)  # deployment: its position
     walk: QueueWalk | None = None
+    raised_walks: dict[int, QueueWalk] = field(default_factory=dict)  # by the team raised
 
     def moved_requests(self) -> dict[tuple[str, int], PlacementRequest]:
         if self.requests is None:
@@ -350,10 +359,21 @@ class Context:
             self.demands = placed_demands()
         return self.demands
 
-    def served_before(self, deployment_id: int) -> Served:
+    def served_before(self, deployment_id: int, raised: int | None = None) -> Served:
         """The fleet once the queue's run has placed the waiting replicas ahead of the
         deployment's next one (:class:`QueueWalk`): the room and the standing they leave it.
-        Each replica's "it fits now" alone would promise the same slices to all of them."""
+        Each replica's "it fits now" alone would promise the same slices to all of them. With
+        ``raised`` (a team), once a change of that team's quota has let its replicas in: its
+        replicas ahead, refused now, would be placed first."""
+        if raised is not None:
+            if raised not in self.raised_walks:
+                self.served_before(deployment_id)  # the walk's start, shared
+                assert self.walk is not None
+                start = self.walk.points[0][1]
+                self.raised_walks[raised] = QueueWalk(
+                    self.fleet_queue(), self.first_in_queue, start, raised
+                )
+            return self.raised_walks[raised].before(deployment_id)
         if self.walk is None:
             queue = self.fleet_queue()
             start = Served(self.snapshot, fleet_standing())
@@ -462,6 +482,15 @@ def compute_answer(deployment: Deployment, context: Context) -> dict[str, Any]:
         blockers = list(standing.verdict(team.pk, replica_demand(request)).violations)
     else:
         blockers = _quota_blockers(team, request)
+    if blockers and best is not None:
+        # A quota change lets its team's replicas ahead of it in too, and the queue places
+        # them first: it is promised the room they leave, and the change covers them all.
+        served = context.served_before(deployment.pk, raised=team.pk)
+        if served.snapshot is not snapshot:
+            snapshot = served.snapshot
+            best = rank(snapshot, request, demand=demand).best
+        if team.shares_bounded:
+            standing = served.standing
     fits = best is not None
     plans: list[Plan] = []
     if best is not None:

@@ -372,6 +372,40 @@ def test_a_borrowing_the_queues_replicas_ahead_leave_refused_is_not_promised(vie
     assert c.pk in placed and e.pk not in placed  # what the answer said
 
 
+@pytest.mark.parametrize("free", [1, 2])
+def test_a_quota_plan_counts_its_teams_replicas_ahead_that_the_change_lets_in_first(
+    viewer_client, free
+):
+    # ads may hold one GPU and holds it; two of its engine-placed deployments wait, first
+    # ahead. Raising the quota lets first in too, and the queue places it first: second is
+    # promised only the room first leaves, and its change covers both (it was told "raise to
+    # 2, then the engine places it", which would place first instead).
+    from fleet.allocations.models import Deployment
+
+    gpus = dedicated_gpus(1 + free)
+    ads = team_create(name="ads")
+    team_quota_set(team_id=ads.pk, quota={"gpus": 1})
+    held = deployment_create(name="held", request=WHOLE, replicas=1, team_id=ads.pk)
+    deployment_place(deployment_id=held.pk, gpu_id=gpus[0].pk)
+    first, second = (
+        deployment_create(name=n, request=WHOLE, replicas=1, team_id=ads.pk, auto_place=True)
+        for n in ("first", "second")
+    )
+    Deployment.objects.filter(pk=first.pk).update(
+        created_at=first.created_at - timedelta(minutes=5)
+    )
+    top = wit(viewer_client, f"{first.pk}.0").json()["plans"][0]
+    assert top["kind"] == "quota" and top["requests"][0]["body"] == {"gpus": 2}
+    body = wit(viewer_client, f"{second.pk}.0").json()
+    assert body["blocked_by"] == "quota"
+    kinds = [p["kind"] for p in body["plans"]]
+    if free == 1:  # first takes the one free GPU: no change places second
+        assert "quota" not in kinds, body["plans"]
+    else:
+        assert body["plans"][0]["kind"] == "quota"
+        assert body["plans"][0]["requests"][0]["body"] == {"gpus": 3}
+
+
 def test_k_moves_carry_the_planners_proof_and_apply_as_a_defrag(operator_client, viewer_client):
     host = HostFactory()
     gpus = [GpuFactory(host=host, product_key="h100-sxm5-80gb") for _ in range(2)]

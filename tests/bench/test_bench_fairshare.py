@@ -313,3 +313,27 @@ def test_without_the_engines_defrag_both_are_given_the_one_move():
     sim._wit_sample()
     assert head.partition is None and behind.partition is None
     assert sim.run.wit_kinds == {"moves": 2} and sim.run.defrags == 0
+
+
+def test_a_quota_answer_is_promised_the_room_its_teams_replicas_ahead_leave():
+    # 8 GPUs: team B holds 4 whole GPUs, team C 3; team A's deserved share waits for 17
+    # slices, so B may not borrow the last GPU. Two whole-GPU replicas of B wait. A quota
+    # change lets both in, the first placed first: it is told "quota", the second, with no
+    # room left after it, is not (both were told "quota" of the one GPU before).
+    sim, replicas = fair_sim(gpus=8)
+    whole = {t: [p for p in replicas if p.team == t and p.slices == 7] for t in (1, 2)}
+    for n in range(4):
+        start(sim, whole[1][n], f"b-{n}")
+    for n in range(3):
+        start(sim, whole[2][n], f"c-{n}")
+    sim.waiting_slices[0] = 17
+    queued = []
+    for n, at in ((4, 1.0), (5, 2.0)):
+        job = Job(whole[1][n], at, 1e6)
+        sim.jobs_by_name[job.pod.name] = job
+        sim._enqueue(job)
+        queued.append(job)
+    first, second = queued
+    assert sim._queue() == queued and not sim._verdict(first).allowed
+    assert sim._wit(first)[0].kind == "quota"
+    assert sim._wit(second)[0].kind == "wait"

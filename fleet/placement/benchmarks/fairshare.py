@@ -762,7 +762,8 @@ class Simulation:
         """The top plan of :func:`fleet.placement.wit.rank_plans` among those
         :func:`fleet.sharing.wit.compute_answer` finds (the layout advisor's reshapes aside:
         the simulation reshapes by itself): ``place`` (``quota`` where its team's sharing
-        refuses it: the quota change, then place), else the fewest ``moves`` (after the quota
+        refuses it: the quota change, then place, on the room its team's replicas ahead leave
+        once the change lets them in too), else the fewest ``moves`` (after the quota
         change, where one is needed) and, for a replica its deserved share entitles (once its
         team's entitled replicas ahead in the queue have theirs) that the quota lets in,
         ``stop`` (the reclaim). Where it goes, and the replicas it stops (by
@@ -775,6 +776,9 @@ class Simulation:
             snapshot, gained, _ = self._served_before(job)
             best = rank(snapshot, request).best
         blocked = not self._verdict(job, gained if best is not None else None).allowed
+        if blocked and best is not None:  # the change lets its team's replicas ahead in first
+            snapshot, gained, _ = self._served_before(job, raised=job.pod.team)
+            best = rank(snapshot, request).best
         if best is not None:
             kind: PlanKind = "quota" if blocked else "place"
             plans.append((Plan(kind, kind, changes_policy=blocked), best, ()))
@@ -821,11 +825,14 @@ class Simulation:
                 claimed += ahead.pod.slices
         return claimed
 
-    def _served_before(self, job: Job) -> tuple[FleetSnapshot, dict[int, int], bool]:
+    def _served_before(
+        self, job: Job, raised: int | None = None
+    ) -> tuple[FleetSnapshot, dict[int, int], bool]:
         """The snapshot once the queue's run (:meth:`_queue_run`) has placed the waiting
         replicas ahead of ``job``, each judged by its team's sharing on the holdings the ones
         before it leave, the slices each team gained by them, and whether one of them, let
-        in, fit nowhere: :meth:`fleet.sharing.wit.Context.served_before`."""
+        in, fit nowhere: :meth:`fleet.sharing.wit.Context.served_before`; with ``raised`` (a
+        team), its replicas let in whatever its quota says (a quota change's)."""
         snapshot, gained = self.snapshot, dict.fromkeys(range(self.teams), 0)
 
         def places(ahead: Job) -> bool:
@@ -837,9 +844,10 @@ class Simulation:
                 gained[ahead.pod.team] += ahead.pod.slices
             return best is not None
 
-        full = self._queue_run(
-            lambda ahead: self._verdict(ahead, gained).allowed, places, until=job
-        )
+        def admits(ahead: Job) -> bool:
+            return ahead.pod.team == raised or self._verdict(ahead, gained).allowed
+
+        full = self._queue_run(admits, places, until=job)
         return snapshot, gained, full
 
     def _wit_apply(
