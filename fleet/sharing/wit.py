@@ -40,6 +40,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db import transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
@@ -49,7 +50,7 @@ from fleet.allocations.models import Allocation, AllocationState, Deployment, Re
 from fleet.allocations.planning.advice import capacity_advice
 from fleet.allocations.planning.repack_plans import capacity_repack_plan
 from fleet.allocations.rankings import placed_demands, placed_requests
-from fleet.allocations.reclaims import running_reclaims, within_deserved
+from fleet.allocations.reclaims import running_reclaims, serialise_reclaims, within_deserved
 from fleet.allocations.selectors import fleet_snapshot, placement_demand, placement_request
 from fleet.core.errors import Conflict, NotFound, ServiceError
 from fleet.core.jobs import place_queue_after_commit
@@ -966,26 +967,36 @@ def _defrag_for_head(deployment: Deployment, answer: dict[str, Any], context: Co
         return False
     if not context.heads_run(deployment.pk):
         return False
+    with transaction.atomic():
+        serialise_reclaims()  # two refreshes, or a reclaim sweep, see each other's starts
+        started = _defrag_start(deployment, top["details"])
+    if started is None:
+        return False
+    logger.info("defragmenting for the queue's head %s (operation %s)", deployment.pk, started.pk)
+    return True
+
+
+def _defrag_start(deployment: Deployment, details: dict[str, Any]) -> Operation | None:
+    """:func:`_defrag_for_head`'s start, unless a defrag runs, the deployment's last one
+    failed lately, or a running reclaim touches the plan's GPUs."""
     defrags = Operation.objects.filter(kind=OperationKind.DEFRAG)
     if defrags.filter(status__in=RUNNING).exists():
-        return False
+        return None
     since = timezone.now() - timedelta(seconds=float(settings.FLEET_RECLAIM_RETRY_S))
     failed = (OperationStatus.FAILED, OperationStatus.EXPIRED)
     if defrags.filter(deployment=deployment, status__in=failed, finished_at__gte=since).exists():
-        return False  # its last one failed (a move that would not start, say): not again yet
-    details = top["details"]
+        return None  # its last one failed (a move that would not start, say): not again yet
     gpus = {details["target_gpu"]}
     for move in details["moves"]:
         gpus |= {move["from_gpu"], move["to_gpu"]} - {None}
     if gpus & running_reclaims()[1]:
-        return False
+        return None
     try:
-        operation = deployment_defrag_apply(deployment_id=deployment.pk)
+        with transaction.atomic():
+            return deployment_defrag_apply(deployment_id=deployment.pk)
     except ServiceError as error:  # fits now, no plan any more, one running: not this time
         logger.info("the queue's head %s was not defragmented: %s", deployment.pk, error.code)
-        return False
-    logger.info("defragmenting for the queue's head %s (operation %s)", deployment.pk, operation.pk)
-    return True
+        return None
 
 
 def waiting_deployments() -> list[Deployment]:
