@@ -916,6 +916,27 @@ def answer_for(ref: str) -> tuple[WaitingRef, dict[str, Any], bool]:
     return waiting, answer, False
 
 
+def placing_now(deployment: Deployment) -> dict[str, Any] | None:
+    """The defrag or reclaim running now that places the deployment's next replica, if any
+    (not cached: it starts and ends without the fleet's fingerprint changing)."""
+    running = (
+        Operation.objects.filter(
+            deployment=deployment,
+            kind__in=(OperationKind.DEFRAG, OperationKind.RECLAIM),
+            status__in=RUNNING,
+        )
+        .order_by("-pk")
+        .first()
+    )
+    if running is None:
+        return None
+    return {
+        "operation": running.pk,
+        "kind": running.kind,
+        "requested_by": running.requested_by_name or None,
+    }
+
+
 def _fits_now(deployment: Deployment, answer: dict[str, Any]) -> bool:
     """Whether the answer says the engine places the replica now: its team's quota allows it
     and it fits once the queue's replicas ahead have theirs."""

@@ -65,9 +65,11 @@ function render(box, data, ref) {
     quota: "Its team's quota blocks it.",
   }[data.blocked_by];
   const list = el("ol", { class: "wit-plans" });
+  /** @type {{operation: number, kind: string, requested_by: string | null} | null} */
+  const busy = data.in_progress || null;
   for (const plan of /** @type {Plan[]} */ (data.plans)) {
     const button =
-      plan.requests.length && plan.may_apply
+      plan.requests.length && plan.may_apply && !busy
         ? el(
             "button",
             {
@@ -80,7 +82,7 @@ function render(box, data, ref) {
           )
         : null;
     const who =
-      plan.requests.length && !plan.may_apply
+      plan.requests.length && !plan.may_apply && !busy
         ? el("span", {
             class: "muted small",
             text: `Only ${ROLE_LABEL[plan.role] || plan.role} may apply it.`,
@@ -111,6 +113,15 @@ function render(box, data, ref) {
       ),
     );
   }
+  const placing = busy
+    ? el("p", {
+        class: "wit-in-progress",
+        "data-operation": String(busy.operation),
+        text:
+          `${busy.requested_by ? busy.requested_by + "'s" : "Fleet's"} ${busy.kind} ` +
+          `(operation ${busy.operation}) is placing it now: no plan needs applying.`,
+      })
+    : null;
   box.replaceChildren(
     el(
       "p",
@@ -121,6 +132,7 @@ function render(box, data, ref) {
         text: data.cached ? "Answered from the background refresh." : "Computed just now.",
       }),
     ),
+    ...(placing ? [placing] : []),
     list,
   );
   box.dataset.witRef = ref;

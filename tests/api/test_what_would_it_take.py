@@ -481,6 +481,13 @@ def test_the_refresh_carries_out_the_moves_of_the_queues_head_and_promises_its_r
     assert "moves" not in [p["kind"] for p in answer["plans"]], answer["plans"]
     wit_refresh()  # one engine defrag at a time: none for the replica behind
     assert len(defrags()) == 1
+    # Read meanwhile, the head's answer says Fleet is placing it (nothing to apply).
+    assert wit(operator_client, f"{head.pk}.0").json()["in_progress"] == {
+        "operation": operation.pk,
+        "kind": "defrag",
+        "requested_by": None,
+    }
+    assert wit(operator_client, f"{behind.pk}.0").json()["in_progress"] is None
 
 
 def test_no_engine_defrag_behind_a_replica_waiting_for_capacity_nor_when_turned_off(

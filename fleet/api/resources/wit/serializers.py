@@ -52,6 +52,14 @@ class PlanSerializer(serializers.Serializer[Any]):
     )
 
 
+class InProgressSerializer(serializers.Serializer[Any]):
+    operation = serializers.IntegerField(help_text="The operation placing it (follow it).")
+    kind = serializers.ChoiceField(choices=["defrag", "reclaim"])
+    requested_by = serializers.CharField(
+        allow_null=True, help_text="Who started it; `null`: Fleet itself (beat)."
+    )
+
+
 class WhatWouldItTakeSerializer(serializers.Serializer[Any]):
     id = serializers.CharField(help_text="The waiting replica: `DEPLOYMENT.REPLICA`.")
     deployment = serializers.IntegerField()
@@ -65,6 +73,12 @@ class WhatWouldItTakeSerializer(serializers.Serializer[Any]):
         "has room; `none`: it fits now.",
     )
     quota_reasons = serializers.ListField(child=serializers.DictField())
+    in_progress = InProgressSerializer(
+        allow_null=True,
+        help_text="A defrag or reclaim running now that places its next replica (the head of "
+        "the queue's moves, carried out by Fleet; a reclaim; an operator's): no plan needs "
+        "applying meanwhile.",
+    )
     plans = PlanSerializer(many=True, help_text="Smallest first; `wait` last.")
     cached = serializers.BooleanField(
         help_text="Answered from the background refresh's cache (else computed now)."

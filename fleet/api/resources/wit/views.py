@@ -15,7 +15,7 @@ from fleet.api.common import error_responses
 from fleet.api.resources.wit.serializers import WhatWouldItTakeSerializer
 from fleet.core.roles import Role, role_of
 from fleet.core.teams import can_operate_team
-from fleet.sharing.wit import answer_for
+from fleet.sharing.wit import answer_for, placing_now
 
 
 def may_apply(user: Any, role: str, team_id: int) -> bool:
@@ -76,5 +76,6 @@ def what_would_it_take(request: Request, id: str) -> Response:
         "replica": waiting.replica,
         "plans": plans,
         "cached": cached,
+        "in_progress": placing_now(waiting.deployment),
     }
     return Response(WhatWouldItTakeSerializer(body).data)
