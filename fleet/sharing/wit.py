@@ -1079,6 +1079,11 @@ def wit_refresh(deployments: Iterable[Deployment] | None = None) -> Refresh:
         key = _key(context.fingerprint, deployment.pk)
         found = cache.get(key)
         if found is not None and time.time() - found.get("computed_s", 0) < REFRESH_EVERY_S:
+            # Answered for this fleet already (on demand, say): its moves may still be the
+            # head's to carry out.
+            if not defragged and _defrag_for_head(deployment, found, context):
+                defragged, finished = True, False
+                context = new_context(advice_s)
             continue
         if computed and time.perf_counter() - started > budget:
             finished = False

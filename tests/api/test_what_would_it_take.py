@@ -490,6 +490,17 @@ def test_the_refresh_carries_out_the_moves_of_the_queues_head_and_promises_its_r
     assert wit(operator_client, f"{behind.pk}.0").json()["in_progress"] is None
 
 
+def test_an_answer_read_on_demand_is_carried_out_by_the_next_refresh(operator_client):
+    # The head's answer computed by a reader first: the refresh finds it cached for this fleet
+    # and still carries out its moves (not a minute later, when it would compute it again).
+    fragmented_fleet(operator_client)
+    big = deployment_create(name="big", request=BIG, replicas=1, auto_place=True)
+    assert wit(operator_client, f"{big.pk}.0").json()["plans"][0]["kind"] == "moves"
+    assert defrags() == []  # reading changes nothing
+    assert wit_refresh().computed == 0  # nothing recomputed
+    assert [op.deployment_id for op in defrags()] == [big.pk]
+
+
 def test_no_engine_defrag_behind_a_replica_waiting_for_capacity_nor_when_turned_off(
     operator_client, settings
 ):
