@@ -394,7 +394,7 @@ class Context:
         on this context's snapshot) is carried out and its replica placed: the answers after
         it are not promised the room it takes. ``None`` when no such plan was made."""
         request, demand = placement_request(deployment), placement_demand(deployment)
-        plan = self.memo.get(("moves", request, demand, id(self.snapshot)))
+        plan = self.memo.get(_moves_key(request, demand, self.snapshot))
         if plan is None or plan.target is None:
             return None
         promised = apply_target(plan.snapshot, request, plan.target)
@@ -554,6 +554,11 @@ def _place_plan(deployment: Deployment, target: Target) -> Plan:
     )
 
 
+def _moves_key(request: PlacementRequest, demand: Demand, snapshot: FleetSnapshot) -> Any:
+    """Where a context memoises the moves plan for a request on a snapshot."""
+    return ("moves", request, demand, id(snapshot))
+
+
 def _moves_plans(
     deployment: Deployment,
     request: PlacementRequest,
@@ -564,7 +569,7 @@ def _moves_plans(
     """On ``snapshot``: the fleet's, or what the queue's replicas ahead leave."""
     if isinstance(request, WholeGpuRequest):
         return _repack_plans(deployment, request, demand, context)
-    key = ("moves", request, demand, id(snapshot))
+    key = _moves_key(request, demand, snapshot)
     if key not in context.memo:  # deployments asking the same get the same plan
         context.memo[key] = plan_moves(
             snapshot,
@@ -988,6 +993,8 @@ def _defrag_for_head(deployment: Deployment, answer: dict[str, Any], context: Co
         return False
     if not context.heads_run(deployment.pk):
         return False
+    if _defrag_running():
+        return False  # checked again under the lock; not worth waiting for it meanwhile
     with transaction.atomic():
         serialise_reclaims()  # two refreshes, or a reclaim sweep, see each other's starts
         started = _defrag_start(deployment, top["details"])
@@ -997,14 +1004,18 @@ def _defrag_for_head(deployment: Deployment, answer: dict[str, Any], context: Co
     return True
 
 
+def _defrag_running() -> bool:
+    return Operation.objects.filter(kind=OperationKind.DEFRAG, status__in=RUNNING).exists()
+
+
 def _defrag_start(deployment: Deployment, details: dict[str, Any]) -> Operation | None:
     """:func:`_defrag_for_head`'s start, unless a defrag runs, the deployment's last one
     failed lately, or a running reclaim touches the plan's GPUs."""
-    defrags = Operation.objects.filter(kind=OperationKind.DEFRAG)
-    if defrags.filter(status__in=RUNNING).exists():
+    if _defrag_running():
         return None
     since = timezone.now() - timedelta(seconds=float(settings.FLEET_RECLAIM_RETRY_S))
     failed = (OperationStatus.FAILED, OperationStatus.EXPIRED)
+    defrags = Operation.objects.filter(kind=OperationKind.DEFRAG)
     if defrags.filter(deployment=deployment, status__in=failed, finished_at__gte=since).exists():
         return None  # its last one failed (a move that would not start, say): not again yet
     gpus = {details["target_gpu"]}

@@ -88,7 +88,7 @@ from fleet.placement.defrag import Move, plan_moves
 from fleet.placement.fairshare import UseInterval, Waiting, queue_order, team_shares
 from fleet.placement.fit import Target, rank
 from fleet.placement.quota import Quota, Usage, plus
-from fleet.placement.reclaim import Borrowed, plan_gpus, reclaim_plan
+from fleet.placement.reclaim import Borrowed, ReclaimPlan, plan_gpus, reclaim_plan
 from fleet.placement.sharing import Sharing, deserved_need, sharing_verdict
 from fleet.placement.simulate import apply_target
 from fleet.placement.snapshot import FleetSnapshot, GpuState, HostState, MigPartition, MigRequest
@@ -748,11 +748,7 @@ class Simulation:
             return  # a replica ahead waits for capacity: the head is not this one
         moves: tuple[Move, ...] = plan.details["moves"]
         target: Target = plan.details["target"]
-        gpus = frozenset(
-            {target.gpu_id}
-            | {m.from_gpu for m in moves}
-            | {m.to_gpu for m in moves if m.to_gpu is not None}
-        )
+        gpus = plan_gpus(ReclaimPlan("move", target, moves))
         if gpus & set().union(*(r.gpus for r in self.reclaims)):
             return
         self.run.defrags += 1
