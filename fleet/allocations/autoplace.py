@@ -49,7 +49,9 @@ def deployment_autoplace(
     Raises :class:`RuleViolation` when a replica fits nowhere, and :class:`QuotaExceeded` when
     it would pass its team's quota (unless ``over_quota_reason``: a fault's re-placement,
     allowed and recorded); inside the caller's transaction that undoes the replicas placed
-    before it, so auto-placement is all or nothing.
+    before it, so auto-placement is all or nothing. Replicas another transaction places
+    meanwhile (the queue, a defrag, a person) count as placed: when they were the last, it
+    returns what it placed itself.
     """
     operations: list[Operation] = []
     deployment = Deployment.objects.get(pk=deployment_id)
@@ -96,6 +98,8 @@ def deployment_autoplace(
                 error.details["placed_operations"] = [op.pk for op in operations]
                 raise
             except ServiceError as error:
+                if error.code == "deployment.fully_placed":  # another placer got there first
+                    return operations
                 refusals.extend(violations_of(error))
             finally:
                 snapshot = _reread_host(snapshot, target.gpu_id)
@@ -106,6 +110,8 @@ def deployment_autoplace(
                 deployment.replicas
                 - deployment.allocations.placed().values("replica").distinct().count()
             )
+            if missing <= 0:  # placed meanwhile by another transaction (the queue, a defrag)
+                break
             raise RuleViolation(
                 f"No capacity for {missing} replica(s) of {deployment.name}.",
                 refusals[:20]

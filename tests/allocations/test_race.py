@@ -4,8 +4,9 @@ over-committed. Needs real concurrent transactions, so it runs on PostgreSQL onl
 from __future__ import annotations
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
+from fleet.allocations.autoplace import deployment_autoplace
 from fleet.allocations.models import Allocation
 from fleet.allocations.services import DeploymentRequest, deployment_create, deployment_place
 from fleet.core.errors import ServiceError
@@ -69,3 +70,22 @@ def test_two_mig_placements_never_share_a_partition_or_overlap(attempt):
     starts = sorted(Partition.objects.filter(gpu=gpu).values_list("start", flat=True))
     assert starts == [0, 4]
     assert Allocation.objects.filter(gpu=gpu).count() == 1
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_two_auto_placements_of_the_last_replica_place_it_once_and_neither_fails(attempt):
+    gpu = GpuFactory(product_key="h100-sxm5-80gb")
+    gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="mig"))
+    deployment = deployment_create(
+        name=f"d{attempt}", request=DeploymentRequest(kind="mig", profile="1g.10gb"), replicas=1
+    )
+
+    def autoplace():
+        with transaction.atomic():
+            return deployment_autoplace(deployment_id=deployment.pk)
+
+    outcomes = race(autoplace, autoplace)
+    # One placed it; the other found it placed (not "no capacity for 0 replica(s)").
+    assert not [o for o in outcomes if isinstance(o, ServiceError)], outcomes
+    assert sorted(len(o) for o in outcomes) == [0, 1], outcomes  # type: ignore[arg-type]
+    assert Allocation.objects.filter(deployment=deployment).count() == 1
