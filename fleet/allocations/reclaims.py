@@ -152,8 +152,9 @@ def serialise_reclaims() -> None:
 
 def running_reclaims(exclude: int | None = None) -> tuple[set[int], set[int], bool]:
     """The running reclaims (but ``exclude``, an operation id): their claimants, the GPUs they
-    touch (``payload["gpus"]``), and whether every one says its GPUs (one started by an older
-    server does not)."""
+    touch (``payload["gpus"]``) with those the running defrags touch (the engine's for the
+    queue's head, or a person's), and whether every reclaim says its GPUs (one started by an
+    older server does not; a defrag started by one names none and is not kept away from)."""
     claimants: set[int] = set()
     gpus: set[int] = set()
     known = True
@@ -168,6 +169,11 @@ def running_reclaims(exclude: int | None = None) -> tuple[set[int], set[int], bo
             gpus.update(int(g) for g in listed)
         else:
             known = False
+    defrags = Operation.objects.filter(kind=OperationKind.DEFRAG, status__in=RUNNING)
+    for payload in defrags.values_list("payload", flat=True):
+        listed = (payload or {}).get("gpus")
+        if isinstance(listed, list):
+            gpus.update(int(g) for g in listed)
     return claimants, gpus, known
 
 

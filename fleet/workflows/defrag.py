@@ -63,6 +63,7 @@ class DefragPayload(WorkflowPayload):
 
     index: int
     placed: NotRequired[list[int]]
+    gpus: NotRequired[list[int]]
 
 
 def move_timeout_s() -> float:
@@ -96,6 +97,9 @@ def deployment_defrag_apply(*, deployment_id: int, requested_by: Any = None) -> 
             {"deployment": deployment_id},
         )
     steps = [step_of(move) for move in plan.moves]
+    # Every GPU it touches: reclaims keep away from them while it runs (running_reclaims).
+    gpus = {plan.target.gpu_id, *plan.target.gpu_ids, *(m.from_gpu for m in plan.moves)}
+    gpus |= {m.to_gpu for m in plan.moves if m.to_gpu is not None}
     now = timezone.now()
     operation = operation_record(
         kind=OperationKind.DEFRAG,
@@ -109,6 +113,7 @@ def deployment_defrag_apply(*, deployment_id: int, requested_by: Any = None) -> 
             step="start",
             log=[{"step": None, "note": "plan accepted", "at": now.isoformat()}],
             deadline=(now + timedelta(seconds=move_timeout_s() * (len(steps) + 1))).isoformat(),
+            gpus=sorted(gpus),
         ),
     )
     advance_after_commit(operation.pk)

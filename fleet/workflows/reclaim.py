@@ -374,9 +374,9 @@ def _stop_if_needed(run: Run, deployment_id: int) -> Outcome | None:
 
 
 def _wait_for_others(run: Run, why: str) -> Outcome:
-    """Nothing stopped yet: the stopping step waits for the other reclaims to end (their GPUs
-    free again), said once in the log."""
-    waiting = f"waiting for the other reclaims: {why}"
+    """Nothing stopped yet: the stopping step waits for the other reclaims (and defrags) to
+    end (their GPUs free again), said once in the log."""
+    waiting = f"waiting for the other reclaims and defrags: {why}"
     if run.payload.get("waiting_for") != waiting:
         run.note(waiting)
         run.payload["waiting_for"] = waiting

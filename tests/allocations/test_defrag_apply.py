@@ -65,6 +65,10 @@ def test_the_plan_is_applied_and_the_waiting_replica_placed(
     assert plan.target is not None and plan.moves  # it fits only after a move
     with django_capture_on_commit_callbacks(execute=True):
         operation = deployment_defrag_apply(deployment_id=big.pk)
+    # The GPUs it touches, which reclaims keep away from while it runs.
+    touched = {plan.target.gpu_id} | {m.from_gpu for m in plan.moves}
+    touched |= {m.to_gpu for m in plan.moves if m.to_gpu is not None}
+    assert operation.payload["gpus"] == sorted(touched) and len(touched) == 2
     for _ in range(6):  # the agent applies each change the defrag makes
         sync()
         operation.refresh_from_db()

@@ -512,6 +512,25 @@ def test_beside_another_reclaim_it_never_stops_what_moves_would_spare(lent_mig):
     }
 
 
+def test_a_sweep_keeps_away_from_the_gpus_a_running_defrag_touches(lent_mig):
+    # big's reclaim moves a borrowed replica from one GPU to the other: with a defrag (the
+    # engine's for the queue's head, say) working on the second, it waits for it to end.
+    _, second = Gpu.objects.order_by("index").values_list("pk", flat=True)
+    defrag = operation_record(
+        kind=OperationKind.DEFRAG,
+        summary="a defrag",
+        deployment=lent_mig["small"],
+        status="dispatched",
+        payload={"gpus": [second]},
+    )
+    before = snapshot_rows()
+    assert reclaims_start() == []
+    assert snapshot_rows() == before
+    Operation.objects.filter(pk=defrag.pk).update(status="succeeded")
+    [pk] = reclaims_start()
+    assert Operation.objects.get(pk=pk).payload["action"] == "move"
+
+
 def test_its_stops_wait_while_another_reclaim_holds_the_gpu_they_free(lent_whole):
     [pk] = reclaims_start()
     gpu = lent_whole["borrowed"].gpu_id
