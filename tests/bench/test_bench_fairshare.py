@@ -308,6 +308,17 @@ def test_the_engine_carries_out_the_queues_heads_moves_and_the_next_is_answered_
     assert sim.report()["queue_defrags"] == {"started": 1, "failed": 0, "moved": 1}
 
 
+def test_reclaims_keep_away_from_the_gpus_of_the_running_defrag():
+    # As fleet.allocations.reclaims.running_reclaims: while the head's defrag runs, its GPUs
+    # (the moved replica's source and destination, where the head goes) are busy for reclaims.
+    sim, head, _ = fragmented_sim()
+    sim._wit_sample()
+    assert head.placed_by == "defrag" and head.gpu is not None
+    assert head.gpu in sim._busy() and len(sim.defrag_gpus) == 2
+    sim.now = sim.defrag_until
+    assert sim._busy() == set()
+
+
 def test_without_the_engines_defrag_both_are_given_the_one_move():
     sim, head, behind = fragmented_sim(queue_defrag=False)
     sim._wit_sample()

@@ -331,6 +331,7 @@ class Simulation:
         self.reclaims: list[Reclaim] = []
         self.defrag_until = -1.0  # the engine's defrag running (one at a time) ends then
         self.defrag_failed_until: dict[str, float] = {}
+        self.defrag_gpus: frozenset[int] = frozenset()  # the running defrag's
         self.failed_until: dict[str, float] = {}
         self.run = Run()
         self.now = 0.0
@@ -571,7 +572,7 @@ class Simulation:
             return
         if not any(j.borrowed for j in self.by_partition.values()):
             return
-        busy = set().union(*(r.gpus for r in self.reclaims))
+        busy = self._busy()
         planned = 0
         started = time.perf_counter()
         checked = self.run.checking_s
@@ -601,6 +602,14 @@ class Simulation:
             busy |= gpus
             if len(self.reclaims) >= limit:
                 return
+
+    def _busy(self) -> set[int]:
+        """The GPUs reclaims keep away from: the running reclaims' and the running defrag's
+        (:func:`fleet.allocations.reclaims.running_reclaims`)."""
+        busy: set[int] = set().union(*(r.gpus for r in self.reclaims))
+        if self.now < self.defrag_until:
+            busy |= self.defrag_gpus
+        return busy
 
     def _reclaim_plan(self, job: Job, busy: set[int]) -> tuple[Any, str]:
         """:func:`fleet.workflows.reclaim.reclaim_start`'s plan for ``job`` (entitled), away
@@ -752,6 +761,7 @@ class Simulation:
         if gpus & set().union(*(r.gpus for r in self.reclaims)):
             return
         self.run.defrags += 1
+        self.defrag_gpus = gpus
         self.defrag_until = self._apply(job, "move", moves, [], gpus, by="defrag")
 
     def _wit(self, job: Job) -> tuple[Plan, Target | None, tuple[tuple[int, str], ...]]:
@@ -926,7 +936,7 @@ class Simulation:
         request = MigRequest(job.pod.profile_id)
         if not plan.changes_policy and not self._verdict(job).allowed:
             return "refused"
-        busy = set().union(*(r.gpus for r in self.reclaims))
+        busy = self._busy()
         if plan.kind in ("place", "quota"):
             if rank(self.snapshot, request).best is not None:
                 return "placed"
