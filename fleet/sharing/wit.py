@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -59,7 +59,7 @@ from fleet.core.operations import RUNNING
 from fleet.inventory.models import Gpu, Host
 from fleet.partitioning.models import Partition
 from fleet.placement import Target, rank
-from fleet.placement.defrag import plan_moves
+from fleet.placement.defrag import MovePlan, plan_moves
 from fleet.placement.fairshare import QUEUE_FITS_NOW
 from fleet.placement.quota import QUOTA_EXCEEDED, Usage, covers, plus, replica_demand
 from fleet.placement.sharing import BORROW_UNAVAILABLE, Standing
@@ -99,6 +99,12 @@ ADVICE_TIME_LIMIT_S = 2.0
 """The layout advisor's limit per product, in the background refresh."""
 ON_DEMAND_ADVICE_TIME_LIMIT_S = 0.3
 """The advisor's limit when a request computes an answer the cache missed."""
+
+MAX_PROMISED = 4
+"""Replicas ahead in the queue whose moves plans the walk promises them (each a plan's search)."""
+
+Mover = Callable[[FleetSnapshot, PlacementRequest, Demand], MovePlan]
+"""A context's memoised :func:`fleet.placement.defrag.plan_moves`."""
 
 # -- the replica asked about ---------------------------------------------------------------------
 
@@ -274,7 +280,14 @@ class QueueWalk:
     its sharing refused), each judged by its team's sharing on the standing the ones before it
     leave (a team borrowing before them may not after) and placed on the engine's best
     target. With ``raised``, that team's quota is taken as raised enough for every replica of
-    it (what a quota change would let in, those ahead first)."""
+    it (what a quota change would let in, those ahead first).
+
+    A replica let in that fits nowhere is promised the room of its own moves plan (``mover``,
+    for the first :data:`MAX_PROMISED` of them): the ones behind it are answered on the fleet
+    after those moves and its placement, not given the same room (four replicas told to apply
+    one defrag for one GPU). The head's moves are the engine's to carry out
+    (``FLEET_QUEUE_DEFRAG``), the others' a person's; either way, whoever applies first takes
+    that room."""
 
     def __init__(
         self,
@@ -282,9 +295,12 @@ class QueueWalk:
         first: dict[int, int],
         start: Served,
         raised: int | None = None,
+        mover: Mover | None = None,
     ) -> None:
         self.queue, self.first = queue, first  # first: each deployment's first position
         self.raised = raised
+        self.mover = mover
+        self.promised = 0  # moves plans promised so far
         self.points: list[tuple[int, Served]] = [(0, start)]  # from entry i on: the fleet
         self.walked = 0
         self.attempts = 0
@@ -322,15 +338,34 @@ class QueueWalk:
         if raised or entry.reason.code in (QUEUE_FITS_NOW, BORROW_UNAVAILABLE, QUOTA_EXCEEDED):
             best = rank(served.snapshot, request, demand=demand).best  # else it fit nowhere
         if best is None:
-            self.full.add(asks)
             if self.first_full is None:
                 self.first_full = self.walked
-            return
+            promised = self._promise(served, request, demand)
+            if promised is None:
+                self.full.add(asks)
+                return
+            request_snapshot, best = promised
+            served = Served(request_snapshot, served.standing)
         after = Served(
             apply_target(served.snapshot, request, best),
             served.standing.after(deployment.team_id, need),
         )
         self.points.append((self.walked + 1, after))
+
+    def _promise(
+        self, served: Served, request: PlacementRequest, demand: Demand
+    ) -> tuple[FleetSnapshot, Target] | None:
+        """The fleet after the replica's moves and where it then goes, while promises are
+        left (``None``: no plan, or none is promised)."""
+        if self.mover is None or self.promised >= MAX_PROMISED:
+            return None
+        if isinstance(request, WholeGpuRequest):  # CP-SAT's repack: too slow for a walk
+            return None
+        plan = self.mover(served.snapshot, request, demand)
+        if plan.target is None:
+            return None
+        self.promised += 1
+        return plan.snapshot, plan.target
 
 
 @dataclass
@@ -372,14 +407,33 @@ class Context:
                 assert self.walk is not None
                 start = self.walk.points[0][1]
                 self.raised_walks[raised] = QueueWalk(
-                    self.fleet_queue(), self.first_in_queue, start, raised
+                    self.fleet_queue(), self.first_in_queue, start, raised, self.moves_on
                 )
             return self.raised_walks[raised].before(deployment_id)
         if self.walk is None:
             queue = self.fleet_queue()
             start = Served(self.snapshot, fleet_standing())
-            self.walk = QueueWalk(queue, self.first_in_queue, start)
+            self.walk = QueueWalk(queue, self.first_in_queue, start, mover=self.moves_on)
         return self.walk.before(deployment_id)
+
+    def moves_on(
+        self, snapshot: FleetSnapshot, request: PlacementRequest, demand: Demand
+    ) -> MovePlan:
+        """The fewest moves after which the request fits on ``snapshot`` (memoised: deployments
+        asking the same on the same fleet get the same plan, and the walk's promise is the
+        plan the answer gives)."""
+        key = _moves_key(request, demand, snapshot)
+        found = self.memo.get(key)
+        if found is None or found[0] is not snapshot:
+            plan = plan_moves(
+                snapshot,
+                request,
+                demand=demand,
+                requests=self.moved_requests(),
+                demands=self.moved_demands(),
+            )
+            found = self.memo[key] = (snapshot, plan)
+        return found[1]
 
     def heads_run(self, deployment_id: int) -> bool:
         """Whether the deployment's next replica heads the queue's run among those that wait
@@ -394,9 +448,11 @@ class Context:
         on this context's snapshot) is carried out and its replica placed: the answers after
         it are not promised the room it takes. ``None`` when no such plan was made."""
         request, demand = placement_request(deployment), placement_demand(deployment)
-        plan = self.memo.get(_moves_key(request, demand, self.snapshot))
-        if plan is None or plan.target is None:
+        on = self.served_before(deployment.pk).snapshot  # where its answer planned them
+        found = self.memo.get(_moves_key(request, demand, on))
+        if found is None or found[0] is not on or found[1].target is None:
             return None
+        plan = found[1]
         promised = apply_target(plan.snapshot, request, plan.target)
         return Context(promised, self.fingerprint, self.advice_time_limit_s)
 
@@ -496,8 +552,9 @@ def compute_answer(deployment: Deployment, context: Context) -> dict[str, Any]:
     plans: list[Plan] = []
     if best is not None:
         plans.append(_place_plan(deployment, best))
-    else:
-        plans += _moves_plans(deployment, request, demand, context, snapshot)
+    else:  # moves on what the replicas ahead leave, their own moves' room included
+        ahead = context.served_before(deployment.pk, raised=team.pk if blockers else None)
+        plans += _moves_plans(deployment, request, demand, context, ahead.snapshot)
         plans += _reshape_plans(deployment, request, context)
         if not blockers and context.entitled_in_turn(deployment):
             plans += _stop_plans(deployment)
@@ -569,16 +626,7 @@ def _moves_plans(
     """On ``snapshot``: the fleet's, or what the queue's replicas ahead leave."""
     if isinstance(request, WholeGpuRequest):
         return _repack_plans(deployment, request, demand, context)
-    key = _moves_key(request, demand, snapshot)
-    if key not in context.memo:  # deployments asking the same get the same plan
-        context.memo[key] = plan_moves(
-            snapshot,
-            request,
-            demand=demand,
-            requests=context.moved_requests(),
-            demands=context.moved_demands(),
-        )
-    plan = context.memo[key]
+    plan = context.moves_on(snapshot, request, demand)
     if plan.target is None:
         return []
     workloads = sum(1 for m in plan.moves if m.occupied)

@@ -490,6 +490,28 @@ def test_the_refresh_carries_out_the_moves_of_the_queues_head_and_promises_its_r
     assert wit(operator_client, f"{behind.pk}.0").json()["in_progress"] is None
 
 
+def test_each_replica_ahead_is_promised_its_own_moves_and_no_room_twice(operator_client):
+    # Three engine-placed 7g replicas wait on three fragmented H100s; read on demand (nothing
+    # is carried out). Each is answered on the fleet the moves of the ones ahead and their
+    # placement leave: the first and second are given moves for two different GPUs, the third
+    # none (before, all three were told to apply one defrag for the same GPU).
+    from fleet.allocations.models import Deployment
+
+    fragmented_fleet(operator_client, gpus=3)
+    made = [deployment_create(name=n, request=BIG, replicas=1, auto_place=True) for n in "abc"]
+    for age, deployment in enumerate(reversed(made)):  # a first in the queue, then b, then c
+        Deployment.objects.filter(pk=deployment.pk).update(
+            created_at=deployment.created_at - timedelta(minutes=age + 1)
+        )
+    answers = [wit(operator_client, f"{d.pk}.0").json() for d in made]
+    first, second, third = ([p["kind"] for p in a["plans"]] for a in answers)
+    assert first[0] == second[0] == "moves", (first, second)
+    targets = [a["plans"][0]["details"]["target_gpu"] for a in answers[:2]]
+    assert targets[0] != targets[1]
+    assert "moves" not in third, third
+    assert defrags() == []
+
+
 def test_an_answer_read_on_demand_is_carried_out_by_the_next_refresh(operator_client):
     # The head's answer computed by a reader first: the refresh finds it cached for this fleet
     # and still carries out its moves (not a minute later, when it would compute it again).

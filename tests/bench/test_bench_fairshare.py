@@ -319,11 +319,13 @@ def test_reclaims_keep_away_from_the_gpus_of_the_running_defrag():
     assert sim._busy() == set()
 
 
-def test_without_the_engines_defrag_both_are_given_the_one_move():
+def test_without_the_engines_defrag_the_one_move_is_promised_to_the_head_alone():
+    # Nobody carries the head's moves out, yet the replica behind is answered on the fleet
+    # after them (fleet.sharing.wit.QueueWalk's promise): not told to apply the same move.
     sim, head, behind = fragmented_sim(queue_defrag=False)
     sim._wit_sample()
     assert head.partition is None and behind.partition is None
-    assert sim.run.wit_kinds == {"moves": 2} and sim.run.defrags == 0
+    assert sim.run.wit_kinds == {"moves": 1, "wait": 1} and sim.run.defrags == 0
 
 
 def test_a_quota_answer_is_promised_the_room_its_teams_replicas_ahead_leave():

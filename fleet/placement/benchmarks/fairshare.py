@@ -84,7 +84,7 @@ from fleet.mig import Product
 from fleet.placement.benchmarks.migbench import profile_for_milli
 from fleet.placement.benchmarks.replay import percentile
 from fleet.placement.benchmarks.trace import MILLI, TracePod
-from fleet.placement.defrag import Move, plan_moves
+from fleet.placement.defrag import Move, MovePlan, plan_moves
 from fleet.placement.fairshare import UseInterval, Waiting, queue_order, team_shares
 from fleet.placement.fit import Target, rank
 from fleet.placement.quota import Quota, Usage, plus
@@ -99,6 +99,7 @@ MODES: tuple[Mode, ...] = ("hard_caps", "fair_share")
 GPUS_PER_HOST = 8
 MAX_TRIED = 20  # entitled claimants one reclaim sweep plans for (fleet.sharing.reclaiming)
 MAX_ATTEMPTS = 20  # placements one queue run tries (fleet.sharing.placing)
+MAX_PROMISED = 4  # moves plans the queue's walk promises the replicas ahead (fleet.sharing.wit)
 PLAN_BUDGET_S = 2.0  # planning time one reclaim sweep takes at most (fleet.sharing.reclaiming)
 
 GOALS = {
@@ -332,6 +333,7 @@ class Simulation:
         self.defrag_until = -1.0  # the engine's defrag running (one at a time) ends then
         self.defrag_failed_until: dict[str, float] = {}
         self.defrag_gpus: frozenset[int] = frozenset()  # the running defrag's
+        self.moves_memo: dict[tuple[int, str | int], tuple[FleetSnapshot, MovePlan]] = {}
         self.failed_until: dict[str, float] = {}
         self.run = Run()
         self.now = 0.0
@@ -755,8 +757,10 @@ class Simulation:
             return  # its last one failed: not again for reclaim_retry_s
         if self._served_before(job)[2]:
             return  # a replica ahead waits for capacity: the head is not this one
-        moves: tuple[Move, ...] = plan.details["moves"]
-        target: Target = plan.details["target"]
+        again = self._moves_on(self.snapshot, MigRequest(job.pod.profile_id))
+        if again.target is None or not again.moves:
+            return  # planned again when started: no plan (or it fits now), not started
+        moves, target = again.moves, again.target
         gpus = plan_gpus(ReclaimPlan("move", target, moves))
         if gpus & set().union(*(r.gpus for r in self.reclaims)):
             return
@@ -788,8 +792,9 @@ class Simulation:
         if best is not None:
             kind: PlanKind = "quota" if blocked else "place"
             plans.append((Plan(kind, kind, changes_policy=blocked), best, ()))
-        else:
-            moved = plan_moves(snapshot, request)
+        else:  # moves on what the replicas ahead leave, their own moves' room included
+            ahead = self._served_before(job, raised=job.pod.team if blocked else None)[0]
+            moved = self._moves_on(ahead, request)
             if moved.target is not None:
                 n = sum(1 for m in moved.moves if m.occupied)
                 to_gpus = sorted({m.to_gpu for m in moved.moves if m.to_gpu is not None})
@@ -840,13 +845,21 @@ class Simulation:
         in, fit nowhere: :meth:`fleet.sharing.wit.Context.served_before`; with ``raised`` (a
         team), its replicas let in whatever its quota says (a quota change's)."""
         snapshot, gained = self.snapshot, dict.fromkeys(range(self.teams), 0)
+        promised, waits = 0, False
 
         def places(ahead: Job) -> bool:
-            nonlocal snapshot
+            nonlocal snapshot, promised, waits
             request = MigRequest(ahead.pod.profile_id)
-            best = rank(snapshot, request).best
+            on, best = snapshot, rank(snapshot, request).best
+            if best is None:  # promised its own moves' room, while promises are left
+                waits = True
+                if promised < MAX_PROMISED:
+                    moved = self._moves_on(snapshot, request)
+                    if moved.target is not None:
+                        promised += 1
+                        on, best = moved.snapshot, moved.target
             if best is not None:
-                snapshot = apply_target(snapshot, request, best)
+                snapshot = apply_target(on, request, best)
                 gained[ahead.pod.team] += ahead.pod.slices
             return best is not None
 
@@ -854,7 +867,17 @@ class Simulation:
             return ahead.pod.team == raised or self._verdict(ahead, gained).allowed
 
         full = self._queue_run(admits, places, until=job)
-        return snapshot, gained, full
+        return snapshot, gained, full or waits
+
+    def _moves_on(self, snapshot: FleetSnapshot, request: MigRequest) -> MovePlan:
+        """:func:`plan_moves`, memoised per snapshot (the context's memo)."""
+        key = (id(snapshot), request.profile)
+        found = self.moves_memo.get(key)
+        if found is None or found[0] is not snapshot:
+            if len(self.moves_memo) >= 256:
+                self.moves_memo.clear()
+            found = self.moves_memo[key] = (snapshot, plan_moves(snapshot, request))
+        return found[1]
 
     def _wit_apply(
         self,
