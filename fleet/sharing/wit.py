@@ -296,9 +296,11 @@ class QueueWalk:
         start: Served,
         raised: int | None = None,
         mover: Mover | None = None,
+        skip: frozenset[int] = frozenset(),
     ) -> None:
         self.queue, self.first = queue, first  # first: each deployment's first position
         self.raised = raised
+        self.skip = skip  # positions placed already (by the run before a quota change)
         self.mover = mover
         self.promised = 0  # moves plans promised so far
         self.points: list[tuple[int, Served]] = [(0, start)]  # from entry i on: the fleet
@@ -313,9 +315,15 @@ class QueueWalk:
         outcome for one the queue does not list)."""
         first = self.first.get(deployment_id, len(self.queue))
         while self.walked < first and self.attempts < MAX_ATTEMPTS:
-            self._step(self.queue[self.walked])
+            if self.walked not in self.skip:
+                self._step(self.queue[self.walked])
             self.walked += 1
         return next(served for at, served in reversed(self.points) if at <= first)
+
+    def whole_run(self) -> tuple[Served, frozenset[int]]:
+        """The fleet after the whole run, and the positions it placed (or promised moves)."""
+        end = self.before(-1)  # no deployment: past the last position
+        return end, frozenset(at - 1 for at, _ in self.points[1:])
 
     def _step(self, entry: QueueEntry) -> None:
         deployment = entry.deployment
@@ -399,15 +407,17 @@ class Context:
         """The fleet once the queue's run has placed the waiting replicas ahead of the
         deployment's next one (:class:`QueueWalk`): the room and the standing they leave it.
         Each replica's "it fits now" alone would promise the same slices to all of them. With
-        ``raised`` (a team), once a change of that team's quota has let its replicas in: its
-        replicas ahead, refused now, would be placed first."""
+        ``raised`` (a team), once a change of that team's quota has let its replicas in: an
+        admin's change lands after the queue's next run, which passes over the team's refused
+        replicas and places what fits behind them; then its replicas ahead, let in, are placed
+        first."""
         if raised is not None:
             if raised not in self.raised_walks:
-                self.served_before(deployment_id)  # the walk's start, shared
+                self.served_before(deployment_id)  # the walk, shared
                 assert self.walk is not None
-                start = self.walk.points[0][1]
+                end, placed = self.walk.whole_run()
                 self.raised_walks[raised] = QueueWalk(
-                    self.fleet_queue(), self.first_in_queue, start, raised, self.moves_on
+                    self.fleet_queue(), self.first_in_queue, end, raised, self.moves_on, placed
                 )
             return self.raised_walks[raised].before(deployment_id)
         if self.walk is None:

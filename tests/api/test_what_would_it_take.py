@@ -406,6 +406,41 @@ def test_a_quota_plan_counts_its_teams_replicas_ahead_that_the_change_lets_in_fi
         assert body["plans"][0]["requests"][0]["body"] == {"gpus": 3}
 
 
+def test_a_quota_plan_is_promised_only_the_room_the_queues_run_leaves_before_the_change(
+    operator_client, viewer_client
+):
+    # ads may hold one 7g.80gb and holds it; first (a 7g) waits on its quota, later (a 1g, no
+    # limit on that profile) waits behind it. An admin's change lands after the queue's next
+    # run, which passes over first and places later on the one empty GPU: no quota change
+    # places first there (it was told "raise it, then the engine places it").
+    from fleet.allocations.models import Deployment
+    from fleet.sharing.placing import queue_place
+
+    host = HostFactory()
+    full, empty = (GpuFactory(host=host, product_key="h100-sxm5-80gb") for _ in range(2))
+    for gpu in (full, empty):
+        gpu_set_layout(gpu_id=gpu.pk, spec=LayoutSpec(mode="mig"))
+    ads = team_create(name="ads")
+    team_quota_set(team_id=ads.pk, quota={"mig_profiles": {"7g.80gb": 1}})
+    held = deployment_create(name="held", request=BIG, replicas=1, team_id=ads.pk)
+    deployment_place(deployment_id=held.pk, gpu_id=full.pk)
+    first = deployment_create(
+        name="first", request=BIG, replicas=1, team_id=ads.pk, auto_place=True
+    )
+    small = DeploymentRequest(kind="mig", profile="1g.10gb")
+    later = deployment_create(
+        name="later", request=small, replicas=1, team_id=ads.pk, auto_place=True
+    )
+    Deployment.objects.filter(pk=first.pk).update(
+        created_at=first.created_at - timedelta(minutes=5)
+    )
+    body = wit(viewer_client, f"{first.pk}.0").json()
+    assert body["blocked_by"] == "quota"
+    assert "quota" not in [p["kind"] for p in body["plans"]], body["plans"]
+    queue_place()  # what the answer counted on
+    assert Allocation.objects.get(deployment=later).gpu_id == empty.pk
+
+
 def test_k_moves_carry_the_planners_proof_and_apply_as_a_defrag(operator_client, viewer_client):
     host = HostFactory()
     gpus = [GpuFactory(host=host, product_key="h100-sxm5-80gb") for _ in range(2)]

@@ -511,6 +511,7 @@ class Simulation:
         admits: Callable[[Job], bool],
         places: Callable[[Job], bool],
         until: Job | None = None,
+        skip: frozenset[str] = frozenset(),
     ) -> bool:
         """The queue's run, in queue order (up to ``until``): at most ``MAX_ATTEMPTS``
         attempts; a request that fit nowhere is not tried again in the run, nor a replica of a
@@ -522,6 +523,8 @@ class Simulation:
         for job in self._queue():
             if job is until:
                 break
+            if job.pod.name in skip:
+                continue
             team = job.pod.team
             if job.pod.slices >= refused.get(team, 1 << 30) or job.pod.profile_id in full:
                 continue
@@ -837,14 +840,20 @@ class Simulation:
         return claimed
 
     def _served_before(
-        self, job: Job, raised: int | None = None
+        self, job: Job | None, raised: int | None = None, placed: set[str] | None = None
     ) -> tuple[FleetSnapshot, dict[int, int], bool]:
         """The snapshot once the queue's run (:meth:`_queue_run`) has placed the waiting
         replicas ahead of ``job``, each judged by its team's sharing on the holdings the ones
         before it leave, the slices each team gained by them, and whether one of them, let
         in, fit nowhere: :meth:`fleet.sharing.wit.Context.served_before`; with ``raised`` (a
-        team), its replicas let in whatever its quota says (a quota change's)."""
+        team), its replicas let in whatever its quota says (a quota change's), after the
+        queue's whole next run without it (an admin's change lands after that run)."""
         snapshot, gained = self.snapshot, dict.fromkeys(range(self.teams), 0)
+        skip: frozenset[str] = frozenset()
+        if raised is not None:
+            first: set[str] = set()
+            snapshot, gained, _ = self._served_before(None, placed=first)
+            skip = frozenset(first)
         promised, waits = 0, False
 
         def places(ahead: Job) -> bool:
@@ -861,12 +870,14 @@ class Simulation:
             if best is not None:
                 snapshot = apply_target(on, request, best)
                 gained[ahead.pod.team] += ahead.pod.slices
+                if placed is not None:
+                    placed.add(ahead.pod.name)
             return best is not None
 
         def admits(ahead: Job) -> bool:
             return ahead.pod.team == raised or self._verdict(ahead, gained).allowed
 
-        full = self._queue_run(admits, places, until=job)
+        full = self._queue_run(admits, places, until=job, skip=skip)
         return snapshot, gained, full or waits
 
     def _moves_on(self, snapshot: FleetSnapshot, request: MigRequest) -> MovePlan:
