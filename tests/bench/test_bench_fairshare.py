@@ -328,6 +328,28 @@ def test_without_the_engines_defrag_the_one_move_is_promised_to_the_head_alone()
     assert sim.run.wit_kinds == {"moves": 1, "wait": 1} and sim.run.defrags == 0
 
 
+def test_a_quota_answer_counts_what_the_queue_places_behind_it_before_the_change():
+    # 8 GPUs, 7 held: team A waits for 5 slices, so team B may not borrow a whole GPU (7 of
+    # the 7 free) but may borrow two slices. B's whole-GPU replica waits first, a 2-slice one
+    # behind: the queue passes over the first and places the second on the last GPU before an
+    # admin's change could land, so no quota change places the first (it was told "quota").
+    sim, replicas = fair_sim(gpus=8)
+    whole = [p for p in replicas if p.team == 1 and p.slices == 7]
+    small = next(p for p in replicas if p.team == 1 and p.slices == 2)
+    for n in range(7):
+        start(sim, whole[n], f"b-{n}")
+    sim.waiting_slices[0] = 5
+    first, behind = Job(whole[7], 1.0, 1e6), Job(small, 2.0, 1e6)
+    for job in (first, behind):
+        sim.jobs_by_name[job.pod.name] = job
+        sim._enqueue(job)
+    assert sim._queue() == [first, behind]
+    assert not sim._verdict(first).allowed and sim._verdict(behind).allowed
+    assert sim._wit(first)[0].kind == "wait"
+    sim._place_queue()
+    assert behind.partition is not None and first.partition is None
+
+
 def test_a_quota_answer_is_promised_the_room_its_teams_replicas_ahead_leave():
     # 8 GPUs: team B holds 4 whole GPUs, team C 3; team A's deserved share waits for 17
     # slices, so B may not borrow the last GPU. Two whole-GPU replicas of B wait. A quota
