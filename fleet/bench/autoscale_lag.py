@@ -14,7 +14,8 @@ one that keeps 99 % of requests within it.
 :func:`run_model` also counts the **replica-seconds** the replay holds, as the usage module would
 without the drain: the replica count the autoscaler asked for, integrated from the start of the
 replay to its end (its last answer, and not before ``trace.seconds``); a replica counts from the
-decision that created it (starting included) to the decision that removed it; a static mode
+decision that created it (starting included) to the decision that removed it, plus ``drain_s``
+(how long a removed replica stays up draining: the usage module counts it); a static mode
 holds ``start`` replicas throughout. A policy is set as the replay starts, and its first
 scale-in waits its cooldown from then (as :mod:`fleet.autoscaling.services` counts a policy's
 creation).
@@ -58,6 +59,7 @@ def run_model(
     lag_s: float = 0.0,
     evaluate_every_s: float = 1.0,
     policy_set_at_s: float | None = 0.0,
+    drain_s: float = 0.0,
 ) -> ModelRun:
     """The replay simulated (see the module's docstring); ``limits`` ``None``: ``start``
     replicas throughout (a static mode). ``policy_set_at_s``: when the policy was set, its first
@@ -145,7 +147,9 @@ def run_model(
         queue.append((at, service_s(arrival)))
         serve(at)
     end = max(trace.seconds, last_done)
-    return ModelRun(latencies, replica_seconds(start, events, end), end, events)
+    removed = sum(max(0, before - after) for t, before, after in events if t < end)
+    held = replica_seconds(start, events, end) + removed * drain_s
+    return ModelRun(latencies, held, end, events)
 
 
 def replica_seconds(start: int, events: Sequence[tuple[float, int, int]], end: float) -> float:

@@ -28,6 +28,7 @@ from hostagent.protocol import (
     clip,
     declared_ports,
 )
+from hostagent.runtime import procfs
 from hostagent.runtime.adoption import adopt_found, unsupported
 from hostagent.runtime.base import Exit, ReplicaSpec, Running, Runtime, StartError
 from hostagent.runtime.health import run_check
@@ -57,6 +58,19 @@ MAX_EVENTS = 100
 """Events kept while no connection takes them (the oldest go first)."""
 
 
+def open_connections(running: Running, spec: ReplicaSpec) -> int | None:
+    """The TCP connections open on the replica's ports, in its own network namespace: its host
+    ports (a process, a host-network container, a proxy on the host) and its declared ones (a
+    bridged container's side). ``None``: not known (no PID, nothing readable). A port that
+    another program of the same namespace also serves counts that program's connections too:
+    the drain then runs its full length, as before."""
+    ports = {*running.host_ports.values(), *spec.host_ports.values()}
+    ports |= {p["port"] for p in declared_ports(spec.workload)}
+    if running.pid is None or not ports:
+        return None
+    return procfs.established(running.pid, ports)
+
+
 class Reconciler:
     """The state and the machinery of :class:`~hostagent.runtime.supervisor.Supervisor`."""
 
@@ -70,8 +84,10 @@ class Reconciler:
         workers: int = WORKERS,
         clock: Callable[[], float] = time.monotonic,
         ports: PortAllocator | None = None,
+        connections: Callable[[Running, ReplicaSpec], int | None] = open_connections,
     ) -> None:
         self.runtimes = dict(runtimes)
+        self._connections = connections
         self.ports = ports or PortAllocator(
             PortRange.parse(DEFAULT_PORT_RANGE),
             probe=bindable(DEFAULT_PUBLISH_ADDRESS),
@@ -139,7 +155,11 @@ class Reconciler:
                 self._log.failure(f"supervising allocation {r.allocation_id}", exc, expected=False)
         due = [r.not_before for r in self._replicas.values() if r.running is None]
         due += [r.next_check for r in self._replicas.values() if r.running is not None]
-        due += [r.drain_until for r in self._replicas.values() if r.drain_until is not None]
+        due += [
+            min(r.drain_until, now + self.timing.drain_check_s)
+            for r in self._replicas.values()
+            if r.drain_until is not None
+        ]
         return max(0.01, min([self.timing.poll_s, *(d - now for d in due if d > now)]))
 
     def _step(self, r: Replica, now: float) -> None:
@@ -287,17 +307,38 @@ class Reconciler:
         self._submit(f"start:{r.allocation_id}", start)
 
     def _draining(self, r: Replica, reason: str) -> bool:
-        """A replica no longer wanted, or replaced, first stays up ``drain_s`` reported
-        ``stopping`` (its balancers take it out of rotation; what it serves finishes); an
-        unhealthy or orphaned one is stopped at once. Never holds a worker thread."""
+        """A replica no longer wanted, or replaced, first stays up reported ``stopping`` (its
+        balancers take it out of rotation; what it serves finishes): ``drain_s`` at most, and
+        no longer than a connection is open on its ports, as a load balancer's target
+        deregistration ends once nothing is in flight (the gateway closes its idle connections
+        to a copy out of rotation that serves nothing). An unhealthy or orphaned replica is
+        stopped at once. Never holds a worker thread."""
         if reason not in ("removed", "replace") or not r.drain_s:
             return False
         now = self._clock()
         if r.drain_until is None:
-            r.drain_until = now + r.drain_s
-            r.state, r.message = "stopping", f"draining for {r.drain_s} s before it stops"
+            r.drain_until, r.drain_since = now + r.drain_s, now
+            r.state, r.message = "stopping", f"draining for {r.drain_s} s at most before it stops"
             self._changed(r)
-        return now < r.drain_until
+        if now >= r.drain_until:
+            return False
+        if now - r.drain_since >= self.timing.drain_settle_s and self._idle(r):
+            logger.info(
+                "allocation %s drained in %.2f s: no connection open on its ports",
+                r.allocation_id,
+                now - r.drain_since,
+            )
+            return False
+        return True
+
+    def _idle(self, r: Replica) -> bool:
+        if r.running is None or r.spec is None:
+            return False
+        try:
+            return self._connections(r.running, r.spec) == 0
+        except Exception as exc:  # not known: the drain runs its full length
+            self._log.failure(f"counting allocation {r.allocation_id}'s connections", exc)
+            return False
 
     def _undrain(self, r: Replica) -> None:
         r.drain_until = None

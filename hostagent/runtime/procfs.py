@@ -171,3 +171,32 @@ def session_listens(port: int, leader: int, proc: Path = PROC) -> bool:
         if stat is not None and stat.session == leader and socket_inodes(pid, proc) & listeners:
             return True
     return False
+
+
+_TCP_ESTABLISHED = "01"
+
+
+def established(pid: int, ports: Iterable[int], proc: Path = PROC) -> int | None:
+    """The TCP connections established on one of ``ports`` (the local side: the ones a server
+    listening there accepted) in ``pid``'s network namespace (``/proc/<pid>/net/tcp``,
+    ``tcp6``), or ``None`` when neither table can be read (the process is gone, another
+    namespace hides it): not known, never 0."""
+    wanted = set(ports)
+    count, read = 0, False
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (proc / str(pid) / "net" / table).read_text(encoding="ascii").splitlines()[1:]
+        except OSError:
+            continue
+        read = True
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 4 or fields[3] != _TCP_ESTABLISHED:
+                continue
+            _, _, hex_port = fields[1].rpartition(":")
+            try:
+                if int(hex_port, 16) in wanted:
+                    count += 1
+            except ValueError:
+                continue
+    return count if read else None

@@ -90,6 +90,13 @@ def test_the_lag_model_counts_replica_seconds_from_each_decision() -> None:
     # A replay whose last answer comes after trace.seconds counts to that answer.
     slow = run_model(trace, concurrency=1, start=1)
     assert slow.duration_s == pytest.approx(40.5) and slow.replica_seconds == pytest.approx(40.5)
+    # A scale-in's replicas count their drain too: with a 5 s scale-in window, the 4 replicas
+    # go back to 1 once the requests are answered (3 removed, each 2 s more).
+    quick = Limits(min=1, max=8, target=1, scale_out_cooldown_s=1, scale_in_cooldown_s=5)
+    drained = run_model(trace, concurrency=1, start=1, limits=quick, lag_s=2.0, drain_s=2.0)
+    kept = run_model(trace, concurrency=1, start=1, limits=quick, lag_s=2.0)
+    assert drained.events == kept.events and drained.events[-1][2] == 1
+    assert drained.replica_seconds == pytest.approx(kept.replica_seconds + 3 * 2.0)
 
 
 def _mode(latencies: list[float], seconds: float, failed: int = 0) -> dict[str, Any]:

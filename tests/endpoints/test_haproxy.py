@@ -4,7 +4,9 @@ deleted over the Runtime API with no reload, and no request failing while they c
 
 from __future__ import annotations
 
+import http.client
 import http.server
+import os
 import shutil
 import socket
 import subprocess
@@ -313,3 +315,76 @@ def test_a_copy_that_dies_unannounced_costs_no_request(gateway):
         alive.stop()
     assert failures == []
     assert "doomed" in answers and answers[-1] == "alive"
+
+
+def test_a_drained_copy_that_serves_nothing_goes_to_maintenance_and_back(tmp_path):
+    from fleet.endpoints.haproxy.runtime import ServerState
+
+    config = hconfig.GatewayConfig(listen="127.0.0.1:1", directory=tmp_path, slots=1)
+    paths = {"m": "ep_0"}
+    going = Route(0, None, "/m", (Server("r1", "127.0.0.1", 9001, draining=True),))
+    drained = ServerState("ep_0", "r1", "127.0.0.1", 9001, up=True, maint=False, drain=True)
+    maint = ServerState("ep_0", "r1", "127.0.0.1", 9001, up=True, maint=True, drain=False)
+    busy = {("ep_0", "r1"): 2}
+    # Still answering: it stays in drain.
+    assert plan(config, [going], [drained], {}, paths, busy)[0] == []
+    # Serving nothing: maintenance, which closes HAProxy's idle connections to it.
+    assert plan(config, [going], [drained], {}, paths, {})[0] == [
+        ("set", "server", "ep_0/r1", "state", "maint")
+    ]
+    # Once there, it stays (no flapping back to drain) ...
+    assert plan(config, [going], [maint], {}, paths, {}) == ([], 0, 0)
+    # ... until Fleet wants it again.
+    back = Route(0, None, "/m", (Server("r1", "127.0.0.1", 9001),))
+    assert plan(config, [back], [maint], {}, paths, {})[0] == [
+        ("set", "server", "ep_0/r1", "state", "ready")
+    ]
+
+
+def test_a_draining_copy_holds_a_connection_exactly_while_a_request_is_in_flight(gateway):
+    """What the agent's early end of a drain relies on: an open connection on the copy's port is
+    a request in flight. HAProxy 2.6 keeps no idle connection to a server added at runtime
+    (``show servers conn``: ``idle_lim`` 0), even for a caller that keeps its own; where one
+    would be kept, maintenance closes it (the plan puts a drained copy there)."""
+    from hostagent.runtime.procfs import established
+
+    config, api = gateway
+    copy = Copy("copy")
+    port = copy.port
+    try:
+        serving = [Route(0, None, "/m", (Server("r1", "127.0.0.1", port),))]
+        going = [Route(0, None, "/m", (Server("r1", "127.0.0.1", port, draining=True),))]
+        sync(api, config, serving)
+        caller = http.client.HTTPConnection(*config.listen.split(":"), timeout=5)
+        for _ in range(3):  # a caller that keeps its connection, as most HTTP clients do
+            caller.request("GET", "/m", headers={"Host": "x"})
+            assert caller.getresponse().read() == b"copy"
+        assert wait_for_zero(lambda: established(os.getpid(), [port]))  # nothing in flight
+        copy.delay_s = 1.0
+        answer: list[tuple[int, str]] = []
+        request = threading.Thread(target=lambda: answer.append(get(config, "/m")))
+        request.start()
+        time.sleep(0.3)
+        sync(api, config, going)  # drain
+        sync(api, config, going)  # still serving: stays in drain
+        assert established(os.getpid(), [port]) == 1  # the request in flight
+        (state,) = [s for s in servers_state(api) if s.backend == "ep_0"]
+        assert state.drain and not state.maint
+        request.join()
+        assert answer == [(200, "copy")]  # it finished
+        assert wait_for_zero(lambda: established(os.getpid(), [port]))
+        sync(api, config, going)  # serving nothing: maintenance
+        (state,) = [s for s in servers_state(api) if s.backend == "ep_0"]
+        assert state.maint
+        caller.close()
+    finally:
+        copy.stop()
+
+
+def wait_for_zero(count, timeout_s: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if count() == 0:
+            return True
+        time.sleep(0.05)
+    return False

@@ -2,8 +2,10 @@
 holds now (pure), and :func:`sync` applies over the Runtime API.
 
 Order matters for the caller's requests: new servers are added and enabled before a route points
-at their backend; a server leaves the rotation (``drain``) while its copy still runs, and is
-deleted only once it holds no connection; a route goes before its backend's last server.
+at their backend; a server leaves the rotation (``drain``) while its copy still runs, goes to
+maintenance once it serves nothing (which closes HAProxy's idle connections to it: its agent
+then ends the copy's drain early), and is deleted only once it holds no connection; a route goes
+before its backend's last server.
 Every run starts from HAProxy's own state, so a sync that failed half-way, a restarted HAProxy
 or a restarted gateway is repaired by the next run.
 """
@@ -119,16 +121,22 @@ def plan(
                     ("set", "server", key, "state", "drain" if server.draining else "ready"),
                 ]
                 continue
-            if server.draining and not state.drain and not may_drain:
+            out = state.drain or state.maint
+            if server.draining and not out and not may_drain:
                 deferred += 1
                 continue
             if (state.address, state.port) != (server.address.strip("[]"), server.port):
                 first.append(
                     ("set", "server", key, "addr", server.address, "port", str(server.port))
                 )
-            if server.draining and not state.drain:
+            if server.draining and not out:
                 first.append(("set", "server", key, "state", "drain"))
-            elif not server.draining and (state.drain or state.maint):
+            elif server.draining and state.drain and sessions.get((backend, server.name), 0) == 0:
+                # Out of the rotation and serving nothing: maintenance closes the balancer's
+                # idle connections to it, so its agent sees it drained and stops it now
+                # rather than at the end of its drain_s (hostagent.runtime.operations).
+                first.append(("set", "server", key, "state", "maint"))
+            elif not server.draining and out:
                 first.append(("set", "server", key, "state", "ready"))
         for state in now.values():  # copies this endpoint no longer has
             left, wait = _retire(backend, state, sessions)

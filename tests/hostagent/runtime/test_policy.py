@@ -131,3 +131,17 @@ def test_a_replacement_names_the_parts_of_the_launch_that_changed():
     # Adopted with no launch known (or a fingerprint from before it had names): every part.
     assert changed_parts("", started) == sorted(started.fingerprint_parts())
     assert changed_parts("[1, 2]", started) == sorted(started.fingerprint_parts())
+
+
+def test_checks_before_the_first_pass_come_sooner_right_after_the_start():
+    from hostagent.runtime.policy import PRE_PASS_CHECK_S, PRE_PASS_FIRST_S, pre_pass_delay
+
+    assert pre_pass_delay(0.0, 10.0) == PRE_PASS_FIRST_S
+    assert pre_pass_delay(0.3, 10.0) == pytest.approx(0.15)
+    assert pre_pass_delay(5.0, 10.0) == PRE_PASS_CHECK_S  # a slow start: once a second
+    assert pre_pass_delay(5.0, 0.5) == 0.5  # never less often than the check's own interval
+    times, at = [0.0], 0.0
+    while at < 1.0:
+        at += pre_pass_delay(at, 10.0)
+        times.append(at)
+    assert 5 <= len(times) <= 10  # several checks within the first second, not one

@@ -40,3 +40,44 @@ def test_a_process_groups_children_and_a_containers_processes_are_named_by_repli
 
 def test_nothing_is_claimed_without_workloads():
     assert owners(all_pids(), Leaders({}, {})) == {}
+
+
+def test_established_counts_the_connections_accepted_on_the_ports_in_the_pids_namespace():
+    import socket
+
+    from hostagent.runtime.procfs import established
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    try:
+        assert established(os.getpid(), [port]) == 0
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        # One accepted on the port (the client's own end has an ephemeral local port).
+        assert established(os.getpid(), [port]) == 1
+        client.close()
+        accepted.close()
+        assert wait_for(lambda: established(os.getpid(), [port]) == 0)
+    finally:
+        server.close()
+
+
+def test_established_is_not_known_for_a_process_that_cannot_be_read(tmp_path):
+    from hostagent.runtime.procfs import established
+
+    assert established(424242, [80], proc=tmp_path) is None
+    tables = tmp_path / "7" / "net"
+    tables.mkdir(parents=True)
+    header = "  sl  local_address rem_address   st tx_queue rx_queue\n"
+    (tables / "tcp").write_text(
+        header
+        + "   0: 0100007F:1F90 0100007F:D431 01 00000000:00000000\n"  # :8080, established
+        + "   1: 0100007F:1F90 00000000:0000 0A 00000000:00000000\n"  # :8080, listening
+        + "   2: 0100007F:1F91 0100007F:D432 01 00000000:00000000\n"  # :8081
+        + "   3: garbage\n"
+        + "   4: 0100007F:ZZZZ 0100007F:D432 01 00000000:00000000\n",
+        encoding="ascii",
+    )
+    assert established(7, [8080], proc=tmp_path) == 1
+    assert established(7, [8080, 8081], proc=tmp_path) == 2
+    assert established(7, [9000], proc=tmp_path) == 0

@@ -326,3 +326,66 @@ def test_a_replica_wanted_again_while_it_drains_runs_on(runtime, supervisor):
     wait_for(lambda: state_of(s, 1) == "running")
     time.sleep(2.2)
     assert runtime.stops == [] and runtime.starts == [1]
+
+
+def _counting(counts):
+    """A connection count for every look, the last one repeated; records when it was asked."""
+    asked: list[float] = []
+
+    def connections(running, spec):
+        asked.append(time.monotonic())
+        return counts[min(len(asked), len(counts)) - 1]
+
+    return connections, asked
+
+
+def test_a_drain_ends_once_no_connection_is_open_on_the_replicas_ports(runtime, tmp_path):
+    connections, asked = _counting([2, 2, 1, 0])
+    s = Supervisor(
+        {"process": runtime},
+        agent_runtime="process",
+        timing=FAST,
+        connections=connections,
+        state_dir=tmp_path,
+    )
+    s.start()
+    try:
+        s.place("GPU-1", [dataclasses.replace(spec(1, stop_grace_s=7), drain_s=30)])
+        wait_for(lambda: state_of(s, 1) == "running")
+        released_at = time.monotonic()
+        live = s.release("GPU-1", [])
+        assert s.wait_stopped(live, timeout_s=5)  # not the drain's 30 s
+        took = time.monotonic() - released_at
+        assert runtime.stops == [(1, 7)]
+        # Not before the balancers had their time, and only once the count reached 0.
+        assert took >= s.timing.drain_settle_s and len(asked) >= 4
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("count", [None, 1, RuntimeError("no /proc")])
+def test_a_drain_runs_its_full_length_while_a_connection_is_open_or_nobody_knows(
+    runtime, tmp_path, count
+):
+    def connections(running, spec):
+        if isinstance(count, Exception):
+            raise count
+        return count
+
+    s = Supervisor(
+        {"process": runtime},
+        agent_runtime="process",
+        timing=FAST,
+        connections=connections,
+        state_dir=tmp_path,
+    )
+    s.start()
+    try:
+        s.place("GPU-1", [dataclasses.replace(spec(1), drain_s=1)])
+        wait_for(lambda: state_of(s, 1) == "running")
+        released_at = time.monotonic()
+        live = s.release("GPU-1", [])
+        assert s.wait_stopped(live, timeout_s=5)
+        assert time.monotonic() - released_at >= 1.0
+    finally:
+        s.close()
