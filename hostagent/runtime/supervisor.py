@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from hostagent.protocol import (
     MAX_ITEMS,
@@ -111,6 +112,16 @@ class Supervisor(Reconciler):
                 if r.spec is None:  # adopted, now claimed: it runs what it was started with
                     r.launched = spec.fingerprint() if r.running is not None else ""
                     r.stop_reason = None
+                elif (
+                    r.running is not None
+                    and r.launched == r.spec.fingerprint()
+                    and renumbered(r.spec, spec)
+                ):
+                    # Only its index changed: a scale-in renumbers the replicas that stay. It
+                    # is the same workload; a restart would take a serving replica out of
+                    # rotation for nothing (its FLEET_REPLICA stays the one it started with,
+                    # its status and logs follow the new index).
+                    r.launched = spec.fingerprint()
                 r.spec, r.wanted, r.hold = spec, True, False
                 why = unsupported(spec, self.agent_runtime, self.runtimes)
                 if why is not None:
@@ -286,3 +297,14 @@ class Supervisor(Reconciler):
                 target = sessions if r.running.runtime == "process" else containers
                 target[r.running.pid] = r.allocation_id
         return procfs.Leaders(sessions, containers)
+
+
+def renumbered(before: ReplicaSpec, after: ReplicaSpec) -> bool:
+    """Whether ``after`` is ``before`` with another replica index, and nothing else changed."""
+    if before.replica == after.replica:
+        return False
+    environment = dict(after.environment)
+    if "FLEET_REPLICA" in before.environment:
+        environment["FLEET_REPLICA"] = before.environment["FLEET_REPLICA"]
+    same = replace(after, replica=before.replica, key=before.key, environment=environment)
+    return same.fingerprint() == before.fingerprint()

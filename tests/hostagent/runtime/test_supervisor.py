@@ -11,7 +11,7 @@ import pytest
 from hostagent import protocol
 from hostagent.gpu.simulated import SimulatedBackend
 from hostagent.protocol import LogsRequest
-from hostagent.runtime import Exit, Found, Running, Supervisor, Timing, WorkloadSync
+from hostagent.runtime import Exit, Found, ReplicaSpec, Running, Supervisor, Timing, WorkloadSync
 from hostagent.runtime.store import ReplicaStore, Stored
 from tests.hostagent.runtime.fakes import FakeRuntime, exec_health, spec, wait_for
 
@@ -389,3 +389,25 @@ def test_a_drain_runs_its_full_length_while_a_connection_is_open_or_nobody_knows
         assert time.monotonic() - released_at >= 1.0
     finally:
         s.close()
+
+
+def test_a_replica_only_renumbered_runs_on_and_any_other_change_replaces_it(runtime, supervisor):
+    s = supervisor()
+
+    def numbered(index: int, **env: str) -> ReplicaSpec:
+        base = spec(1)
+        environment = {**base.environment, "FLEET_REPLICA": str(index), **env}
+        return dataclasses.replace(
+            base, replica=index, key=f"a1:qwen-7b[{index}]", environment=environment
+        )
+
+    s.place("GPU-1", [numbered(3)])
+    wait_for(lambda: state_of(s, 1) == "running")
+    # A scale-in took replica 1 away: the last one (3) takes its number.
+    s.place("GPU-1", [numbered(1)])
+    time.sleep(0.3)
+    assert runtime.starts == [1] and runtime.stops == [] and state_of(s, 1) == "running"
+    # Anything else that changes how it runs still replaces it.
+    s.place("GPU-1", [numbered(1, MODEL="llama")])
+    wait_for(lambda: len(runtime.starts) == 2)
+    assert [stop[0] for stop in runtime.stops] == [1]
