@@ -339,8 +339,7 @@ def _counting(counts):
     return connections, asked
 
 
-def test_a_drain_ends_once_no_connection_is_open_on_the_replicas_ports(runtime, tmp_path):
-    connections, asked = _counting([2, 2, 1, 0])
+def _counted_supervisor(runtime, tmp_path, connections) -> Supervisor:
     s = Supervisor(
         {"process": runtime},
         agent_runtime="process",
@@ -349,6 +348,12 @@ def test_a_drain_ends_once_no_connection_is_open_on_the_replicas_ports(runtime, 
         state_dir=tmp_path,
     )
     s.start()
+    return s
+
+
+def test_a_drain_ends_once_no_connection_is_open_on_the_replicas_ports(runtime, tmp_path):
+    connections, asked = _counting([2, 2, 1, 0])
+    s = _counted_supervisor(runtime, tmp_path, connections)
     try:
         s.place("GPU-1", [dataclasses.replace(spec(1, stop_grace_s=7), drain_s=30)])
         wait_for(lambda: state_of(s, 1) == "running")
@@ -372,14 +377,7 @@ def test_a_drain_runs_its_full_length_while_a_connection_is_open_or_nobody_knows
             raise count
         return count
 
-    s = Supervisor(
-        {"process": runtime},
-        agent_runtime="process",
-        timing=FAST,
-        connections=connections,
-        state_dir=tmp_path,
-    )
-    s.start()
+    s = _counted_supervisor(runtime, tmp_path, connections)
     try:
         s.place("GPU-1", [dataclasses.replace(spec(1), drain_s=1)])
         wait_for(lambda: state_of(s, 1) == "running")
